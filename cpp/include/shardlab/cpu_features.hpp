@@ -1,0 +1,26 @@
+// Which instruction-set path the kernels take, read once from CPUID.
+#pragma once
+
+#include <string>
+
+namespace shardlab {
+
+// Ordered from lowest to highest: a path may be used when the CPU supports it and it is not
+// above the ceiling set by the SHARDLAB_ISA environment variable.
+enum class Isa { scalar = 0, avx2 = 1, avx512 = 2, avx512bf16 = 3 };
+
+// The best path this CPU supports (AVX2 means AVX2+FMA+F16C; AVX-512 means F, BW, VL, DQ).
+Isa detected_isa();
+
+// The path the kernels use: detected_isa() capped by SHARDLAB_ISA (scalar, avx2, avx512,
+// avx512bf16), read once. An unknown SHARDLAB_ISA value throws std::invalid_argument.
+Isa active_isa();
+
+// Overrides the active path (tests use it to run every path on one machine). Throws
+// std::invalid_argument if the CPU does not support `isa`.
+void set_active_isa(Isa isa);
+
+std::string isa_name(Isa isa);
+Isa parse_isa(const std::string& name);
+
+}  // namespace shardlab

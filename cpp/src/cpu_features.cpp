@@ -1,0 +1,90 @@
+#include "shardlab/cpu_features.hpp"
+
+#include <cpuid.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <stdexcept>
+
+namespace shardlab {
+namespace {
+
+bool os_saves_zmm() {
+  unsigned lo = 0, hi = 0;
+  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (lo & 0xE6) == 0xE6;  // XMM, YMM, opmask, ZMM_Hi256, Hi16_ZMM state enabled
+}
+
+bool os_saves_ymm() {
+  unsigned lo = 0, hi = 0;
+  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (lo & 0x6) == 0x6;
+}
+
+Isa probe() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return Isa::scalar;
+  const bool osxsave = c & bit_OSXSAVE;
+  const bool fma = c & bit_FMA, f16c = c & bit_F16C, avx = c & bit_AVX;
+  if (!osxsave || !avx || !os_saves_ymm()) return Isa::scalar;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return Isa::scalar;
+  const bool avx2 = b & bit_AVX2;
+  if (!(avx2 && fma && f16c)) return Isa::scalar;
+  const bool avx512 = (b & bit_AVX512F) && (b & bit_AVX512BW) && (b & bit_AVX512VL) &&
+                      (b & bit_AVX512DQ) && os_saves_zmm();
+  if (!avx512) return Isa::avx2;
+  unsigned a1 = 0, b1 = 0, c1 = 0, d1 = 0;
+  __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1);
+  const bool bf16 = a1 & (1u << 5);  // CPUID.(EAX=7,ECX=1):EAX[5] = AVX512_BF16
+  return bf16 ? Isa::avx512bf16 : Isa::avx512;
+}
+
+Isa initial_active() {
+  const Isa best = detected_isa();
+  const char* env = std::getenv("SHARDLAB_ISA");
+  if (env == nullptr || *env == '\0') return best;
+  const Isa cap = parse_isa(env);
+  return static_cast<int>(cap) < static_cast<int>(best) ? cap : best;
+}
+
+std::atomic<int>& active_slot() {
+  static std::atomic<int> slot{static_cast<int>(initial_active())};
+  return slot;
+}
+
+}  // namespace
+
+Isa detected_isa() {
+  static const Isa isa = probe();
+  return isa;
+}
+
+Isa active_isa() { return static_cast<Isa>(active_slot().load(std::memory_order_relaxed)); }
+
+void set_active_isa(Isa isa) {
+  if (static_cast<int>(isa) > static_cast<int>(detected_isa())) {
+    throw std::invalid_argument("[set_active_isa] this CPU supports up to '" +
+                                isa_name(detected_isa()) + "', not '" + isa_name(isa) + "'");
+  }
+  active_slot().store(static_cast<int>(isa), std::memory_order_relaxed);
+}
+
+std::string isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::scalar: return "scalar";
+    case Isa::avx2: return "avx2";
+    case Isa::avx512: return "avx512";
+    case Isa::avx512bf16: return "avx512bf16";
+  }
+  return "unknown";
+}
+
+Isa parse_isa(const std::string& name) {
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16}) {
+    if (isa_name(isa) == name) return isa;
+  }
+  throw std::invalid_argument("[SHARDLAB_ISA] unknown instruction set '" + name +
+                              "'; use one of scalar, avx2, avx512, avx512bf16");
+}
+
+}  // namespace shardlab
