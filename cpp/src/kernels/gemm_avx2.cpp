@@ -1,0 +1,68 @@
+// AVX2+FMA fp32 micro-kernel: a 6 x 16 tile of C in 12 ymm registers.
+//
+// Two FMA ports with 4-cycle latency need at least 8 independent accumulators; 12 accumulators,
+// two B vectors and one broadcast fit the 16 ymm registers without spilling.
+#include <immintrin.h>
+
+#include "gemm_microkernel.hpp"
+
+namespace shardlab::gemm_detail {
+namespace {
+
+constexpr int kMr = 6;
+constexpr int kNr = 16;
+
+void kernel_f32(int64_t kc, const void* a_, const void* b_, float* c, int64_t ldc, bool accumulate) {
+  const float* a = static_cast<const float*>(a_);
+  const float* b = static_cast<const float*>(b_);
+  __m256 acc0[kMr], acc1[kMr];
+#pragma GCC unroll 8
+  for (int r = 0; r < kMr; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps();
+#pragma GCC unroll 4
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m256 b0 = _mm256_load_ps(b);
+    const __m256 b1 = _mm256_load_ps(b + 8);
+#pragma GCC unroll 8
+    for (int r = 0; r < kMr; ++r) {
+      const __m256 ar = _mm256_broadcast_ss(a + r);
+      acc0[r] = _mm256_fmadd_ps(ar, b0, acc0[r]);
+      acc1[r] = _mm256_fmadd_ps(ar, b1, acc1[r]);
+    }
+    a += kMr;
+    b += kNr;
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < kMr; ++r) {
+    float* cr = c + r * ldc;
+    if (accumulate) {
+      acc0[r] = _mm256_add_ps(acc0[r], _mm256_loadu_ps(cr));
+      acc1[r] = _mm256_add_ps(acc1[r], _mm256_loadu_ps(cr + 8));
+    }
+    _mm256_storeu_ps(cr, acc0[r]);
+    _mm256_storeu_ps(cr + 8, acc1[r]);
+  }
+}
+
+}  // namespace
+
+KernelSet kernels_avx2(GemmType type) {
+  KernelSet ks;
+  ks.mr = kMr;
+  ks.nr = kNr;
+  ks.kpack = 1;
+  ks.elem_bytes = 4;
+  ks.mc = 6 * 40;
+  ks.kc = 256;
+  ks.nc = 4096;
+  ks.kernel = kernel_f32;
+  if (type == GemmType::f32) {
+    ks.pack_a = pack_a_f32<kMr, float>;
+    ks.pack_b = pack_b_f32<kNr, float>;
+  } else {
+    ks.pack_a = pack_a_f32<kMr, uint16_t>;
+    ks.pack_b = pack_b_f32<kNr, uint16_t>;
+  }
+  return ks;
+}
+
+}  // namespace shardlab::gemm_detail

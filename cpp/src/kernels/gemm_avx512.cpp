@@ -1,0 +1,70 @@
+// AVX-512 fp32 micro-kernel: an MR x 32 tile of C held in 2*MR zmm registers.
+//
+// Zen 5 and Sapphire Rapids issue two 512-bit FMAs per cycle with 4-cycle latency, so at least
+// 8 independent accumulators are needed; 2*MR = 28 leaves room for the two B vectors and the
+// broadcast of A, and makes each B load serve 14 FMAs.
+#include <immintrin.h>
+
+#include "gemm_microkernel.hpp"
+
+namespace shardlab::gemm_detail {
+namespace {
+
+constexpr int kMr = 14;
+constexpr int kNr = 32;
+
+template <int MR>
+void kernel_f32(int64_t kc, const void* a_, const void* b_, float* c, int64_t ldc, bool accumulate) {
+  const float* a = static_cast<const float*>(a_);
+  const float* b = static_cast<const float*>(b_);
+  __m512 acc0[MR], acc1[MR];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m512 b0 = _mm512_load_ps(b);
+    const __m512 b1 = _mm512_load_ps(b + 16);
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const __m512 ar = _mm512_set1_ps(a[r]);
+      acc0[r] = _mm512_fmadd_ps(ar, b0, acc0[r]);
+      acc1[r] = _mm512_fmadd_ps(ar, b1, acc1[r]);
+    }
+    a += MR;
+    b += kNr;
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+    float* cr = c + r * ldc;
+    if (accumulate) {
+      acc0[r] = _mm512_add_ps(acc0[r], _mm512_loadu_ps(cr));
+      acc1[r] = _mm512_add_ps(acc1[r], _mm512_loadu_ps(cr + 16));
+    }
+    _mm512_storeu_ps(cr, acc0[r]);
+    _mm512_storeu_ps(cr + 16, acc1[r]);
+  }
+}
+
+}  // namespace
+
+KernelSet kernels_avx512(GemmType type) {
+  KernelSet ks;
+  ks.mr = kMr;
+  ks.nr = kNr;
+  ks.kpack = 1;
+  ks.elem_bytes = 4;
+  ks.mc = 14 * 24;
+  ks.kc = 256;
+  ks.nc = 4096;
+  ks.kernel = kernel_f32<kMr>;
+  if (type == GemmType::f32) {
+    ks.pack_a = pack_a_f32<kMr, float>;
+    ks.pack_b = pack_b_f32<kNr, float>;
+  } else {
+    ks.pack_a = pack_a_f32<kMr, uint16_t>;
+    ks.pack_b = pack_b_f32<kNr, uint16_t>;
+  }
+  return ks;
+}
+
+}  // namespace shardlab::gemm_detail

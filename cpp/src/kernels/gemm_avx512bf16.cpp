@@ -1,0 +1,69 @@
+// AVX512_BF16 micro-kernel: an MR x 32 fp32 tile of C accumulated with VDPBF16PS, which
+// multiplies bf16 pairs exactly and adds them to fp32 lanes. Each step consumes a pair of k,
+// so A and B are packed as 32-bit {x[2p], x[2p+1]} words (see pack_*_bf16_pairs).
+//
+// VDPBF16PS has 6-cycle latency and two ports on Zen 5: 12 accumulators would just cover it;
+// 28 (MR = 14) also halves the B loads per instruction.
+#include <immintrin.h>
+
+#include "gemm_microkernel.hpp"
+
+namespace shardlab::gemm_detail {
+namespace {
+
+constexpr int kMr = 14;
+constexpr int kNr = 32;
+
+template <int MR>
+void kernel_bf16(int64_t kc, const void* a_, const void* b_, float* c, int64_t ldc,
+                 bool accumulate) {
+  const uint32_t* a = static_cast<const uint32_t*>(a_);  // one bf16 pair per word
+  const uint32_t* b = static_cast<const uint32_t*>(b_);
+  __m512 acc0[MR], acc1[MR];
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
+  const int64_t pairs = (kc + 1) / 2;
+#pragma GCC unroll 2
+  for (int64_t p = 0; p < pairs; ++p) {
+    const __m512bh b0 = (__m512bh)_mm512_load_si512(b);
+    const __m512bh b1 = (__m512bh)_mm512_load_si512(b + 16);
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const __m512bh ar = (__m512bh)_mm512_set1_epi32(static_cast<int>(a[r]));
+      acc0[r] = _mm512_dpbf16_ps(acc0[r], ar, b0);
+      acc1[r] = _mm512_dpbf16_ps(acc1[r], ar, b1);
+    }
+    a += MR;
+    b += kNr;
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < MR; ++r) {
+    float* cr = c + r * ldc;
+    if (accumulate) {
+      acc0[r] = _mm512_add_ps(acc0[r], _mm512_loadu_ps(cr));
+      acc1[r] = _mm512_add_ps(acc1[r], _mm512_loadu_ps(cr + 16));
+    }
+    _mm512_storeu_ps(cr, acc0[r]);
+    _mm512_storeu_ps(cr + 16, acc1[r]);
+  }
+}
+
+}  // namespace
+
+KernelSet kernels_avx512bf16(GemmType type) {
+  if (type == GemmType::f32) return kernels_avx512(type);
+  KernelSet ks;
+  ks.mr = kMr;
+  ks.nr = kNr;
+  ks.kpack = 2;
+  ks.elem_bytes = 2;
+  ks.mc = 14 * 24;
+  ks.kc = 512;
+  ks.nc = 4096;
+  ks.kernel = kernel_bf16<kMr>;
+  ks.pack_a = pack_a_bf16_pairs<kMr>;
+  ks.pack_b = pack_b_bf16_pairs<kNr>;
+  return ks;
+}
+
+}  // namespace shardlab::gemm_detail

@@ -1,0 +1,285 @@
+// Every GEMM path this CPU supports against gemm_reference on awkward sizes and layouts.
+//
+// Tolerance. Both kernels see the same inputs (bf16 inputs are exact in fp32, and a product of
+// two bf16 values has at most 16 significant bits, so it is exact in fp32 too, including inside
+// VDPBF16PS). What differs is only the fp32 accumulation of K terms against the reference's
+// double sum, which is bounded by (K + 2) * 2^-24 * sum_q |a_iq| |b_qj| (K - 1 additions, the
+// block-wise C += tile additions being among them, plus the final roundings). The tests check
+// each element against that bound; a wrong index or a dropped k gives errors of order
+// |a||b| = 2^24 / K times larger.
+#include "shardlab/gemm.hpp"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "shardlab/cpu_features.hpp"
+
+namespace shardlab {
+namespace {
+
+const std::vector<int64_t> kSizes = {1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 65, 127, 129, 257};
+
+uint16_t to_bf16(float f) {  // round to nearest even, as ml_dtypes does
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  u += 0x7FFF + ((u >> 16) & 1);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float from_bf16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// A buffer of random values with an element reader that hides the storage type.
+struct Buffer {
+  GemmType type;
+  std::vector<float> f;
+  std::vector<uint16_t> h;
+  Buffer(GemmType t, size_t n, std::mt19937& rng) : type(t) {
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    if (t == GemmType::f32) {
+      f.resize(n);
+      for (auto& x : f) x = dist(rng);
+    } else {
+      h.resize(n);
+      for (auto& x : h) x = to_bf16(dist(rng));
+    }
+  }
+  const void* data() const { return type == GemmType::f32 ? (const void*)f.data() : (const void*)h.data(); }
+  double at(int64_t i) const { return type == GemmType::f32 ? f[i] : from_bf16(h[i]); }
+};
+
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> out;
+  for (Isa isa : {Isa::scalar, Isa::avx2, Isa::avx512, Isa::avx512bf16})
+    if (static_cast<int>(isa) <= static_cast<int>(detected_isa())) out.push_back(isa);
+  return out;
+}
+
+// Restores the active ISA and thread count when a test ends.
+class GemmTest : public ::testing::Test {
+ protected:
+  void SetUp() override { saved_isa_ = active_isa(), saved_threads_ = omp_get_max_threads(); }
+  void TearDown() override {
+    set_active_isa(saved_isa_);
+    omp_set_num_threads(saved_threads_);
+  }
+  Isa saved_isa_{};
+  int saved_threads_ = 1;
+};
+
+// Runs gemm and gemm_reference on `p` (whose c is ignored) and checks every element of every
+// batch matrix against the accumulation bound.
+void expect_matches_reference(GemmProblem p, const Buffer& a, int64_t a_base_elems,
+                              const Buffer& b, int64_t b_base_elems, const std::string& what) {
+  int64_t batch = 1;
+  for (int64_t d : p.batch_shape) batch *= d;
+  const int64_t m = p.a.rows, n = p.b.cols, k = p.a.cols;
+  // C is contiguous: [batch..., m, n].
+  p.c_row_stride = n;
+  p.c_batch_strides.assign(p.batch_shape.size(), 0);
+  int64_t stride = m * n;
+  for (size_t d = p.batch_shape.size(); d-- > 0;) {
+    p.c_batch_strides[d] = stride;
+    stride *= p.batch_shape[d];
+  }
+  std::vector<float> got(static_cast<size_t>(batch * m * n), NAN), want(got.size(), NAN);
+  p.c = got.data();
+  gemm(p);
+  p.c = want.data();
+  gemm_reference(p);
+
+  double worst = 0.0;
+  for (int64_t t = 0; t < batch; ++t) {
+    int64_t ao = a_base_elems, bo = b_base_elems, rem = t;
+    for (size_t d = p.batch_shape.size(); d-- > 0;) {
+      const int64_t i = rem % p.batch_shape[d];
+      rem /= p.batch_shape[d];
+      ao += i * p.a_batch_strides[d];
+      bo += i * p.b_batch_strides[d];
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double mag = 0.0;
+        for (int64_t q = 0; q < k; ++q)
+          mag += std::fabs(a.at(ao + i * p.a.row_stride + q * p.a.col_stride) *
+                           b.at(bo + q * p.b.row_stride + j * p.b.col_stride));
+        const double tol = (k + 2) * std::ldexp(mag, -24) + 1e-30;
+        const size_t idx = static_cast<size_t>((t * m + i) * n + j);
+        const double err = std::fabs(static_cast<double>(got[idx]) - want[idx]);
+        ASSERT_TRUE(err <= tol) << what << " batch " << t << " C[" << i << "," << j << "] = " << got[idx]
+                                << ", reference " << want[idx] << ", tolerance " << tol;
+        worst = std::max(worst, err / tol);
+      }
+    }
+  }
+  EXPECT_LE(worst, 1.0) << what;
+}
+
+GemmProblem plain(GemmType type, const Buffer& a, const Buffer& b, int64_t m, int64_t n, int64_t k,
+                  bool a_trans, bool b_trans) {
+  GemmProblem p;
+  p.type = type;
+  // A transposed: stored as k x m row-major, viewed as m x k with strides (1, m).
+  p.a = {a.data(), m, k, a_trans ? 1 : k, a_trans ? m : 1};
+  p.b = {b.data(), k, n, b_trans ? 1 : n, b_trans ? k : 1};
+  return p;
+}
+
+std::string label(Isa isa, GemmType t, int64_t m, int64_t n, int64_t k) {
+  return isa_name(isa) + (t == GemmType::f32 ? " f32 " : " bf16 ") + std::to_string(m) + "x" +
+         std::to_string(n) + "x" + std::to_string(k);
+}
+
+TEST_F(GemmTest, RandomSizesEveryIsaBothDtypesAndTransposes) {
+  std::mt19937 rng(42);
+  std::uniform_int_distribution<size_t> pick(0, kSizes.size() - 1);
+  for (Isa isa : supported_isas()) {
+    set_active_isa(isa);
+    for (GemmType type : {GemmType::f32, GemmType::bf16}) {
+      for (int trial = 0; trial < 12; ++trial) {
+        const int64_t m = kSizes[pick(rng)], n = kSizes[pick(rng)], k = kSizes[pick(rng)];
+        const bool at = trial % 2, bt = (trial / 2) % 2;
+        Buffer a(type, m * k, rng), b(type, k * n, rng);
+        expect_matches_reference(plain(type, a, b, m, n, k, at, bt), a, 0, b, 0,
+                                 label(isa, type, m, n, k) + (at ? " aT" : "") + (bt ? " bT" : ""));
+      }
+    }
+  }
+}
+
+TEST_F(GemmTest, LargerThanOneCacheBlockInEveryDimension) {
+  // 700 x 4200 x 600 crosses the MC, KC and NC blocks of every path, so the C += tile
+  // accumulation across k blocks and the jc loop run.
+  std::mt19937 rng(7);
+  const int64_t m = 37, n = 4200, k = 600;
+  for (Isa isa : supported_isas()) {
+    set_active_isa(isa);
+    for (GemmType type : {GemmType::f32, GemmType::bf16}) {
+      Buffer a(type, m * k, rng), b(type, k * n, rng);
+      expect_matches_reference(plain(type, a, b, m, n, k, false, false), a, 0, b, 0,
+                               label(isa, type, m, n, k));
+    }
+  }
+  for (Isa isa : supported_isas()) {
+    set_active_isa(isa);
+    Buffer a(GemmType::f32, 700 * 300, rng), b(GemmType::f32, 300 * 40, rng);
+    expect_matches_reference(plain(GemmType::f32, a, b, 700, 40, 300, true, false), a, 0, b, 0,
+                             label(isa, GemmType::f32, 700, 40, 300));
+  }
+}
+
+TEST_F(GemmTest, StridedAndReversedViews) {
+  // A is every other column of a wider matrix; B is read with negative strides (a view
+  // reversed in both dims), as numpy's a[:, ::2] and b[::-1, ::-1] give.
+  std::mt19937 rng(3);
+  const int64_t m = 33, n = 17, k = 65;
+  for (Isa isa : supported_isas()) {
+    set_active_isa(isa);
+    for (GemmType type : {GemmType::f32, GemmType::bf16}) {
+      Buffer a(type, m * 2 * k, rng), b(type, k * n, rng);
+      GemmProblem p;
+      p.type = type;
+      const int64_t b_last = k * n - 1;
+      p.a = {a.data(), m, k, 2 * k, 2};
+      p.b = {static_cast<const char*>(b.data()) + b_last * (type == GemmType::f32 ? 4 : 2), k, n, -n, -1};
+      expect_matches_reference(p, a, 0, b, b_last, label(isa, type, m, n, k) + " strided");
+    }
+  }
+}
+
+TEST_F(GemmTest, BatchedWithBroadcastDims) {
+  // batch (3, 4): A varies along dim 0 only (stride 0 on dim 1), B along dim 1 only.
+  std::mt19937 rng(11);
+  const int64_t m = 9, n = 31, k = 17;
+  for (Isa isa : supported_isas()) {
+    set_active_isa(isa);
+    for (int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      for (GemmType type : {GemmType::f32, GemmType::bf16}) {
+        Buffer a(type, 3 * m * k, rng), b(type, 4 * k * n, rng);
+        GemmProblem p = plain(type, a, b, m, n, k, false, true);
+        p.a.col_stride = 1, p.a.row_stride = k;
+        p.batch_shape = {3, 4};
+        p.a_batch_strides = {m * k, 0};
+        p.b_batch_strides = {0, k * n};
+        expect_matches_reference(p, a, 0, b, 0,
+                                 label(isa, type, m, n, k) + " batched, threads " + std::to_string(threads));
+      }
+    }
+  }
+}
+
+TEST_F(GemmTest, ThreadCountDoesNotChangeTheResult) {
+  // Splitting C across threads never changes the order of the k sum, so results are identical.
+  std::mt19937 rng(5);
+  for (Isa isa : supported_isas()) {
+    set_active_isa(isa);
+    for (auto [m, n, k, batch] : std::vector<std::array<int64_t, 4>>{{257, 129, 300, 1}, {65, 300, 63, 3}}) {
+      Buffer a(GemmType::f32, batch * m * k, rng), b(GemmType::f32, k * n, rng);
+      GemmProblem p = plain(GemmType::f32, a, b, m, n, k, false, false);
+      p.batch_shape = {batch};
+      p.a_batch_strides = {m * k};
+      p.b_batch_strides = {0};
+      p.c_batch_strides = {m * n};
+      p.c_row_stride = n;
+      std::vector<float> one(static_cast<size_t>(batch * m * n)), two(one.size());
+      omp_set_num_threads(1);
+      p.c = one.data();
+      gemm(p);
+      omp_set_num_threads(2);
+      p.c = two.data();
+      gemm(p);
+      EXPECT_EQ(0, std::memcmp(one.data(), two.data(), one.size() * sizeof(float))) << isa_name(isa);
+    }
+  }
+}
+
+TEST_F(GemmTest, EmptyDimensions) {
+  std::mt19937 rng(1);
+  Buffer a(GemmType::f32, 12, rng), b(GemmType::f32, 12, rng);
+  std::vector<float> c(16, NAN);
+  GemmProblem p = plain(GemmType::f32, a, b, 4, 4, 0, false, false);
+  p.c = c.data();
+  p.c_row_stride = 4;
+  gemm(p);  // K = 0: C is all zeros
+  for (float x : c) EXPECT_EQ(x, 0.0f);
+  std::fill(c.begin(), c.end(), NAN);
+  p = plain(GemmType::f32, a, b, 0, 4, 3, false, false);
+  p.c = c.data();
+  p.c_row_stride = 4;
+  gemm(p);  // M = 0: nothing written
+  for (float x : c) EXPECT_TRUE(std::isnan(x));
+}
+
+TEST_F(GemmTest, BadShapesThrow) {
+  std::mt19937 rng(1);
+  Buffer a(GemmType::f32, 12, rng), b(GemmType::f32, 30, rng);
+  std::vector<float> c(30);
+  GemmProblem p;
+  p.a = {a.data(), 3, 4, 4, 1};
+  p.b = {b.data(), 5, 6, 6, 1};
+  p.c = c.data();
+  p.c_row_stride = 6;
+  try {
+    gemm(p);
+    FAIL() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("inner dimensions 4 and 5 differ"), std::string::npos) << e.what();
+  }
+  p.b.rows = 4;
+  p.batch_shape = {2};
+  EXPECT_THROW(gemm(p), std::invalid_argument);  // batch strides missing
+}
+
+}  // namespace
+}  // namespace shardlab
