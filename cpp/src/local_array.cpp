@@ -1,0 +1,305 @@
+#include "shardlab/local_array.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+namespace shardlab {
+namespace {
+
+// Below this many bytes a copy or reduction runs on the calling thread: waking the OpenMP
+// team costs more than it saves (the per-collective overhead budget is ~20 us).
+constexpr std::int64_t kParallelBytes = 1 << 18;
+
+std::string shape_str(const Shape& s) {
+  std::string out = "(";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + (s.size() == 1 ? ",)" : ")");
+}
+
+// A loop nest over a shared shape with one stride list per operand, simplified by dropping
+// size-1 dims and merging dims that are contiguous in every operand.
+struct Nest {
+  Shape shape;
+  std::vector<Shape> strides;
+};
+
+Nest simplify(const Shape& shape, std::vector<Shape> strides) {
+  Nest nest;
+  nest.strides.resize(strides.size());
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    bool merge = !nest.shape.empty();
+    for (std::size_t k = 0; merge && k < strides.size(); ++k) {
+      merge = nest.strides[k].back() == strides[k][d] * shape[d];
+    }
+    if (merge) {
+      nest.shape.back() *= shape[d];
+      for (std::size_t k = 0; k < strides.size(); ++k) nest.strides[k].back() = strides[k][d];
+    } else {
+      nest.shape.push_back(shape[d]);
+      for (std::size_t k = 0; k < strides.size(); ++k) nest.strides[k].push_back(strides[k][d]);
+    }
+  }
+  if (nest.shape.empty()) {  // a scalar: one element
+    nest.shape.push_back(1);
+    for (auto& s : nest.strides) s.push_back(0);
+  }
+  return nest;
+}
+
+// Byte offsets of outer index `flat` (row-major over shape[0..outer)) for each operand.
+inline void outer_offsets(const Nest& nest, int outer, std::int64_t flat, std::int64_t* offs) {
+  for (std::size_t k = 0; k < nest.strides.size(); ++k) offs[k] = 0;
+  for (int d = outer - 1; d >= 0; --d) {
+    const std::int64_t i = flat % nest.shape[d];
+    flat /= nest.shape[d];
+    for (std::size_t k = 0; k < nest.strides.size(); ++k) offs[k] += i * nest.strides[k][d];
+  }
+}
+
+template <class Word>
+void copy_run(char* dst, std::int64_t ds, const char* src, std::int64_t ss, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    Word w;
+    std::memcpy(&w, src + i * ss, sizeof w);
+    std::memcpy(dst + i * ds, &w, sizeof w);
+  }
+}
+
+void copy_inner(char* dst, std::int64_t ds, const char* src, std::int64_t ss, std::int64_t n,
+                std::size_t item) {
+  if (ds == static_cast<std::int64_t>(item) && ss == ds) {
+    std::memcpy(dst, src, static_cast<std::size_t>(n) * item);
+    return;
+  }
+  switch (item) {
+    case 1: copy_run<std::uint8_t>(dst, ds, src, ss, n); break;
+    case 2: copy_run<std::uint16_t>(dst, ds, src, ss, n); break;
+    case 4: copy_run<std::uint32_t>(dst, ds, src, ss, n); break;
+    default: copy_run<std::uint64_t>(dst, ds, src, ss, n); break;
+  }
+}
+
+void check_same_shape(const char* op, const ArrayRef& a, const ArrayRef& b) {
+  if (a.shape != b.shape) {
+    throw std::invalid_argument(std::string("[") + op + "] views have shapes " +
+                                shape_str(a.shape) + " and " + shape_str(b.shape));
+  }
+  if (a.dtype != b.dtype) {
+    throw std::invalid_argument(std::string("[") + op + "] views have dtypes " +
+                                dtype_name(a.dtype) + " and " + dtype_name(b.dtype));
+  }
+}
+
+// Accumulator type per storage type: bf16 sums in float, int8 in int32.
+template <class T> struct Acc { using type = T; };
+template <> struct Acc<std::uint16_t> { using type = float; };
+template <> struct Acc<std::int8_t> { using type = std::int32_t; };
+template <> struct Acc<bool> { using type = std::int32_t; };
+
+template <class T, class A>
+inline A load_acc(const char* p, bool is_bf16) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  if constexpr (std::is_same_v<T, std::uint16_t>) {
+    (void)is_bf16;
+    return bf16_to_float(v);
+  } else {
+    return static_cast<A>(v);
+  }
+}
+
+template <class T, class A>
+inline void store_acc(char* p, A v) {
+  if constexpr (std::is_same_v<T, std::uint16_t>) {
+    const std::uint16_t b = float_to_bf16(v);
+    std::memcpy(p, &b, sizeof b);
+  } else if constexpr (std::is_same_v<T, bool>) {
+    const bool b = v != 0;
+    std::memcpy(p, &b, sizeof b);
+  } else {
+    const T t = static_cast<T>(v);
+    std::memcpy(p, &t, sizeof t);
+  }
+}
+
+template <class T>
+void reduce_typed(const ArrayRef& dst, const ArrayRef& src, int reduce_dims, ReduceOp op) {
+  using A = typename Acc<T>::type;
+  const int out_dims = dst.ndim();
+  // One nest over the output dims with strides (dst, src); reduction dims iterated inside.
+  Nest nest = simplify(dst.shape, {dst.strides, Shape(src.strides.begin(), src.strides.begin() + out_dims)});
+  Shape red_shape(src.shape.begin() + out_dims, src.shape.end());
+  Shape red_strides(src.strides.begin() + out_dims, src.strides.end());
+  (void)reduce_dims;
+  std::int64_t red_count = 1;
+  for (auto s : red_shape) red_count *= s;
+  if (red_count == 0) throw std::invalid_argument("[reduce] empty reduction");
+
+  const int outer = static_cast<int>(nest.shape.size()) - 1;
+  const std::int64_t inner = nest.shape.back();
+  const std::int64_t dsi = nest.strides[0].back(), ssi = nest.strides[1].back();
+  std::int64_t outer_count = 1;
+  for (int d = 0; d < outer; ++d) outer_count *= nest.shape[d];
+  constexpr std::int64_t kChunk = 2048;
+  const std::int64_t chunks = (inner + kChunk - 1) / kChunk;
+  const std::int64_t work = outer_count * chunks;
+  const bool parallel = src.nbytes() * 1 >= kParallelBytes && work > 1;
+  const bool is_bf16 = dst.dtype == DType::bfloat16;
+
+#pragma omp parallel for schedule(static) if (parallel)
+  for (std::int64_t w = 0; w < work; ++w) {
+    A acc[kChunk];
+    std::int64_t offs[2];
+    outer_offsets(nest, outer, w / chunks, offs);
+    const std::int64_t c0 = (w % chunks) * kChunk;
+    const std::int64_t n = std::min(kChunk, inner - c0);
+    char* d = static_cast<char*>(dst.data) + offs[0] + c0 * dsi;
+    const char* s0 = static_cast<const char*>(src.data) + offs[1] + c0 * ssi;
+    for (std::int64_t r = 0; r < red_count; ++r) {
+      std::int64_t roff = 0, rr = r;
+      for (int k = static_cast<int>(red_shape.size()) - 1; k >= 0; --k) {
+        roff += (rr % red_shape[k]) * red_strides[k];
+        rr /= red_shape[k];
+      }
+      const char* s = s0 + roff;
+      if (r == 0) {
+        for (std::int64_t i = 0; i < n; ++i) acc[i] = load_acc<T, A>(s + i * ssi, is_bf16);
+        continue;
+      }
+      switch (op) {
+        case ReduceOp::sum:
+        case ReduceOp::mean:
+          if constexpr (std::is_same_v<T, A>) {
+            if (ssi == static_cast<std::int64_t>(sizeof(T))) {
+              const T* st = reinterpret_cast<const T*>(s);
+              for (std::int64_t i = 0; i < n; ++i) acc[i] += st[i];
+              break;
+            }
+          }
+          for (std::int64_t i = 0; i < n; ++i) acc[i] += load_acc<T, A>(s + i * ssi, is_bf16);
+          break;
+        case ReduceOp::max:
+          for (std::int64_t i = 0; i < n; ++i) {
+            const A v = load_acc<T, A>(s + i * ssi, is_bf16);
+            acc[i] = (v > acc[i] || v != v) ? v : acc[i];  // NaN propagates, as XLA's max
+          }
+          break;
+        case ReduceOp::min:
+          for (std::int64_t i = 0; i < n; ++i) {
+            const A v = load_acc<T, A>(s + i * ssi, is_bf16);
+            acc[i] = (v < acc[i] || v != v) ? v : acc[i];
+          }
+          break;
+      }
+    }
+    if (op == ReduceOp::mean) {
+      for (std::int64_t i = 0; i < n; ++i) acc[i] = static_cast<A>(acc[i] / static_cast<A>(red_count));
+    }
+    for (std::int64_t i = 0; i < n; ++i) store_acc<T, A>(d + i * dsi, acc[i]);
+  }
+}
+
+}  // namespace
+
+std::int64_t ArrayRef::size() const {
+  std::int64_t n = 1;
+  for (auto s : shape) n *= s;
+  return n;
+}
+
+Shape contiguous_strides(const Shape& shape, DType dtype) {
+  Shape strides(shape.size());
+  std::int64_t step = static_cast<std::int64_t>(itemsize(dtype));
+  for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
+    strides[d] = step;
+    step *= std::max<std::int64_t>(shape[d], 1);
+  }
+  return strides;
+}
+
+ArrayRef contiguous_ref(void* data, DType dtype, const Shape& shape) {
+  return ArrayRef{data, dtype, shape, contiguous_strides(shape, dtype)};
+}
+
+Shape storage_shape(const Shape& mesh_shape, const std::vector<bool>& varying, const Shape& local) {
+  Shape out;
+  for (std::size_t i = 0; i < mesh_shape.size(); ++i) out.push_back(varying[i] ? mesh_shape[i] : 1);
+  out.insert(out.end(), local.begin(), local.end());
+  return out;
+}
+
+void copy_strided(const ArrayRef& dst, const ArrayRef& src) {
+  check_same_shape("copy", dst, src);
+  if (dst.size() == 0) return;
+  const std::size_t item = itemsize(dst.dtype);
+  Nest nest = simplify(dst.shape, {dst.strides, src.strides});
+  const int outer = static_cast<int>(nest.shape.size()) - 1;
+  const std::int64_t inner = nest.shape.back();
+  const std::int64_t ds = nest.strides[0].back(), ss = nest.strides[1].back();
+  std::int64_t outer_count = 1;
+  for (int d = 0; d < outer; ++d) outer_count *= nest.shape[d];
+  // Split long inner runs so that one big contiguous copy also uses every thread.
+  const int threads = omp_get_max_threads();
+  const bool parallel = dst.nbytes() >= kParallelBytes;
+  std::int64_t pieces = 1;
+  if (parallel && outer_count < threads) pieces = (threads + outer_count - 1) / outer_count;
+  const std::int64_t piece = (inner + pieces - 1) / pieces;
+  const std::int64_t work = outer_count * pieces;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (std::int64_t w = 0; w < work; ++w) {
+    std::int64_t offs[2];
+    outer_offsets(nest, outer, w / pieces, offs);
+    const std::int64_t i0 = (w % pieces) * piece;
+    const std::int64_t n = std::min(piece, inner - i0);
+    if (n <= 0) continue;
+    copy_inner(static_cast<char*>(dst.data) + offs[0] + i0 * ds, ds,
+               static_cast<const char*>(src.data) + offs[1] + i0 * ss, ss, n, item);
+  }
+}
+
+void fill_zero(const ArrayRef& dst) {
+  if (dst.size() == 0) return;
+  const std::size_t item = itemsize(dst.dtype);
+  Nest nest = simplify(dst.shape, {dst.strides});
+  const int outer = static_cast<int>(nest.shape.size()) - 1;
+  const std::int64_t inner = nest.shape.back(), ds = nest.strides[0].back();
+  std::int64_t outer_count = 1;
+  for (int d = 0; d < outer; ++d) outer_count *= nest.shape[d];
+  for (std::int64_t w = 0; w < outer_count; ++w) {
+    std::int64_t off;
+    outer_offsets(nest, outer, w, &off);
+    char* d = static_cast<char*>(dst.data) + off;
+    if (ds == static_cast<std::int64_t>(item)) {
+      std::memset(d, 0, static_cast<std::size_t>(inner) * item);
+    } else {
+      for (std::int64_t i = 0; i < inner; ++i) std::memset(d + i * ds, 0, item);
+    }
+  }
+}
+
+void reduce_strided(const ArrayRef& dst, const ArrayRef& src, int reduce_dims, ReduceOp op) {
+  if (src.ndim() != dst.ndim() + reduce_dims ||
+      !std::equal(dst.shape.begin(), dst.shape.end(), src.shape.begin())) {
+    throw std::invalid_argument("[reduce] source shape " + shape_str(src.shape) +
+                                " is not the destination shape " + shape_str(dst.shape) +
+                                " followed by " + std::to_string(reduce_dims) + " reduced dims");
+  }
+  if (dst.dtype != src.dtype) throw std::invalid_argument("[reduce] dtypes differ");
+  if (dst.size() == 0) return;
+  switch (dst.dtype) {
+    case DType::float32: reduce_typed<float>(dst, src, reduce_dims, op); break;
+    case DType::float64: reduce_typed<double>(dst, src, reduce_dims, op); break;
+    case DType::bfloat16: reduce_typed<std::uint16_t>(dst, src, reduce_dims, op); break;
+    case DType::int32: reduce_typed<std::int32_t>(dst, src, reduce_dims, op); break;
+    case DType::int8: reduce_typed<std::int8_t>(dst, src, reduce_dims, op); break;
+    case DType::bool_: reduce_typed<bool>(dst, src, reduce_dims, op); break;
+  }
+}
+
+}  // namespace shardlab
