@@ -1,0 +1,52 @@
+// AVX2+FMA instantiation of the tiled flash attention (attention_tile.hpp): 6 x 16
+// micro-tiles (12 ymm accumulators, 16 registers in all) and a vectorized exp2.
+#include <immintrin.h>
+
+#include "attention_tile.hpp"
+
+namespace shardlab::detail {
+namespace {
+
+struct VecAvx2 {
+  using R = __m256;
+  static constexpr int W = 8, MR = 6, NV = 2;
+  static R zero() { return _mm256_setzero_ps(); }
+  static R load(const float* p) { return _mm256_loadu_ps(p); }
+  static void store(float* p, R x) { _mm256_storeu_ps(p, x); }
+  static R set1(float x) { return _mm256_set1_ps(x); }
+  static R fma(R a, R b, R c) { return _mm256_fmadd_ps(a, b, c); }
+  static R mul(R a, R b) { return _mm256_mul_ps(a, b); }
+  static R add(R a, R b) { return _mm256_add_ps(a, b); }
+  static R sub(R a, R b) { return _mm256_sub_ps(a, b); }
+  static R max(R a, R b) { return _mm256_max_ps(a, b); }
+  // Same polynomial and clamping as the AVX-512 file (max relative error 2.3e-7).
+  static R exp2(R x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, set1(-127.0f)), set1(127.0f));
+    const R n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const R f = sub(x, n);
+    R p = set1(1.3266970636323094e-3f);
+    p = fma(p, f, set1(9.675459936261177e-3f));
+    p = fma(p, f, set1(5.550742521882057e-2f));
+    p = fma(p, f, set1(2.4022121727466583e-1f));
+    p = fma(p, f, set1(6.931469440460205e-1f));
+    p = fma(p, f, set1(1.0000001192092896f));
+    const __m256i e = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return mul(p, _mm256_castsi256_ps(e));
+  }
+};
+
+}  // namespace
+
+void attention_forward_avx2(const AttentionProblem& p, const void* q, const void* k,
+                            const void* v, void* out, float* lse) {
+  forward_dispatch<VecAvx2>(p, q, k, v, out, lse);
+}
+
+void attention_backward_avx2(const AttentionProblem& p, const void* q, const void* k,
+                             const void* v, const void* out, const void* dout,
+                             const float* lse, float* dq, float* dk, float* dv) {
+  backward_dispatch<VecAvx2>(p, q, k, v, out, dout, lse, dq, dk, dv);
+}
+
+}  // namespace shardlab::detail

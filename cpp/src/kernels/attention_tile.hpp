@@ -1,0 +1,447 @@
+// The tiled flash-attention algorithm, written once and instantiated by each per-ISA file with
+// its vector type V (attention_avx512.cpp, attention_avx2.cpp, and the scalar one in
+// attention.cpp). Everything here has internal linkage: each translation unit is compiled
+// with different ISA flags, and sharing an inline function between them would let the linker
+// keep an AVX-512 copy for the scalar path.
+//
+// V provides: R (register type), W (floats per register), MR x NV (micro-tile: MR rows by NV
+// registers of columns), zero/load/store/set1/fma/mul/add/sub/max, hmax/hsum and exp2 (inputs
+// clamped to [-127, 127], exp2(-127 or less) == 0 exactly, so -inf gives 0).
+//
+// All tiles are fp32 with row lengths padded to a multiple of 16 and zero-filled, so the
+// micro-kernels never handle column tails; row tails are handled by smaller MR instances.
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "shardlab/attention.hpp"
+
+namespace shardlab::detail {
+
+void attention_forward_avx2(const AttentionProblem&, const void*, const void*, const void*,
+                            void*, float*);
+void attention_backward_avx2(const AttentionProblem&, const void*, const void*, const void*,
+                             const void*, const void*, const float*, float*, float*, float*);
+void attention_forward_avx512(const AttentionProblem&, const void*, const void*, const void*,
+                              void*, float*);
+void attention_backward_avx512(const AttentionProblem&, const void*, const void*, const void*,
+                               const void*, const void*, const float*, float*, float*, float*);
+
+namespace {
+
+constexpr int64_t kBq = 64;  // query rows per tile (a multiple of 16)
+constexpr int64_t kBk = 64;  // key rows per tile (a multiple of 16)
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+inline int64_t pad16(int64_t n) { return (n + 15) / 16 * 16; }
+inline float widen(float x) { return x; }
+inline float widen(uint16_t x) { return bf16_to_float(x); }
+inline void narrow(float x, float* d) { *d = x; }
+inline void narrow(float x, uint16_t* d) { *d = float_to_bf16(x); }
+
+// C[i, :] = (accumulate ? C[i, :] * (rowscale ? rowscale[i] : 1) : 0) + sum_k A(i, k) B[k, :]
+// for an MR x (NV * W) tile, A(i, k) = A[i * rsa + k * csa] broadcast from memory.
+template <class V, int MR, int NV>
+inline void micro_tile(int64_t kc, const float* A, int64_t rsa, int64_t csa, const float* B,
+                       int64_t ldb, float* C, int64_t ldc, bool accumulate,
+                       const float* rowscale) {
+  typename V::R acc[MR][NV];
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    const typename V::R s = V::set1(rowscale ? rowscale[i] : 1.0f);
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) {
+      if (!accumulate) {
+        acc[i][j] = V::zero();
+      } else if (rowscale) {
+        acc[i][j] = V::mul(V::load(C + i * ldc + j * V::W), s);
+      } else {
+        acc[i][j] = V::load(C + i * ldc + j * V::W);
+      }
+    }
+  }
+  for (int64_t k = 0; k < kc; ++k) {
+    typename V::R b[NV];
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) b[j] = V::load(B + k * ldb + j * V::W);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const typename V::R a = V::set1(A[i * rsa + k * csa]);
+#pragma GCC unroll 4
+      for (int j = 0; j < NV; ++j) acc[i][j] = V::fma(a, b[j], acc[i][j]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) V::store(C + i * ldc + j * V::W, acc[i][j]);
+  }
+}
+
+template <class V, int MR>
+inline void micro_nv(int nv, int64_t kc, const float* A, int64_t rsa, int64_t csa,
+                     const float* B, int64_t ldb, float* C, int64_t ldc, bool acc,
+                     const float* rs) {
+  if constexpr (V::NV >= 4) {
+    if (nv == 4) return micro_tile<V, MR, 4>(kc, A, rsa, csa, B, ldb, C, ldc, acc, rs);
+  }
+  if constexpr (V::NV >= 3) {
+    if (nv == 3) return micro_tile<V, MR, 3>(kc, A, rsa, csa, B, ldb, C, ldc, acc, rs);
+  }
+  if constexpr (V::NV >= 2) {
+    if (nv == 2) return micro_tile<V, MR, 2>(kc, A, rsa, csa, B, ldb, C, ldc, acc, rs);
+  }
+  micro_tile<V, MR, 1>(kc, A, rsa, csa, B, ldb, C, ldc, acc, rs);
+}
+
+// C[M x N] (+)= A(M x K) B[K x N] with N a multiple of V::W (tiles are padded).
+template <class V>
+inline void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, int64_t csa,
+                 const float* B, int64_t ldb, float* C, int64_t ldc, bool acc,
+                 const float* rowscale) {
+  for (int64_t n0 = 0; n0 < N; n0 += V::NV * V::W) {
+    const int nv = static_cast<int>(std::min<int64_t>(V::NV, (N - n0) / V::W));
+    for (int64_t m0 = 0; m0 < M; m0 += V::MR) {
+      const int mr = static_cast<int>(std::min<int64_t>(V::MR, M - m0));
+      const float* a = A + m0 * rsa;
+      const float* b = B + n0;
+      float* c = C + m0 * ldc + n0;
+      const float* rs = rowscale ? rowscale + m0 : nullptr;
+      switch (mr) {
+        case 1: micro_nv<V, 1>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs); break;
+        case 2: micro_nv<V, 2>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs); break;
+        case 3: micro_nv<V, 3>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs); break;
+        case 4: micro_nv<V, 4>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs); break;
+        case 5:
+          if constexpr (V::MR >= 5) micro_nv<V, 5>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs);
+          break;
+        default:
+          if constexpr (V::MR >= 6) micro_nv<V, 6>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs);
+          break;
+      }
+    }
+  }
+}
+
+// Copies `rows` rows of `cols` elements (source row stride `ld`) into fp32 rows of length
+// `ldd`, zero-filling the padding columns.
+template <class T>
+inline void pack_rows(const T* src, int64_t ld, int64_t rows, int64_t cols, float* dst,
+                      int64_t ldd, float mul = 1.0f) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* s = src + r * ld;
+    float* d = dst + r * ldd;
+    for (int64_t c = 0; c < cols; ++c) d[c] = widen(s[c]) * mul;
+    for (int64_t c = cols; c < ldd; ++c) d[c] = 0.0f;
+  }
+}
+
+// The transpose: dst[c * ldd + r] = src[r * ld + c]; columns r in [rows, rpad) are zeroed.
+template <class T>
+inline void pack_cols(const T* src, int64_t ld, int64_t rows, int64_t cols, float* dst,
+                      int64_t ldd, int64_t rpad, float mul = 1.0f) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* s = src + r * ld;
+    for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = widen(s[c]) * mul;
+  }
+  for (int64_t c = 0; c < cols; ++c) {
+    for (int64_t r = rows; r < rpad; ++r) dst[c * ldd + r] = 0.0f;
+  }
+}
+
+inline bool mask_keep(const AttentionProblem& p, int64_t b, int64_t h, int64_t i, int64_t j) {
+  const int64_t* s = p.mask_strides;
+  return p.mask[b * s[0] + h * s[1] + i * s[2] + j * s[3]] != 0;
+}
+
+// Forward, one task per (batch, query head, query tile). The scores are computed transposed,
+// St[j, i] = k_j . q_i, so that the per-query statistics (running max m, sum l) are lanes of a
+// vector and the query tile is transposed once per task instead of a key tile per step.
+template <class V, class T>
+void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v, T* out,
+                   float* lse) {
+  using R = typename V::R;
+  const int64_t B = p.batch, Tq = p.q_len, Tk = p.kv_len, Hq = p.q_heads, Hkv = p.kv_heads;
+  const int64_t D = p.head_dim, Dp = pad16(D), G = Hq / Hkv;
+  const int64_t nqb = (Tq + kBq - 1) / kBq;
+  const int64_t ntasks = B * Hq * nqb;
+  const float qmul = p.scale * kLog2e;  // scores in log2 units: exp2 instead of exp
+  const int64_t ldq = Hq * D, ldk = Hkv * D;
+  const bool raw_v = std::is_same<T, float>::value && D == Dp;
+
+#pragma omp parallel
+  {
+    std::vector<float> buf(Dp * kBq + kBk * D + kBk * Dp + kBk * kBq + kBq * Dp + 4 * kBq);
+    float* Qt = buf.data();       // [D][kBq], pre-scaled
+    float* Kr = Qt + Dp * kBq;    // [kBk][D] (bf16 only)
+    float* Vr = Kr + kBk * D;     // [kBk][Dp]
+    float* St = Vr + kBk * Dp;    // [kBk][kBq]
+    float* O = St + kBk * kBq;    // [kBq][Dp]
+    float* m = O + kBq * Dp;      // running max (log2 units)
+    float* l = m + kBq;           // running sum
+    float* alpha = l + kBq;       // per-step rescale of O
+
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < ntasks; ++task) {
+      // Causal tiles near the end of the sequence do the most work: hand them out first.
+      const int64_t qb = p.causal ? nqb - 1 - task % nqb : task % nqb;
+      const int64_t b = task / nqb / Hq, h = task / nqb % Hq, hk = h / G;
+      const int64_t i0 = qb * kBq, mq = std::min(kBq, Tq - i0), mqp = pad16(mq);
+      pack_cols(q + (b * Tq + i0) * ldq + h * D, ldq, mq, D, Qt, kBq, mqp, qmul);
+      std::fill(O, O + mq * Dp, 0.0f);
+      std::fill(m, m + kBq, -kInf);
+      std::fill(l, l + kBq, 0.0f);
+      const int64_t kend = p.causal ? std::min(Tk, i0 + mq) : Tk;
+      for (int64_t j0 = 0; j0 < kend; j0 += kBk) {
+        const int64_t nk = std::min(kBk, kend - j0);
+        const T* kt = k + (b * Tk + j0) * ldk + hk * D;
+        const T* vt = v + (b * Tk + j0) * ldk + hk * D;
+        const float* A;
+        int64_t lda;
+        if constexpr (std::is_same<T, float>::value) {
+          A = kt;
+          lda = ldk;
+        } else {
+          pack_rows(kt, ldk, nk, D, Kr, D);
+          A = Kr;
+          lda = D;
+        }
+        const float* Bv;
+        int64_t ldv;
+        if constexpr (std::is_same<T, float>::value) {
+          if (raw_v) {
+            Bv = vt;
+            ldv = ldk;
+          } else {
+            pack_rows(vt, ldk, nk, D, Vr, Dp);
+            Bv = Vr;
+            ldv = Dp;
+          }
+        } else {
+          pack_rows(vt, ldk, nk, D, Vr, Dp);
+          Bv = Vr;
+          ldv = Dp;
+        }
+        gemm<V>(nk, mqp, D, A, lda, 1, Qt, kBq, St, kBq, false, nullptr);
+        if (p.causal && j0 + nk - 1 > i0) {
+          for (int64_t j = 0; j < nk; ++j) {
+            const int64_t hide = std::min(mqp, j0 + j - i0);  // queries i < j0 + j - i0
+            for (int64_t i = 0; i < hide; ++i) St[j * kBq + i] = -kInf;
+          }
+        }
+        if (p.mask) {
+          for (int64_t j = 0; j < nk; ++j) {
+            for (int64_t i = 0; i < mq; ++i) {
+              if (!mask_keep(p, b, h, i0 + i, j0 + j)) St[j * kBq + i] = -kInf;
+            }
+          }
+        }
+        for (int64_t i = 0; i < mqp; i += V::W) {
+          R mx = V::set1(-kInf);
+          for (int64_t j = 0; j < nk; ++j) mx = V::max(mx, V::load(St + j * kBq + i));
+          const R mold = V::load(m + i);
+          const R mnew = V::max(mold, mx);
+          V::store(m + i, mnew);
+          // A row with nothing visible yet keeps m = -inf; subtracting 0 instead keeps every
+          // exp2 argument -inf (-> 0) rather than NaN.
+          float msafe[V::W];
+          V::store(msafe, mnew);
+          for (int w = 0; w < V::W; ++w) msafe[w] = msafe[w] == -kInf ? 0.0f : msafe[w];
+          const R ms = V::load(msafe);
+          const R a = V::exp2(V::sub(mold, ms));
+          V::store(alpha + i, a);
+          R sum = V::zero();
+          for (int64_t j = 0; j < nk; ++j) {
+            const R pj = V::exp2(V::sub(V::load(St + j * kBq + i), ms));
+            V::store(St + j * kBq + i, pj);
+            sum = V::add(sum, pj);
+          }
+          V::store(l + i, V::fma(V::load(l + i), a, sum));
+        }
+        gemm<V>(mq, Dp, nk, St, 1, kBq, Bv, ldv, O, Dp, true, alpha);
+      }
+      for (int64_t i = 0; i < mq; ++i) {
+        const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+        T* o = out + (b * Tq + i0 + i) * ldq + h * D;
+        for (int64_t d = 0; d < D; ++d) narrow(O[i * Dp + d] * inv, o + d);
+        lse[(b * Hq + h) * Tq + i0 + i] = l[i] > 0.0f ? (m[i] + std::log2(l[i])) * kLn2 : -kInf;
+      }
+    }
+  }
+}
+
+// Backward (FlashAttention-2): one task per (batch, kv head, chunk of key tiles); each key tile
+// keeps dK and dV in registers-sized tiles while it sweeps the query tiles of every query head
+// in its group. dQ accumulates into `dq` when one chunk covers a kv head (no other task
+// touches those rows), or into a per-chunk partial buffer that is summed afterwards.
+template <class V, class T>
+void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v, const T* out,
+                    const T* dout, const float* lse, float* dq, float* dk, float* dv) {
+  using R = typename V::R;
+  const int64_t B = p.batch, Tq = p.q_len, Tk = p.kv_len, Hq = p.q_heads, Hkv = p.kv_heads;
+  const int64_t D = p.head_dim, Dp = pad16(D), G = Hq / Hkv;
+  const int64_t ldq = Hq * D, ldk = Hkv * D;
+  const int64_t nqb = (Tq + kBq - 1) / kBq, nkb = (Tk + kBk - 1) / kBk;
+  const float c2 = p.scale * kLog2e;
+
+  // delta[b, h, i] = dout_i . out_i, and lse in log2 units with -inf turned into +inf so a
+  // fully masked row recomputes P = exp2(s - inf) = 0.
+  std::vector<float> delta(B * Hq * Tq), lse2(B * Hq * Tq);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < B * Hq * Tq; ++r) {
+    const int64_t b = r / (Hq * Tq), h = r / Tq % Hq, i = r % Tq;
+    const T* o = out + (b * Tq + i) * ldq + h * D;
+    const T* g = dout + (b * Tq + i) * ldq + h * D;
+    float s = 0.0f;
+    for (int64_t d = 0; d < D; ++d) s += widen(o[d]) * widen(g[d]);
+    delta[r] = s;
+    lse2[r] = lse[r] == -kInf ? kInf : lse[r] * kLog2e;
+  }
+
+  const int64_t nthreads = omp_get_max_threads();
+  const int64_t heads = B * Hkv;
+  const int64_t nchunks = heads >= nthreads ? 1 : std::min(nkb, (nthreads + heads - 1) / heads);
+  const int64_t ntasks = heads * nchunks;
+  // Partial dQ of a chunk: [G][Tq][Dp].
+  std::vector<float> partial(nchunks > 1 ? ntasks * G * Tq * Dp : 0, 0.0f);
+  if (nchunks == 1) std::fill(dq, dq + B * Tq * Hq * D, 0.0f);
+
+#pragma omp parallel
+  {
+    std::vector<float> buf(3 * kBk * Dp + 2 * Dp * kBk + 2 * kBq * Dp + 2 * kBq * kBk +
+                           kBq * Dp);
+    float* Kr = buf.data();     // [kBk][Dp]
+    float* dK = Kr + kBk * Dp;  // [kBk][Dp]
+    float* dV = dK + kBk * Dp;  // [kBk][Dp]
+    float* Kt = dV + kBk * Dp;  // [D][kBk]
+    float* Vt = Kt + Dp * kBk;  // [D][kBk]
+    float* Qr = Vt + Dp * kBk;  // [kBq][Dp]
+    float* dOr = Qr + kBq * Dp; // [kBq][Dp]
+    float* S = dOr + kBq * Dp;  // [kBq][kBk], becomes P
+    float* dP = S + kBq * kBk;  // [kBq][kBk], becomes dS
+    float* dQt = dP + kBq * kBk;  // [kBq][Dp]
+
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < ntasks; ++task) {
+      const int64_t chunk = task % nchunks, b = task / nchunks / Hkv, hk = task / nchunks % Hkv;
+      for (int64_t kb = chunk; kb < nkb; kb += nchunks) {
+        const int64_t j0 = kb * kBk, nk = std::min(kBk, Tk - j0), nkp = pad16(nk);
+        const T* kt = k + (b * Tk + j0) * ldk + hk * D;
+        const T* vt = v + (b * Tk + j0) * ldk + hk * D;
+        pack_rows(kt, ldk, nk, D, Kr, Dp);
+        pack_cols(kt, ldk, nk, D, Kt, kBk, nkp);
+        pack_cols(vt, ldk, nk, D, Vt, kBk, nkp);
+        std::fill(dK, dK + nk * Dp, 0.0f);
+        std::fill(dV, dV + nk * Dp, 0.0f);
+        const int64_t qb0 = p.causal ? std::min(nqb, j0 / kBq) : 0;
+        for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
+          for (int64_t qb = qb0; qb < nqb; ++qb) {
+            const int64_t i0 = qb * kBq, mq = std::min(kBq, Tq - i0);
+            if (p.causal && i0 + mq - 1 < j0) continue;
+            const int64_t row0 = (b * Tq + i0) * ldq + h * D;
+            pack_rows(q + row0, ldq, mq, D, Qr, Dp);
+            pack_rows(dout + row0, ldq, mq, D, dOr, Dp);
+            gemm<V>(mq, nkp, D, Qr, Dp, 1, Kt, kBk, S, kBk, false, nullptr);
+            gemm<V>(mq, nkp, D, dOr, Dp, 1, Vt, kBk, dP, kBk, false, nullptr);
+            const float* L = lse2.data() + (b * Hq + h) * Tq + i0;
+            const float* De = delta.data() + (b * Hq + h) * Tq + i0;
+            for (int64_t i = 0; i < mq; ++i) {
+              float* s = S + i * kBk;
+              float* dp = dP + i * kBk;
+              const R c = V::set1(c2), li = V::set1(L[i]), di = V::set1(De[i]);
+              const R sc = V::set1(p.scale);
+              for (int64_t j = 0; j < nkp; j += V::W) {
+                const R pj = V::exp2(V::sub(V::mul(V::load(s + j), c), li));
+                V::store(s + j, pj);
+                V::store(dp + j, V::mul(V::mul(pj, V::sub(V::load(dp + j), di)), sc));
+              }
+              int64_t limit = nk;
+              if (p.causal) limit = std::max<int64_t>(0, std::min(limit, i0 + i - j0 + 1));
+              for (int64_t j = limit; j < nkp; ++j) s[j] = dp[j] = 0.0f;
+              if (p.mask) {
+                for (int64_t j = 0; j < limit; ++j) {
+                  if (!mask_keep(p, b, h, i0 + i, j0 + j)) s[j] = dp[j] = 0.0f;
+                }
+              }
+            }
+            gemm<V>(nk, Dp, mq, S, 1, kBk, dOr, Dp, dV, Dp, true, nullptr);
+            gemm<V>(nk, Dp, mq, dP, 1, kBk, Qr, Dp, dK, Dp, true, nullptr);
+            if (nchunks > 1) {
+              float* dst = partial.data() + ((task * G + h - hk * G) * Tq + i0) * Dp;
+              gemm<V>(mq, Dp, nk, dP, kBk, 1, Kr, Dp, dst, Dp, true, nullptr);
+            } else if (D == Dp) {
+              gemm<V>(mq, Dp, nk, dP, kBk, 1, Kr, Dp, dq + row0, ldq, true, nullptr);
+            } else {
+              for (int64_t i = 0; i < mq; ++i) {
+                std::memcpy(dQt + i * Dp, dq + row0 + i * ldq, D * sizeof(float));
+                std::fill(dQt + i * Dp + D, dQt + (i + 1) * Dp, 0.0f);
+              }
+              gemm<V>(mq, Dp, nk, dP, kBk, 1, Kr, Dp, dQt, Dp, true, nullptr);
+              for (int64_t i = 0; i < mq; ++i) {
+                std::memcpy(dq + row0 + i * ldq, dQt + i * Dp, D * sizeof(float));
+              }
+            }
+          }
+        }
+        for (int64_t j = 0; j < nk; ++j) {
+          const int64_t r = (b * Tk + j0 + j) * ldk + hk * D;
+          std::memcpy(dk + r, dK + j * Dp, D * sizeof(float));
+          std::memcpy(dv + r, dV + j * Dp, D * sizeof(float));
+        }
+      }
+    }
+  }
+
+  if (nchunks > 1) {
+#pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < B * Tq * Hq; ++r) {
+      const int64_t b = r / (Tq * Hq), i = r / Hq % Tq, h = r % Hq, hk = h / G, g = h % G;
+      float* d = dq + r * D;
+      std::fill(d, d + D, 0.0f);
+      for (int64_t c = 0; c < nchunks; ++c) {
+        const float* s = partial.data() + (((b * Hkv + hk) * nchunks + c) * G + g) * Tq * Dp + i * Dp;
+        for (int64_t x = 0; x < D; ++x) d[x] += s[x];
+      }
+    }
+  }
+}
+
+template <class V>
+void forward_dispatch(const AttentionProblem& p, const void* q, const void* k, const void* v,
+                      void* out, float* lse) {
+  if (p.dtype == AttentionDtype::float32) {
+    forward_tiles<V>(p, static_cast<const float*>(q), static_cast<const float*>(k),
+                     static_cast<const float*>(v), static_cast<float*>(out), lse);
+  } else {
+    forward_tiles<V>(p, static_cast<const uint16_t*>(q), static_cast<const uint16_t*>(k),
+                     static_cast<const uint16_t*>(v), static_cast<uint16_t*>(out), lse);
+  }
+}
+
+template <class V>
+void backward_dispatch(const AttentionProblem& p, const void* q, const void* k, const void* v,
+                       const void* out, const void* dout, const float* lse, float* dq,
+                       float* dk, float* dv) {
+  if (p.dtype == AttentionDtype::float32) {
+    backward_tiles<V>(p, static_cast<const float*>(q), static_cast<const float*>(k),
+                      static_cast<const float*>(v), static_cast<const float*>(out),
+                      static_cast<const float*>(dout), lse, dq, dk, dv);
+  } else {
+    backward_tiles<V>(p, static_cast<const uint16_t*>(q), static_cast<const uint16_t*>(k),
+                      static_cast<const uint16_t*>(v), static_cast<const uint16_t*>(out),
+                      static_cast<const uint16_t*>(dout), lse, dq, dk, dv);
+  }
+}
+
+}  // namespace
+}  // namespace shardlab::detail
