@@ -507,11 +507,12 @@ namespace {
 
 double effective_bidi(const AxisLinks& a) {
   switch (a.topology) {
-    case Topology::ring: return 2 * a.link_bandwidth;
+    // The headline formulas assume a wraparound ring; a line is priced as one (the link-level
+    // model gives the book's own correction for it).
+    case Topology::ring:
+    case Topology::line: return 2 * a.link_bandwidth;
     case Topology::uni_ring:
     case Topology::switched: return a.link_bandwidth;
-    case Topology::line:
-      return a.link_bandwidth * static_cast<double>(a.size) / static_cast<double>(a.size - 1);
   }
   return a.link_bandwidth;
 }
@@ -521,7 +522,7 @@ double book_hops(Collective op, const AxisLinks& a) {
   if (a.topology == Topology::switched)
     return op == Collective::all_to_all || op == Collective::ppermute ? 1.0 : n - 1;
   if (op == Collective::ppermute) return 1.0;
-  return a.topology == Topology::ring ? n / 2 : n - 1;
+  return a.topology == Topology::uni_ring ? n - 1 : n / 2;
 }
 
 }  // namespace
@@ -551,9 +552,9 @@ BookTime book_collective_time(Collective op, double bytes, const std::vector<Axi
       const double n = static_cast<double>(a.size), w = a.link_bandwidth;
       double t = 0;
       switch (a.topology) {
-        case Topology::ring: t = bytes * n / (4 * n_total * 2 * w); break;
+        case Topology::ring:
+        case Topology::line: t = bytes * n / (4 * n_total * 2 * w); break;
         case Topology::uni_ring: t = bytes * n / (2 * n_total * w); break;
-        case Topology::line: t = 2 * bytes * n / (4 * n_total * 2 * w); break;
         case Topology::switched: t = bytes / (n_total * w); break;
       }
       r.bandwidth_seconds = std::max(r.bandwidth_seconds, t);

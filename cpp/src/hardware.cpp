@@ -89,7 +89,7 @@ Hardware gpu(std::string name, std::string desc, std::map<std::string, double> f
 std::vector<Hardware> make_presets() {
   std::vector<Hardware> v;
   v.push_back(tpu("tpu-v4p", "TPU v4p", 2.75e14, 2.75e14, 32e9, 1.2e12, 3, 4.5e10, 0, 4, 6.25e9));
-  v.push_back(tpu("tpu-v5e", "TPU v5e", 1.97e14, 3.94e14, 16e9, 8.19e11, 2, 4.5e10, 16, 0, 3.125e9));
+  v.push_back(tpu("tpu-v5e", "TPU v5e", 1.97e14, 3.94e14, 16e9, 8.2e11, 2, 4.5e10, 16, 0, 3.125e9));
   v.push_back(tpu("tpu-v5p", "TPU v5p", 4.59e14, 9.18e14, 96e9, 2.8e12, 3, 9e10, 0, 4, 6.25e9));
   v.push_back(tpu("tpu-v6e", "TPU v6e (Trillium)", 9.2e14, 1.84e15, 32e9, 1.6e12, 2, 9e10, 16, 0,
                   12.5e9));

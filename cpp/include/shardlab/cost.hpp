@@ -89,16 +89,16 @@ struct CollectiveTime {
 CollectiveTime collective_time(Collective op, double bytes, const std::vector<AxisLinks>& axes,
                                const std::vector<std::pair<std::int64_t, std::int64_t>>& perm = {});
 
-// The book's hand formulas (part 3 of "How to Scale Your Model"):
-//   AllGather / ReduceScatter  V / (sum of bidirectional axis bandwidths)   ring: W_bidi = 2 W
-//                              a line without wraparound: (n-1)/n V / W (the book's v5e 8x4 quiz)
+// The book's headline hand formulas (part 3 of "How to Scale Your Model"). They assume every
+// torus axis wraps, so a line is priced as a ring here; the link-level model is the correction.
+//   AllGather / ReduceScatter  V / (sum of bidirectional axis bandwidths)   W_bidi = 2 W
 //                              unidirectional ring: V / W; switched axes: hierarchical max
+//                              (each level sees V divided by the faster levels below it)
 //   AllReduce                  2 x AllGather
 //   AllToAll                   V max_i(n_i) / (4 N W_bidi) on rings (1/4 of AllGather in 1-D),
-//                              1/2 of AllGather on a unidirectional ring, 2x ring on a line,
-//                              V / (N W) on a switch
+//                              1/2 of AllGather on a unidirectional ring, V / (N W) on a switch
 //   ppermute                   V / W (one neighbour)
-//   latency floor              hop latency x sum n_i / 2 (rings), n - 1 (line, uni ring)
+//   latency floor              hop latency x sum n_i / 2 (n - 1 on a unidirectional ring)
 //   T = max(latency, bandwidth). `available` is false for ops the book gives no formula for.
 struct BookTime {
   bool available = false;
