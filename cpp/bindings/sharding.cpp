@@ -21,6 +21,7 @@ void init_sharding(py::module_& m) {
       .def("device_indices", &NamedSharding::device_indices, py::arg("device_id"), py::arg("shape"))
       .def("replica_id", &NamedSharding::replica_id, py::arg("device_id"))
       .def("varying", &NamedSharding::varying)
+      .def("dim_split", &NamedSharding::dim_split, py::arg("dim"))
       .def_property_readonly("is_fully_replicated", &NamedSharding::is_fully_replicated);
   m.def("spec_str", &shardlab::spec_str, py::arg("spec"));
 }

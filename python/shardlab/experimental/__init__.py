@@ -1,0 +1,1 @@
+"""Legacy import paths kept for code written against older JAX."""
