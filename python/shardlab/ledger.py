@@ -132,9 +132,11 @@ class Ledger:
     def _rows(self):
         rows = []
         for e in self.events:
+            compute = e["flops"] > 0
             rows.append([e["op"], ",".join(e["axes"]) or "-", str(e["group_size"]), e["dtype"],
-                         _fmt_bytes(e["bytes_in"]), _fmt_bytes(e["bytes_out"]),
-                         _fmt_bytes(e["bytes_sent"]),
+                         "-" if compute else _fmt_bytes(e["bytes_in"]),
+                         "-" if compute else _fmt_bytes(e["bytes_out"]),
+                         "-" if compute else _fmt_bytes(e["bytes_sent"]),
                          f"{e['flops']:.3g}" if e["flops"] else "-",
                          _fmt_seconds(e["seconds"])])
         return rows
@@ -147,7 +149,7 @@ class Ledger:
         t = Table(title=f"shardlab ledger: {len(self)} events, "
                         f"{_fmt_bytes(self.total_bytes_sent)} sent per device")
         for h in self._HEAD:
-            t.add_column(h, justify="left" if h in ("op", "axes", "dtype") else "right")
+            t.add_column(h, justify="left" if h in ("op", "axes", "dtype") else "right", no_wrap=True)
         for r in self._rows():
             t.add_row(*r)
         return t
@@ -185,7 +187,7 @@ class _Null:
 def _fmt_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+            return f"{n:.4g}{unit}"
         n /= 1024
     return str(n)
 

@@ -1,0 +1,48 @@
+# The README's commands. Python packages go into the active Python environment (use a venv
+# if you want isolation: `python3 -m venv .venv && . .venv/bin/activate` before `make`).
+PYTHON ?= python3
+JOBS ?= 2
+APT_PACKAGES := xtensor-dev libgtest-dev g++ cmake
+export CMAKE_BUILD_PARALLEL_LEVEL := $(JOBS)
+
+.PHONY: demo test system-deps install cpp-test cpp-test-sanitize py-test bench
+
+demo: install
+	$(PYTHON) -m shardlab.demo
+
+test: install cpp-test cpp-test-sanitize py-test
+
+# Debian packages, installed only when missing (so a second run does nothing).
+system-deps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+# The package with its test extra (jax, hypothesis, nbclient, ...). build/wheel keeps the CMake
+# build between runs, so a second install only relinks what changed.
+install: system-deps
+	$(PYTHON) -m pip install -q --upgrade "pip>=23" "scikit-build-core>=0.10" "pybind11>=3" ninja cmake
+	$(PYTHON) -m pip install -q --no-build-isolation ".[test]"
+
+cpp-test: system-deps
+	cmake -S . -B build/ctest -G Ninja -DSHARDLAB_BUILD_TESTS=ON -DSHARDLAB_BUILD_PYTHON=OFF
+	cmake --build build/ctest
+	ctest --test-dir build/ctest --output-on-failure -j $(JOBS)
+
+# The same GoogleTest suites under AddressSanitizer + UndefinedBehaviorSanitizer.
+cpp-test-sanitize: system-deps
+	cmake -S . -B build/asan -G Ninja -DSHARDLAB_BUILD_TESTS=ON -DSHARDLAB_BUILD_PYTHON=OFF \
+	  -DSHARDLAB_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build build/asan
+	ASAN_OPTIONS=detect_leaks=0 SHARDLAB_TEST_QUICK=1 ctest --test-dir build/asan --output-on-failure -j $(JOBS)
+
+py-test:
+	$(PYTHON) -m pytest -q -p no:cacheprovider
+
+bench: install
+	$(PYTHON) benchmarks/bench_collectives.py
+	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PYTHON) benchmarks/bench_gemm.py
+	$(PYTHON) benchmarks/bench_attention.py
