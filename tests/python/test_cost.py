@@ -220,3 +220,28 @@ def test_roofline_verdicts_and_overlap():
         cost.roofline([], mesh, overlap="min")
     f32 = cost.roofline([dict(mm, dtype="float32")], mesh)
     assert any("bf16 peak" in n for n in f32.notes)
+
+
+def test_ledger_of_a_real_shard_map_program():
+    import numpy as np
+
+    import shardlab as sl
+    from shardlab import P
+
+    mesh = sl.make_mesh((8, 4), ("X", "Y"), hardware="tpu-v5e")
+    x = sl.device_put(np.ones((256, 512), np.float32), sl.NamedSharding(mesh, P("X", "Y")))
+    w = sl.device_put(np.ones((512, 128), np.float32), sl.NamedSharding(mesh, P("Y", None)))
+
+    def f(a, b):
+        return sl.lax.psum(a @ b, "Y")
+
+    with sl.Ledger() as led:
+        sl.shard_map(f, mesh=mesh, in_specs=(P("X", "Y"), P("Y", None)), out_specs=P("X", None))(x, w)
+    psums = [e for e in led.events if e["op"] == "psum"]
+    assert len(psums) == 1
+    e = psums[0]
+    want = cost.collective_time("psum", e["bytes_in"], axes=("Y",), mesh_shape={"X": 8, "Y": 4}, hardware="tpu-v5e")
+    assert e["seconds"] == pytest.approx(want.seconds)
+    r = led.roofline()
+    assert r.t_comms_by_axes["Y"] == pytest.approx(want.seconds)
+    assert r.bound in ("compute", "memory", "communication")
