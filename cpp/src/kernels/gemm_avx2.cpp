@@ -51,7 +51,7 @@ KernelSet kernels_avx2(GemmType type) {
   ks.nr = kNr;
   ks.kpack = 1;
   ks.elem_bytes = 4;
-  ks.mc = 6 * 40;
+  ks.mc = 6 * 20;
   ks.kc = 256;
   ks.nc = 4096;
   ks.kernel = kernel_f32;

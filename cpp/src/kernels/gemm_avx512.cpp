@@ -19,7 +19,12 @@ void kernel_f32(int64_t kc, const void* a_, const void* b_, float* c, int64_t ld
   const float* b = static_cast<const float*>(b_);
   __m512 acc0[MR], acc1[MR];
 #pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
+  for (int r = 0; r < MR; ++r) {
+    acc0[r] = acc1[r] = _mm512_setzero_ps();
+    // C rows are far apart; fetching them now hides the misses behind the k loop.
+    _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + 16), _MM_HINT_T0);
+  }
 #pragma GCC unroll 2
   for (int64_t k = 0; k < kc; ++k) {
     const __m512 b0 = _mm512_load_ps(b);
@@ -53,7 +58,7 @@ KernelSet kernels_avx512(GemmType type) {
   ks.nr = kNr;
   ks.kpack = 1;
   ks.elem_bytes = 4;
-  ks.mc = 14 * 24;
+  ks.mc = 14 * 12;
   ks.kc = 256;
   ks.nc = 4096;
   ks.kernel = kernel_f32<kMr>;

@@ -21,7 +21,12 @@ void kernel_bf16(int64_t kc, const void* a_, const void* b_, float* c, int64_t l
   const uint32_t* b = static_cast<const uint32_t*>(b_);
   __m512 acc0[MR], acc1[MR];
 #pragma GCC unroll 16
-  for (int r = 0; r < MR; ++r) acc0[r] = acc1[r] = _mm512_setzero_ps();
+  for (int r = 0; r < MR; ++r) {
+    acc0[r] = acc1[r] = _mm512_setzero_ps();
+    // C rows are far apart; fetching them now hides the misses behind the k loop.
+    _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + 16), _MM_HINT_T0);
+  }
   const int64_t pairs = (kc + 1) / 2;
 #pragma GCC unroll 2
   for (int64_t p = 0; p < pairs; ++p) {
@@ -57,7 +62,7 @@ KernelSet kernels_avx512bf16(GemmType type) {
   ks.nr = kNr;
   ks.kpack = 2;
   ks.elem_bytes = 2;
-  ks.mc = 14 * 24;
+  ks.mc = 14 * 12;
   ks.kc = 512;
   ks.nc = 4096;
   ks.kernel = kernel_bf16<kMr>;

@@ -1,0 +1,126 @@
+"""GEMM throughput: shardlab's kernel against numpy's OpenBLAS sgemm, and against peak.
+
+Run OpenBLAS with its best kernel for this CPU (the machine pins an old core type for safety):
+
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE python benchmarks/bench_gemm.py
+
+For each n and thread count it prints, from the same run:
+  * fp32: ours vs numpy (OpenBLAS) sgemm, target >= 0.95x;
+  * bf16 in, fp32 accumulate: ours vs OpenBLAS fp32, target >= 1.7x;
+  * fp32 with the AVX2 path forced vs this machine's AVX2 peak
+    (threads x GHz x 2 FMA ports x 8 lanes x 2 flops, clock measured), target >= 0.8.
+Each figure is the best of --reps timed runs after one warm-up, with ours and numpy
+interleaved so that load from other processes hits both alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import ml_dtypes
+import numpy as np
+import threadpoolctl
+from rich.console import Console
+from rich.table import Table
+
+from shardlab import _core
+from shardlab.kernels import gemm
+
+
+def best_seconds(fn, reps: int) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def openblas_info() -> str:
+    infos = [i for i in threadpoolctl.threadpool_info() if i["internal_api"] == "openblas"]
+    if not infos:
+        return "numpy is not linked to OpenBLAS"
+    i = infos[0]
+    return f"OpenBLAS {i['version']}, kernel/architecture {i['architecture']}, {i['threading_layer']}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096])
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--json", help="also write the rows to this file")
+    args = parser.parse_args()
+
+    console = Console()
+    np.ones((64, 64), np.float32) @ np.ones((64, 64), np.float32)  # load OpenBLAS for threadpoolctl
+    pinned = [v for v in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if v in os.environ]
+    console.print(f"numpy {np.__version__}: {openblas_info()}")
+    if pinned:
+        console.print(f"[yellow]warning: {', '.join(pinned)} set; OpenBLAS may not run its best kernel[/]")
+    ghz = _core.measure_clock_ghz()
+    console.print(
+        f"shardlab ISA {_core.detected_isa()}; clock {ghz:.2f} GHz (dependent-add chain); "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
+
+    rng = np.random.default_rng(0)
+    rows = []
+    saved_isa = _core.active_isa()
+    for n in args.sizes:
+        a = rng.standard_normal((n, n), dtype=np.float32)
+        b = rng.standard_normal((n, n), dtype=np.float32)
+        a16, b16 = a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16)
+        gflop = 2.0 * n**3 / 1e9
+        for threads in args.threads:
+            with threadpoolctl.threadpool_limits(threads):
+                t_np = best_seconds(lambda: a @ b, args.reps)
+                t_f32 = best_seconds(lambda: gemm(a, b), args.reps)
+                t_bf16 = best_seconds(lambda: gemm(a16, b16, preferred_element_type=np.float32), args.reps)
+                _core.set_active_isa("avx2")
+                try:
+                    t_avx2 = best_seconds(lambda: gemm(a, b), args.reps)
+                finally:
+                    _core.set_active_isa(saved_isa)
+            avx2_peak = threads * ghz * 2 * 8 * 2
+            rows.append(
+                dict(
+                    n=n,
+                    threads=threads,
+                    numpy_f32=gflop / t_np,
+                    ours_f32=gflop / t_f32,
+                    ours_bf16=gflop / t_bf16,
+                    ours_avx2_f32=gflop / t_avx2,
+                    avx2_peak=avx2_peak,
+                )
+            )
+
+    table = Table(title="GEMM GFLOP/s (square n x n x n, best of runs)")
+    for col in ["n", "thr", "numpy f32", "ours f32", "ratio", "ours bf16", "bf16/numpy", "ours AVX2", "AVX2 peak", "of peak"]:
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(
+            str(r["n"]),
+            str(r["threads"]),
+            f"{r['numpy_f32']:.0f}",
+            f"{r['ours_f32']:.0f}",
+            f"{r['ours_f32'] / r['numpy_f32']:.2f}x",
+            f"{r['ours_bf16']:.0f}",
+            f"{r['ours_bf16'] / r['numpy_f32']:.2f}x",
+            f"{r['ours_avx2_f32']:.0f}",
+            f"{r['avx2_peak']:.0f}",
+            f"{r['ours_avx2_f32'] / r['avx2_peak']:.2f}",
+        )
+    console.print(table)
+    console.print("targets: ours f32 >= 0.95x numpy; bf16 >= 1.7x numpy f32; AVX2 >= 0.80 of peak")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(clock_ghz=ghz, openblas=openblas_info(), rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
