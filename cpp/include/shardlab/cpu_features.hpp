@@ -21,6 +21,10 @@ Isa active_isa();
 void set_active_isa(Isa isa);
 
 std::string isa_name(Isa isa);
+
+// The clock (GHz) of the core this thread runs on, measured with a chain of dependent integer
+// adds (one per cycle on every x86 core), turbo included. Benchmarks derive peaks from it.
+double measure_clock_ghz();
 Isa parse_isa(const std::string& name);
 
 }  // namespace shardlab
