@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .kernels.attention import flash_attention, flash_attention_backward
+from .local_array import LocalArray
 
 __all__ = ["dot_product_attention", "dot_product_attention_vjp"]
 
@@ -30,14 +31,6 @@ def _to4d(x):
     return x.reshape((1,) * (4 - x.ndim) + x.shape) if x.ndim < 4 else x
 
 
-def _local_array_type():
-    try:
-        from .local_array import LocalArray
-    except ImportError:  # local_array is part of shardlab; tolerate a partial checkout
-        return None
-    return LocalArray
-
-
 class _Folded:
     """Arguments with the leading mesh dims of LocalArrays folded into the batch dim.
 
@@ -47,8 +40,8 @@ class _Folded:
     """
 
     def __init__(self, op, arrays, batch_of):
-        LocalArray = _local_array_type()
-        is_local = [LocalArray is not None and isinstance(a, LocalArray) for a in arrays]
+        # arrays[-1] is the mask, the only argument whose batch dim may broadcast.
+        is_local = [isinstance(a, LocalArray) for a in arrays]
         self.mesh = None
         self.lead = ()
         self.arrays = arrays
@@ -66,7 +59,7 @@ class _Folded:
             [a.storage.shape[nd:] if loc else np.shape(a) for a, loc in zip(arrays, is_local)]
         )
         folded = []
-        for a, loc in zip(arrays, is_local):
+        for i, (a, loc) in enumerate(zip(arrays, is_local)):
             if a is None:
                 folded.append(None)
                 continue
@@ -77,6 +70,11 @@ class _Folded:
             else:
                 x = _to4d(a)
                 x = x.reshape((1,) * nd + x.shape)
+            if x.shape[nd] != batch and not (i == len(arrays) - 1 and x.shape[nd] == 1):
+                raise ValueError(
+                    f"[{op}] the local batch of query is {batch} but an argument has local "
+                    f"shape {x.shape[nd:]}"
+                )
             x = np.broadcast_to(x, self.lead + (batch,) + x.shape[nd + 1:])
             folded.append(x.reshape((n * batch,) + x.shape[nd + 1:]))
         self.arrays = folded
@@ -85,13 +83,11 @@ class _Folded:
         """The kernel's [n * batch, ...] result as a LocalArray of the given local shape."""
         if self.mesh is None:
             return x.reshape(local_shape)
-        return _local_array_type().from_storage(x.reshape(self.lead + tuple(local_shape)),
-                                                self.mesh)
+        return LocalArray.from_storage(x.reshape(self.lead + tuple(local_shape)), self.mesh)
 
 
 def _local_shape(x):
-    LocalArray = _local_array_type()
-    if LocalArray is not None and isinstance(x, LocalArray):
+    if isinstance(x, LocalArray):
         return x.storage.shape[x.mesh.ndim:]
     return np.shape(x)
 

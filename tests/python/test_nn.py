@@ -186,3 +186,71 @@ def test_fully_masked_rows_match_torch():
     tout = torch.nn.functional.scaled_dot_product_attention(*t, attn_mask=torch.from_numpy(mask))
     out = snn.dot_product_attention(q, k, v, mask=mask)
     np.testing.assert_allclose(out, tout.numpy().transpose(0, 2, 1, 3), atol=3e-6)
+
+
+# ---- inside shard_map -------------------------------------------------------------------------
+
+def _mesh():
+    import shardlab
+
+    return shardlab, shardlab.make_mesh((2, 2), ("data", "model"))
+
+
+def test_inside_shard_map_batch_and_heads_sharded():
+    sl, mesh = _mesh()
+    rng = np.random.default_rng(4)
+    q, k, v = rand(rng, 4, 19, 4, 8), rand(rng, 4, 33, 2, 8), rand(rng, 4, 33, 2, 8)
+    mask = _visible_mask(rng, (4, 1, 19, 33))
+    spec, mspec = sl.P("data", None, "model"), sl.P("data")
+
+    def f(q, k, v, mask):
+        assert isinstance(q, sl.LocalArray) and q.shape == (2, 19, 2, 8)
+        return snn.dot_product_attention(q, k, v, mask=mask, is_causal=True,
+                                         return_residual=True)
+
+    out, res = sl.shard_map(f, mesh=mesh, in_specs=(spec, spec, spec, mspec),
+                            out_specs=(spec, spec))(q, k, v, mask)
+    want, want_res = snn.dot_product_attention(q, k, v, mask=mask, is_causal=True,
+                                               return_residual=True)
+    np.testing.assert_allclose(np.asarray(out), want, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(res), want_res, atol=1e-6)
+
+    dout = rand(rng, 4, 19, 4, 8)
+
+    def g(q, k, v, dout, mask):
+        return snn.dot_product_attention_vjp(q, k, v, dout, mask=mask, is_causal=True)
+
+    grads = sl.shard_map(g, mesh=mesh, in_specs=(spec, spec, spec, spec, mspec),
+                         out_specs=(spec, spec, spec))(q, k, v, dout, mask)
+    for a, b in zip(grads, snn.dot_product_attention_vjp(q, k, v, dout, mask=mask,
+                                                         is_causal=True)):
+        np.testing.assert_allclose(np.asarray(a), b, atol=1e-5)
+
+
+def test_inside_shard_map_replicated_kv_and_numpy_mask():
+    # k, v are the same on every device (their storage has 1 along both mesh axes) and the
+    # mask is a plain numpy array: both broadcast against the sharded query.
+    sl, mesh = _mesh()
+    rng = np.random.default_rng(5)
+    q, k, v = rand(rng, 4, 12, 2, 16), rand(rng, 2, 20, 1, 16), rand(rng, 2, 20, 1, 16)
+    mask = _visible_mask(rng, (12, 20))
+
+    def f(q, k, v):
+        return snn.dot_product_attention(q, k, v, mask=mask)
+
+    out = sl.shard_map(f, mesh=mesh, in_specs=(sl.P("data"), sl.P(), sl.P()),
+                       out_specs=sl.P("data"))(q, k, v)
+    want = np.concatenate([snn.dot_product_attention(q[:2], k, v, mask=mask),
+                           snn.dot_product_attention(q[2:], k, v, mask=mask)])
+    np.testing.assert_allclose(np.asarray(out), want, atol=1e-6)
+
+
+def test_inside_shard_map_three_dimensional():
+    sl, mesh = _mesh()
+    rng = np.random.default_rng(6)
+    q, k, v = rand(rng, 24, 4, 8), rand(rng, 24, 2, 8), rand(rng, 24, 2, 8)
+    spec = sl.P(None, "model")
+    out = sl.shard_map(lambda q, k, v: snn.dot_product_attention(q, k, v, is_causal=True),
+                       mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec)(q, k, v)
+    np.testing.assert_allclose(np.asarray(out),
+                               snn.dot_product_attention(q, k, v, is_causal=True), atol=1e-6)
