@@ -272,11 +272,17 @@ def take_along_axis(x, indices, axis):
 def _gemm(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Batched a @ b on storages (numpy batch broadcasting) with shardlab's GEMM when it can."""
     dt = np.result_type(a.dtype, b.dtype)
-    if dt in (float32, bfloat16):
-        from .kernels import gemm
+    if dt not in (float32, bfloat16):
+        return np.matmul(a, b)
+    from .kernels import gemm
 
-        return gemm(a.astype(dt, copy=False), b.astype(dt, copy=False))
-    return np.matmul(a, b)
+    a, b = a.astype(dt, copy=False), b.astype(dt, copy=False)
+    if a.ndim > 2 and b.ndim == a.ndim and math.prod(b.shape[:-2]) == 1:
+        # b is the same for every batch (e.g. a replicated weight): fold a's batch dims into M,
+        # one large GEMM instead of many thin ones.
+        out = gemm(a.reshape(-1, a.shape[-1]), b.reshape(b.shape[-2:]))
+        return out.reshape(a.shape[:-1] + (b.shape[-1],))
+    return gemm(a, b)
 
 
 def _record_compute(op: str, mesh, flops: float, nbytes: float, dtype) -> None:
