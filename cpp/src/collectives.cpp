@@ -284,8 +284,11 @@ Shape all_to_all_shape(const Mesh& mesh, const Shape& in, const AxisNames& axes,
                                 std::to_string(l) + ", which is not the axis size " +
                                 std::to_string(n) + " of " + axes_str(axes) +
                                 "; untiled all_to_all needs them equal (or pass tiled=True)");
+  } else {
+    // As jax.lax.all_to_all: the split dim goes away and a dim of size n appears at concat_axis.
+    out.erase(out.begin() + k + s);
+    out.insert(out.begin() + k + c, n);
   }
-  // Untiled: np.insert(np.delete(shape, split_axis), concat_axis, n) is the input shape.
   return out;
 }
 
