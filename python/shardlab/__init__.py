@@ -27,11 +27,14 @@ from .local_array import LocalArray  # noqa: E402
 from .ledger import Ledger  # noqa: E402
 from .shard_map import shard_map  # noqa: E402
 from . import debug, lax, numpy  # noqa: E402
+from .planner import Plan, plan_einsum  # noqa: E402
+from .global_ops import einsum, matmul, reshard  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "Device", "DuplicateSpecError", "Ledger", "LocalArray", "Mesh", "NamedSharding", "P",
+    "Device", "DuplicateSpecError", "Ledger", "LocalArray", "Mesh", "NamedSharding", "P", "Plan",
     "PartitionSpec", "Shard", "ShardedArray", "config", "debug", "device_put", "devices",
-    "get_mesh", "lax", "make_mesh", "numpy", "set_mesh", "shard_map",
+    "einsum", "get_mesh", "lax", "make_mesh", "matmul", "numpy", "plan_einsum", "reshard", "set_mesh",
+    "shard_map",
 ]

@@ -75,14 +75,20 @@ class ShardedArray:
 
     ``np.asarray(arr)`` gives the global value. Replicated data is held once on the host
     (``host_nbytes``) while ``emulated_nbytes`` counts what every device would hold.
+
+    ``unreduced`` names mesh axes the value is unreduced along (the book's {U_X}): for each
+    such axis the storage dim has the full axis size and holds every device's partial sum.
+    ``np.asarray`` of an unreduced array sums the partials (what psum would give).
     """
 
     __array_priority__ = 100
 
-    def __init__(self, storage: np.ndarray, sharding: NamedSharding, shape: tuple):
+    def __init__(self, storage: np.ndarray, sharding: NamedSharding, shape: tuple,
+                 unreduced: frozenset = frozenset()):
         self._storage = storage
         self.sharding = sharding
         self.shape = tuple(int(s) for s in shape)
+        self.unreduced = frozenset(unreduced)
 
     # -- array-like ------------------------------------------------------------------------
     @property
@@ -109,7 +115,11 @@ class ShardedArray:
         return v
 
     def __array__(self, dtype=None, copy=None):
-        out = from_storage(self._storage, self.sharding, self.shape)
+        storage = self._storage
+        if self.unreduced:
+            dims = tuple(self.sharding.mesh.axis_names.index(a) for a in self.unreduced)
+            storage = storage.sum(axis=dims, keepdims=True, dtype=storage.dtype)
+        out = from_storage(storage, self.sharding, self.shape)
         return out if dtype is None else out.astype(dtype)
 
     def __len__(self):
@@ -156,8 +166,9 @@ class ShardedArray:
         return host_nbytes(self._storage)
 
     def __repr__(self):
+        u = f", unreduced={set(sorted(self.unreduced))}" if self.unreduced else ""
         return (f"ShardedArray(shape={self.shape}, dtype={self.dtype}, "
-                f"spec={self.sharding.spec!r}, mesh={self.sharding.mesh!r})")
+                f"spec={self.sharding.spec!r}{u}, mesh={self.sharding.mesh!r})")
 
     def _repr_html_(self):
         from .debug import sharding_diagram
@@ -190,7 +201,7 @@ def device_put(x, device=None, *, may_alias=None, donate=None) -> ShardedArray:
         raise TypeError("[device_put] pass a NamedSharding or PartitionSpec to place the array with")
     sharding = as_sharding(device, "device_put")
     if isinstance(x, ShardedArray):
-        if x.sharding == sharding:
+        if x.sharding == sharding and not x.unreduced:
             return x
         x = np.asarray(x)
     arr = canonicalize(np.asarray(x), "device_put")

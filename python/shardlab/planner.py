@@ -1,0 +1,745 @@
+"""The sharded matmul planner: which collectives a global-view einsum needs, and what they cost.
+
+Given operands sharded over a mesh and a wanted output sharding, ``plan_einsum`` searches the
+moves of the book's part 3 — AllGather (drop a subscript), AllToAll (move a subscript to
+another dim), dynamic slicing (add a subscript to a replicated dim, free), local contraction
+(sharded contracting dims leave the result unreduced, {U_X}), AllReduce and ReduceScatter
+(clear {U_X}) — and keeps the cheapest. With hardware on the mesh, "cheapest" is estimated
+time (``shardlab.cost``); without, bytes sent per device, then FLOPs per device. Bytes are
+counted exactly as the ledger counts them, so a plan's prediction can be checked against
+the ledger of its run (``shardlab.einsum``).
+
+The four cases fall out of the search: case 1 needs no communication; case 2 gathers the
+sharded operand or slices the other and reduces; case 3 multiplies locally and reduces;
+case 4 gathers one operand because one mesh axis cannot shard two dims.
+
+Example:
+    >>> import shardlab as sl
+    >>> from shardlab import P
+    >>> mesh = sl.make_mesh((4,), ("X",))
+    >>> plan = sl.plan_einsum("ij,jk->ik", ((64, 256), P(None, "X")), ((256, 32), P("X", None)),
+    ...                       out_sharding=P(), mesh=mesh)
+    >>> print(plan.steps[-1])
+    AllReduce_X(C[I, K]{U_X}) -> C[I, K]
+"""
+
+from __future__ import annotations
+
+import heapq
+import html
+import itertools
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .sharding import DuplicateSpecError, NamedSharding, P, PartitionSpec
+
+_OP_NAMES = {"all_gather": "AllGather", "all_to_all": "AllToAll", "dynamic_slice": "DynamicSlice",
+             "psum": "AllReduce", "psum_scatter": "ReduceScatter"}
+
+
+# -- layouts and their rendering ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Layout:
+    """How a value is laid out: the mesh axes splitting each dim, and its unreduced axes."""
+
+    dims: tuple
+    unreduced: frozenset = frozenset()
+
+    def used(self) -> set:
+        return {a for d in self.dims for a in d} | set(self.unreduced)
+
+    def spec(self) -> PartitionSpec:
+        entries = [None if not d else d[0] if len(d) == 1 else d for d in self.dims]
+        while entries and entries[-1] is None:
+            entries.pop()
+        return P(*entries)
+
+
+@dataclass(frozen=True)
+class Term:
+    """A named value in the book's notation: ``A[I, J_X]{U_Y}``."""
+
+    name: str
+    labels: str
+    layout: Layout
+    shape: tuple
+    dtype: np.dtype
+
+    def render(self, fmt: str = "text", mesh_order=()) -> str:
+        dims = [_sub(l.upper(), d, fmt) for l, d in zip(self.labels, self.layout.dims)]
+        s = f"{self.name}[{', '.join(dims)}]"
+        if self.layout.unreduced:
+            u = tuple(a for a in mesh_order if a in self.layout.unreduced) or tuple(sorted(self.layout.unreduced))
+            s += {"text": f"{{{_sub('U', u, fmt)}}}", "latex": rf"\{{{_sub('U', u, fmt)}\}}",
+                  "html": f"{{{_sub('U', u, fmt)}}}"}[fmt]
+        return s
+
+    def local_shape(self, mesh) -> tuple:
+        return tuple(s // math.prod(mesh.shape[a] for a in d) for s, d in zip(self.shape, self.layout.dims))
+
+    def local_bytes(self, mesh) -> int:
+        return math.prod(self.local_shape(mesh)) * self.dtype.itemsize
+
+
+def _axes_str(axes, fmt) -> str:
+    if all(len(a) == 1 for a in axes):
+        return "".join(axes)
+    return ",".join(axes)
+
+
+def _sub(base: str, axes, fmt: str) -> str:
+    if not axes:
+        return base
+    s = _axes_str(axes, fmt)
+    if fmt == "latex":
+        return f"{base}_{{{s}}}"
+    if fmt == "html":
+        return f"{base}<sub>{html.escape(s)}</sub>"
+    return f"{base}_{s}" if len(s) == 1 or "," not in s else f"{base}_{{{s}}}"
+
+
+# -- steps ------------------------------------------------------------------------------------
+
+@dataclass
+class Step:
+    """One move of a plan: a collective, a dynamic slice or a local contraction.
+
+    Attributes:
+        op: all_gather, all_to_all, dynamic_slice, psum, psum_scatter or einsum.
+        inputs / output: the Terms before and after.
+        axes: mesh axes the collective runs over (major-to-minor).
+        dim / dim2: the dim gathered, scattered or sliced (all_to_all: concat dim, split dim).
+        bytes_sent: bytes each device sends, as the ledger counts them.
+        flops: FLOPs per device (einsum only); seconds: estimated time (None without hardware).
+    """
+
+    op: str
+    inputs: tuple
+    output: Term
+    axes: tuple = ()
+    dim: int | None = None
+    dim2: int | None = None
+    bytes_sent: float = 0.0
+    flops: float = 0.0
+    seconds: float | None = None
+    hbm_bytes: float = 0.0
+    mesh_order: tuple = ()
+
+    def render(self, fmt: str = "text") -> str:
+        arrow = {"text": " -> ", "latex": r" \to ", "html": " &rarr; "}[fmt]
+        out = self.output.render(fmt, self.mesh_order)
+        if self.op == "einsum":
+            ins = [t.render(fmt, self.mesh_order) for t in self.inputs]
+            contracted = "".join(sorted({l for t in self.inputs for l in t.labels} - set(self.output.labels)))
+            dot = {"text": " .", "latex": r" \cdot", "html": " &middot;"}[fmt]
+            if len(ins) == 1:
+                return f"sum{_subtxt(contracted.upper(), fmt)}({ins[0]}){arrow}{out}"
+            sep = f"{dot}{_subtxt(contracted.upper(), fmt)} " if contracted else \
+                {"text": " * ", "latex": r" \otimes ", "html": " &otimes; "}[fmt]
+            return sep.join(ins) + arrow + out
+        name = _OP_NAMES[self.op]
+        sub = _axes_str(self.axes, fmt)
+        if self.op in ("psum_scatter", "all_to_all"):
+            sub += "," + self.output.labels[self.dim2 if self.op == "all_to_all" else self.dim].upper()
+        name = {"text": name, "latex": rf"\text{{{name}}}", "html": name}[fmt]
+        if fmt == "latex":
+            head = f"{name}_{{{sub}}}"
+        elif fmt == "html":
+            head = f"{name}<sub>{html.escape(sub)}</sub>"
+        else:
+            head = f"{name}_{sub}" if len(sub) == 1 else f"{name}_{{{sub}}}"
+        return f"{head}({self.inputs[0].render(fmt, self.mesh_order)}){arrow}{out}"
+
+    def __str__(self):
+        return self.render("text")
+
+    __repr__ = __str__
+
+
+def _subtxt(s: str, fmt: str) -> str:
+    if not s:
+        return ""
+    return {"text": f"_{s}" if len(s) == 1 else f"_{{{s}}}", "latex": f"_{{{s}}}",
+            "html": f"<sub>{html.escape(s)}</sub>"}[fmt]
+
+
+# -- costs ------------------------------------------------------------------------------------
+
+class _Costs:
+    """Bytes and seconds of collectives and contractions on one mesh (memoized per plan)."""
+
+    def __init__(self, mesh, overlap: str = "max"):
+        self.mesh = mesh
+        self.hw = mesh.hardware is not None
+        self.overlap = overlap
+        self._memo: dict = {}
+
+    def collective(self, op: str, axes: tuple, bytes_in: int) -> tuple[float, float | None]:
+        n = math.prod(self.mesh.shape[a] for a in axes)
+        if op == "all_gather":
+            sent, out = (n - 1) * bytes_in, n * bytes_in
+        elif op == "psum":
+            sent, out = 2 * (n - 1) / n * bytes_in, bytes_in
+        elif op in ("psum_scatter", "all_to_all"):
+            sent, out = (n - 1) / n * bytes_in, bytes_in // n if op == "psum_scatter" else bytes_in
+        else:
+            raise ValueError(f"[plan_einsum] no cost for {op!r}")
+        if not self.hw:
+            return float(sent), None
+        key = (op, axes, bytes_in)
+        if key not in self._memo:
+            from . import cost
+
+            self._memo[key] = float(cost.event_seconds(
+                {"op": op, "axes": axes, "group_size": n, "bytes_in": bytes_in, "bytes_out": out}, self.mesh))
+        return float(sent), self._memo[key]
+
+    def compute(self, flops: float, hbm_bytes: float, dtype) -> float | None:
+        if not self.hw:
+            return None
+        from . import cost
+
+        return float(cost.event_seconds({"op": "einsum", "flops": flops, "hbm_bytes": hbm_bytes,
+                                         "dtype": np.dtype(dtype).name}, self.mesh))
+
+    def key(self, steps) -> tuple:
+        """Ranking key: time on hardware, else bytes; then bytes, FLOPs and step count."""
+        b = sum(s.bytes_sent for s in steps)
+        f = sum(s.flops for s in steps)
+        n = sum(s.op != "dynamic_slice" for s in steps)
+        if self.hw:
+            comm = sum(s.seconds or 0.0 for s in steps if s.op != "einsum")
+            comp = sum(s.seconds or 0.0 for s in steps if s.op == "einsum")
+            t = max(comm, comp) if self.overlap == "max" else comm + comp
+            return (round(t, 15), b, f, n, len(steps))
+        return (b, f, n, len(steps))
+
+
+# -- resharding: Dijkstra over layouts -----------------------------------------------------------
+
+def _moves(t: Term, mesh, costs: _Costs):
+    """Every single move from ``t``: (op, axes, dim, dim2, new Layout)."""
+    lay, sizes = t.layout, mesh.shape
+    local = t.local_shape(mesh)
+    free = [a for a in mesh.axis_names if a not in lay.used()]
+    for d, axes in enumerate(lay.dims):
+        for k in range(1, len(axes) + 1):  # gather a minor suffix: the rest stays a valid layout
+            yield "all_gather", axes[-k:], d, None, _with(lay, {d: axes[:-k]})
+        if axes:
+            a = axes[-1]
+            for d2 in range(len(lay.dims)):
+                if d2 != d and local[d2] % sizes[a] == 0:
+                    yield "all_to_all", (a,), d, d2, _with(lay, {d: axes[:-1], d2: lay.dims[d2] + (a,)})
+    for a in free:
+        for d in range(len(lay.dims)):
+            if local[d] % sizes[a] == 0:
+                yield "dynamic_slice", (a,), d, None, _with(lay, {d: lay.dims[d] + (a,)})
+    u = [a for a in mesh.axis_names if a in lay.unreduced]
+    for r in range(1, len(u) + 1):
+        for group in itertools.combinations(u, r):
+            rest = lay.unreduced - set(group)
+            yield "psum", group, None, None, Layout(lay.dims, rest)
+            for d in range(len(lay.dims)):
+                if local[d] % math.prod(sizes[a] for a in group) == 0:
+                    yield "psum_scatter", group, d, None, Layout(_with(lay, {d: lay.dims[d] + group}).dims, rest)
+
+
+def _with(lay: Layout, changes: dict) -> Layout:
+    return Layout(tuple(changes.get(i, d) for i, d in enumerate(lay.dims)), lay.unreduced)
+
+
+def _step(op, axes, d, d2, t: Term, new: Layout, mesh, costs: _Costs) -> Step:
+    out = Term(t.name, t.labels, new, t.shape, t.dtype)
+    if op == "dynamic_slice":
+        return Step(op, (t,), out, axes, d, d2, 0.0, 0.0, 0.0 if costs.hw else None, mesh_order=mesh.axis_names)
+    sent, sec = costs.collective(op, axes, t.local_bytes(mesh))
+    return Step(op, (t,), out, axes, d, d2, sent, 0.0, sec, mesh_order=mesh.axis_names)
+
+
+def _reachable(t: Term, mesh, costs: _Costs, memo: dict, ops=None) -> dict:
+    """Layout → (key, steps) of the cheapest way to reach it from ``t`` (Dijkstra), using
+    only the moves in ``ops`` if given."""
+    mk = (t.name, t.labels, t.layout, t.shape, t.dtype, ops)
+    if mk in memo:
+        return memo[mk]
+    best = {t.layout: (costs.key([]), [])}
+    heap = [(costs.key([]), 0, t.layout)]
+    tick = itertools.count(1)
+    done = set()
+    while heap:
+        _, _, lay = heapq.heappop(heap)
+        if lay in done:
+            continue
+        done.add(lay)
+        steps = best[lay][1]
+        cur = Term(t.name, t.labels, lay, t.shape, t.dtype)
+        for op, axes, d, d2, new in _moves(cur, mesh, costs):
+            if new in done or (ops is not None and op not in ops):
+                continue
+            s = steps + [_step(op, axes, d, d2, cur, new, mesh, costs)]
+            k = costs.key(s)
+            if new not in best or k < best[new][0]:
+                best[new] = (k, s)
+                heapq.heappush(heap, (k, next(tick), new))
+    memo[mk] = best
+    return best
+
+
+# -- plans ------------------------------------------------------------------------------------
+
+@dataclass
+class Plan:
+    """A sharded einsum (or reshard) as steps in the book's notation, with costs.
+
+    Attributes:
+        subscripts: the einsum; mesh: where it runs.
+        inputs / output: Terms (name, labels, layout, shape, dtype).
+        steps: the moves, in order; cases: which of the book's four cases apply, explained.
+        alternatives: the cheapest plans it did not choose (Plans, cheapest first).
+        rejected: (what, why) for moves that cannot be done at all.
+    """
+
+    subscripts: str
+    mesh: object
+    inputs: list
+    output: Term
+    steps: list
+    cases: list = field(default_factory=list)
+    alternatives: list = field(default_factory=list)
+    rejected: list = field(default_factory=list)
+    overlap: str = "max"
+
+    @property
+    def bytes_sent(self) -> float:
+        """Bytes each device sends over the whole plan (ledger convention)."""
+        return float(sum(s.bytes_sent for s in self.steps))
+
+    @property
+    def flops(self) -> float:
+        """FLOPs each device performs."""
+        return float(sum(s.flops for s in self.steps))
+
+    @property
+    def comm_seconds(self) -> float | None:
+        if self.mesh.hardware is None:
+            return None
+        return float(sum(s.seconds or 0.0 for s in self.steps if s.op not in ("einsum", "dynamic_slice")))
+
+    @property
+    def compute_seconds(self) -> float | None:
+        if self.mesh.hardware is None:
+            return None
+        return float(sum(s.seconds or 0.0 for s in self.steps if s.op == "einsum"))
+
+    @property
+    def seconds(self) -> float | None:
+        """Estimated time: max(comm, compute) if overlapped (the book's habit), else their sum."""
+        if self.mesh.hardware is None:
+            return None
+        c, m = self.comm_seconds, self.compute_seconds
+        return max(c, m) if self.overlap == "max" else c + m
+
+    @property
+    def collectives(self) -> list:
+        """(op, axes, operand name) of each communicating step."""
+        return [(s.op, s.axes, s.inputs[0].name) for s in self.steps if s.op not in ("einsum", "dynamic_slice")]
+
+    @property
+    def ops(self) -> tuple:
+        return tuple(s.op for s in self.steps if s.op not in ("einsum", "dynamic_slice"))
+
+    @property
+    def out_sharding(self) -> NamedSharding:
+        return NamedSharding(self.mesh, self.output.layout.spec())
+
+    @property
+    def out_unreduced(self) -> frozenset:
+        return self.output.layout.unreduced
+
+    def summary(self, fmt: str = "text") -> str:
+        """One line: the steps joined by ';'."""
+        return "; ".join(s.render(fmt) for s in self.steps) or "(nothing to do)"
+
+    def _cost_str(self) -> str:
+        from .ledger import _fmt_bytes, _fmt_seconds
+
+        s = f"{_fmt_bytes(self.bytes_sent)} sent/device, {self.flops:.4g} FLOPs/device"
+        if self.mesh.hardware is not None:
+            s += (f", {_fmt_seconds(self.seconds)} ({_fmt_seconds(self.comm_seconds)} comm, "
+                  f"{_fmt_seconds(self.compute_seconds)} compute, {self.mesh.hardware.name})")
+        return s
+
+    def text(self) -> str:
+        lines = [f"Plan: {self.subscripts}  on {self.mesh!r}"]
+        lines += [f"  {c}" for c in self.cases]
+        for i, s in enumerate(self.steps, 1):
+            extra = f"  [{s.bytes_sent:.0f} B sent/device]" if s.op not in ("einsum", "dynamic_slice") else \
+                (f"  [{s.flops:.4g} FLOPs/device]" if s.op == "einsum" else "  [free]")
+            lines.append(f"  {i}. {s}{extra}")
+        if not self.steps:
+            lines.append("  (already in the wanted layout: nothing to do)")
+        lines.append(f"  total: {self._cost_str()}")
+        if self.alternatives or self.rejected:
+            lines.append("  rejected alternatives:")
+        for a in self.alternatives:
+            lines.append(f"    - {a.summary()}  ({a._cost_str()})")
+        for what, why in self.rejected:
+            lines.append(f"    - {what}: {why}")
+        return "\n".join(lines)
+
+    __str__ = text
+
+    def __repr__(self):
+        return f"Plan({self.subscripts!r}: {self.summary()})"
+
+    def _repr_latex_(self) -> str:
+        body = r" \\ ".join(s.render("latex") for s in self.steps) or r"\text{(nothing to do)}"
+        return rf"$\begin{{array}}{{l}} {body} \end{{array}}$"
+
+    def _repr_html_(self) -> str:
+        from .ledger import _fmt_bytes, _fmt_seconds
+
+        rows = "".join(
+            f"<tr><td>{i}</td><td><code>{s.render('html')}</code></td><td>{_fmt_bytes(s.bytes_sent)}</td>"
+            f"<td>{s.flops:.4g}</td><td>{_fmt_seconds(s.seconds)}</td></tr>"
+            for i, s in enumerate(self.steps, 1))
+        cases = "".join(f"<li>{html.escape(c)}</li>" for c in self.cases)
+        alts = "".join(f"<li><code>{a.summary('html')}</code> ({html.escape(a._cost_str())})</li>"
+                       for a in self.alternatives)
+        alts += "".join(f"<li>{html.escape(w)}: {html.escape(y)}</li>" for w, y in self.rejected)
+        return (f"<div><b>Plan</b> <code>{html.escape(self.subscripts)}</code> on "
+                f"<code>{html.escape(repr(self.mesh))}</code><ul>{cases}</ul>"
+                f"<table><thead><tr><th>#</th><th>step</th><th>sent/device</th><th>FLOPs/device</th>"
+                f"<th>time</th></tr></thead><tbody>{rows}</tbody></table>"
+                f"<p>total: {html.escape(self._cost_str())}</p>"
+                + (f"<p>rejected alternatives:</p><ul>{alts}</ul>" if alts else "") + "</div>")
+
+
+# -- inputs -----------------------------------------------------------------------------------
+
+def layout_of(spec: PartitionSpec, rank: int, mesh, unreduced=(), op: str = "plan_einsum") -> Layout:
+    """A Layout from a PartitionSpec, with the book's explanation if an axis is used twice."""
+    if not isinstance(spec, PartitionSpec):
+        spec = P(*spec) if isinstance(spec, (tuple, list)) else P() if spec is None else spec
+    if len(spec) > rank:
+        raise ValueError(f"[{op}] spec {spec!r} has {len(spec)} entries for an array of rank {rank}")
+    dims = spec.normalized(rank)
+    seen: dict = {}
+    for d, axes in enumerate(dims):
+        for a in axes:
+            if a not in mesh.shape:
+                raise ValueError(f"[{op}] spec {spec!r} names axis {a!r}; the mesh has axes {mesh.axis_names}")
+            if a in seen:
+                raise DuplicateSpecError(
+                    f"[{op}] spec {spec!r} uses mesh axis {a!r} for dims {seen[a]} and {d}: a mesh axis "
+                    f"can shard only one dim (device i along {a!r} would hold only block (i, i), the "
+                    f"diagonal: the book's case 4). Gather one of them, e.g. drop {a!r} from dim {d}")
+            seen[a] = d
+    u = frozenset(unreduced or ())
+    for a in u:
+        if a not in mesh.shape:
+            raise ValueError(f"[{op}] unreduced axis {a!r} is not a mesh axis {mesh.axis_names}")
+        if a in seen:
+            raise DuplicateSpecError(f"[{op}] axis {a!r} both shards dim {seen[a]} and is unreduced; "
+                                     f"a value is either sharded or unreduced along an axis")
+    return Layout(dims, u)
+
+
+def _operand(x, op: str):
+    """(shape, dtype, NamedSharding, unreduced) of a ShardedArray or a (shape, sharding[, dtype]) tuple."""
+    from .sharded_array import ShardedArray
+
+    if isinstance(x, ShardedArray):
+        return x.shape, x.dtype, x.sharding, x.unreduced
+    if isinstance(x, tuple) and len(x) in (2, 3) and isinstance(x[0], (tuple, list)):
+        dtype = np.dtype(x[2]) if len(x) == 3 else np.dtype(np.float32)
+        if len(x) == 3 and isinstance(x[2], str) and x[2] == "bfloat16":
+            import ml_dtypes
+            dtype = np.dtype(ml_dtypes.bfloat16)
+        return tuple(int(s) for s in x[0]), dtype, x[1], frozenset()
+    raise TypeError(f"[{op}] operands must be ShardedArrays or (shape, sharding[, dtype]) tuples, "
+                    f"got {type(x).__name__}")
+
+
+def _parse(subscripts: str, ranks, op: str):
+    s = subscripts.replace(" ", "")
+    if "." in s:
+        raise NotImplementedError(f"[{op}] ellipsis in {subscripts!r} is not supported; name every dim")
+    lhs, arrow, rhs = s.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != len(ranks):
+        raise ValueError(f"[{op}] {subscripts!r} names {len(terms)} operands, got {len(ranks)}")
+    if not arrow:
+        counts = {c: lhs.count(c) for c in lhs if c.isalpha()}
+        rhs = "".join(sorted(c for c, n in counts.items() if n == 1))
+    for t, r in zip(terms, ranks):
+        if len(t) != r:
+            raise ValueError(f"[{op}] operand {t!r} of {subscripts!r} has {len(t)} letters but rank {r}")
+        if len(set(t)) != len(t):
+            raise NotImplementedError(f"[{op}] repeated letter in {t!r} (a trace) is not supported")
+    if len(set(rhs)) != len(rhs) or any(c not in lhs for c in rhs):
+        raise ValueError(f"[{op}] output {rhs!r} of {subscripts!r} repeats a letter or names one "
+                         f"no operand has")
+    return terms, rhs
+
+
+def _out_layout(out_sharding, unreduced, rank, mesh, op):
+    if out_sharding is None:
+        if unreduced:
+            return Layout(((),) * rank, frozenset(unreduced))
+        return None
+    if isinstance(out_sharding, NamedSharding):
+        if out_sharding.mesh != mesh:
+            raise ValueError(f"[{op}] out_sharding lives on {out_sharding.mesh!r} but the operands on {mesh!r}")
+        out_sharding = out_sharding.spec
+    return layout_of(out_sharding, rank, mesh, unreduced, op)
+
+
+# -- contraction search ---------------------------------------------------------------------------
+
+def _case_notes(terms: list, out_labels: str, mesh) -> list:
+    """Which of the book's four cases a binary contraction is in, per mesh axis."""
+    if len(terms) != 2:
+        return []
+    a, b = terms
+    contracting = (set(a.labels) & set(b.labels)) - set(out_labels)
+    where = {}
+    for t in (a, b):
+        for l, axes in zip(t.labels, t.layout.dims):
+            for ax in axes:
+                where.setdefault(ax, []).append((t.name, l))
+    notes = []
+    for ax in mesh.axis_names:
+        w = where.get(ax, [])
+        on_c = [(n, l) for n, l in w if l in contracting]
+        if len(w) == 2 and len(on_c) == 2 and w[0][1] == w[1][1] and a.layout.dims[a.labels.index(w[0][1])] == \
+                b.layout.dims[b.labels.index(w[0][1])]:
+            notes.append(f"case 3 on {ax}: both operands shard the contracting dim {w[0][1].upper()} along {ax}: "
+                         f"multiply locally to {{U_{ax}}}, then AllReduce or ReduceScatter")
+        elif len(w) == 2 and w[0][1] != w[1][1]:
+            notes.append(f"case 4 on {ax}: {w[0][0]} shards {w[0][1].upper()} and {w[1][0]} shards "
+                         f"{w[1][1].upper()} along {ax}; one axis cannot shard two dims, so one is gathered")
+        elif len(on_c) == 1 and len(w) == 1:
+            n, l = on_c[0]
+            notes.append(f"case 2 on {ax}: only {n} shards the contracting dim {l.upper()} along {ax}: "
+                         f"AllGather it, or slice the other operand, multiply and reduce")
+    if not notes:
+        notes.append("case 1: no contracting dim is sharded: the local blocks multiply with no communication")
+    return notes
+
+
+def _contract(terms: list, out: Term, target: Layout | None, mesh, costs: _Costs, memo: dict):
+    """Candidate step lists (cheapest first) contracting ``terms`` into ``out`` with layout ``target``
+    (None: the cheapest reduced layout). Each candidate: (key, steps, Term)."""
+    reach = []
+    for t in terms:
+        r = _reachable(t, mesh, costs, memo)
+        reach.append([(lay, k, s) for lay, (k, s) in r.items() if not lay.unreduced])
+    out_set = set(out.labels)
+    # Without a wanted layout, keep the rules' layout: never slice a dim that survives into the output.
+    given = {l: {a for t in terms for m, axes in zip(t.labels, t.layout.dims) if m == l for a in axes}
+             for l in out.labels}
+    all_labels = {l for t in terms for l in t.labels}
+    dtype = np.result_type(*[t.dtype for t in terms])
+    sizes = {l: s for t in terms for l, s in zip(t.labels, t.shape)}
+    cands = {}
+    for combo in itertools.product(*reach):
+        axes_of: dict = {}
+        owner: dict = {}
+        ok = True
+        for t, (lay, _, _) in zip(terms, combo):
+            for l, axes in zip(t.labels, lay.dims):
+                if axes_of.setdefault(l, axes) != axes:
+                    ok = False  # a shared dim must be split the same way in every operand
+                for a in axes:
+                    if owner.setdefault(a, l) != l:
+                        ok = False  # one mesh axis on two dims: only the diagonal blocks would meet
+            if not ok:
+                break
+        if not ok or (target is None and any(not set(axes_of[l]) <= given[l] for l in out.labels)):
+            continue
+        dims = tuple(axes_of[l] for l in out.labels)
+        unreduced = frozenset(a for l in all_labels - out_set for a in axes_of[l])
+        c = Term(out.name, out.labels, Layout(dims, unreduced), out.shape, dtype)
+        ins = tuple(Term(t.name, t.labels, lay, t.shape, t.dtype) for t, (lay, _, _) in zip(terms, combo))
+        local = {l: sizes[l] // math.prod(mesh.shape[a] for a in axes_of[l]) for l in all_labels}
+        flops = 2.0 * math.prod(local.values())
+        hbm = sum(t.local_bytes(mesh) for t in ins) + c.local_bytes(mesh)
+        mult = Step("einsum", ins, c, flops=flops, seconds=costs.compute(flops, hbm, dtype),
+                    hbm_bytes=hbm, mesh_order=mesh.axis_names)
+        # Without a wanted layout only the unreduced axes are cleared; nothing else moves.
+        post = _reachable(c, mesh, costs, memo, None if target is not None else ("psum", "psum_scatter"))
+        if target is not None:
+            if target not in post:
+                continue
+            ends = [post[target][1]]
+        else:
+            ends = [s for lay, (k, s) in post.items() if not lay.unreduced]
+        pre = [s for (_, _, s) in combo]
+        for e in ends:
+            steps = [st for p in pre for st in p] + [mult] + e
+            k = costs.key(steps)
+            sig = tuple((s.op, s.axes, s.inputs[0].name) for s in steps if s.op not in ("einsum", "dynamic_slice"))
+            if sig not in cands or k < cands[sig][0]:
+                cands[sig] = (k, steps, e[-1].output if e else c)
+    return sorted(cands.values(), key=lambda c: c[0])
+
+
+def _direct_rejection(terms: list, out_labels: str) -> list:
+    """Why multiplying the operands as they are is impossible, if it is."""
+    axes_of, owner, why = {}, {}, []
+    for t in terms:
+        for l, axes in zip(t.labels, t.layout.dims):
+            if axes_of.setdefault(l, axes) != axes:
+                why.append(f"dim {l.upper()} is split as {axes_of[l] or 'unsharded'} in one operand and "
+                           f"{axes or 'unsharded'} in {t.name}; local blocks would not line up")
+            for a in axes:
+                if owner.setdefault(a, (l, t.name))[0] != l:
+                    why.append(f"mesh axis {a!r} shards {owner[a][1]}'s {owner[a][0].upper()} and {t.name}'s "
+                               f"{l.upper()}: the result would need {a!r} twice (only diagonal blocks meet)")
+    if not why:
+        return []
+    what = " . ".join(t.render() for t in terms) + " locally, as given"
+    return [(what, "; ".join(why))]
+
+
+def plan_einsum(subscripts: str, *operands, out_sharding=None, unreduced=(), mesh=None, names=None,
+                overlap: str = "max") -> Plan:
+    """Plans a sharded einsum without running it.
+
+    Args:
+        subscripts: numpy einsum subscripts (explicit ``->`` or implicit; no ellipsis).
+        *operands: ShardedArrays, or ``(shape, sharding_or_spec[, dtype])`` tuples (no data).
+        out_sharding: wanted output NamedSharding or PartitionSpec; None picks the cheapest.
+        unreduced: mesh axes the output may stay unreduced along ({U_X}).
+        mesh: the mesh, when the operands are tuples with bare PartitionSpecs.
+        names: names for the operands and the output (default A, B, ..., then the next letter).
+        overlap: "max" (comm overlaps compute, as the book assumes) or "sum" for ``Plan.seconds``.
+
+    Returns:
+        The cheapest Plan; ``plan.alternatives`` holds the runners-up with their costs.
+
+    Raises:
+        DuplicateSpecError: out_sharding would use one mesh axis twice.
+        ValueError: bad subscripts, shapes, axes, or no way to reach the wanted output.
+
+    Example:
+        >>> import shardlab as sl
+        >>> from shardlab import P
+        >>> mesh = sl.make_mesh((2, 2), ("X", "Y"))
+        >>> p = sl.plan_einsum("ij,jk->ik", ((8, 8), P("X")), ((8, 8), P(None, "Y")), mesh=mesh)
+        >>> p.summary(), p.bytes_sent
+        ('A[I_X, J] ._J B[J, K_Y] -> C[I_X, K_Y]', 0.0)
+    """
+    op = "plan_einsum"
+    if not operands:
+        raise ValueError(f"[{op}] pass at least one operand")
+    infos = [_operand(x, op) for x in operands]
+    meshes = [s.mesh for _, _, s, _ in infos if isinstance(s, NamedSharding)]
+    if mesh is None:
+        if not meshes:
+            from .mesh import get_mesh
+            mesh = get_mesh()
+        else:
+            mesh = meshes[0]
+    if mesh is None:
+        raise ValueError(f"[{op}] no mesh: pass mesh=, NamedShardings or call shardlab.set_mesh(mesh)")
+    if any(m != mesh for m in meshes):
+        raise ValueError(f"[{op}] the operands live on different meshes; device_put them onto one")
+    labels, out_labels = _parse(subscripts, [len(i[0]) for i in infos], op)
+    n = len(infos)
+    names = list(names) if names is not None else [chr(ord("A") + i) for i in range(n + 1)]
+    if len(names) != n + 1:
+        raise ValueError(f"[{op}] names needs {n + 1} entries (operands and output), got {len(names)}")
+    terms, sizes = [], {}
+    for i, ((shape, dtype, sh, u), lab) in enumerate(zip(infos, labels)):
+        spec = sh.spec if isinstance(sh, NamedSharding) else sh
+        lay = layout_of(spec, len(shape), mesh, u, op)
+        for l, s in zip(lab, shape):
+            if sizes.setdefault(l, s) != s:
+                raise ValueError(f"[{op}] letter {l!r} has size {sizes[l]} and {s} (operand {i})")
+        for d, (s, axes) in enumerate(zip(shape, lay.dims)):
+            k = math.prod(mesh.shape[a] for a in axes)
+            if s % k:
+                raise ValueError(f"[{op}] operand {i} dim {d} has size {s}, not divisible by {k} (axes {axes})")
+        terms.append(Term(names[i], lab, lay, tuple(shape), np.dtype(dtype)))
+    target = _out_layout(out_sharding, unreduced, len(out_labels), mesh, op)
+    out_shape = tuple(sizes[l] for l in out_labels)
+    if target is not None:
+        for d, (s, axes) in enumerate(zip(out_shape, target.dims)):
+            k = math.prod(mesh.shape[a] for a in axes)
+            if s % k:
+                raise ValueError(f"[{op}] output dim {d} has size {s}, not divisible by {k} (axes {axes})")
+    if overlap not in ("max", "sum"):
+        raise ValueError(f"[{op}] overlap={overlap!r}; use 'max' or 'sum'")
+    costs, memo = _Costs(mesh, overlap), {}
+    best = _search(terms, out_labels, out_shape, names[n], target, mesh, costs, memo)
+    if not best:
+        why = f"no sequence of collectives reaches {Term(names[n], out_labels, target, out_shape, np.float32).render()}"
+        if target is not None and target.unreduced:
+            why += (": an output is unreduced along an axis only if a dim sharded along it is contracted "
+                    "locally; shard that contracting dim along it or drop it from unreduced")
+        raise ValueError(f"[{op}] {why}")
+    (_, steps, out_term), rest = best[0], best[1:]
+    alts = [Plan(subscripts, mesh, terms, o, s, overlap=overlap) for _, s, o in rest[:5]]
+    return Plan(subscripts, mesh, terms, out_term, steps, _case_notes(terms, out_labels, mesh), alts,
+                _direct_rejection(terms, out_labels), overlap)
+
+
+def _search(terms, out_labels, out_shape, out_name, target, mesh, costs, memo):
+    """Candidates for contracting all ``terms``; more than two go pairwise in every order."""
+    if len(terms) <= 2:
+        out = Term(out_name, out_labels, Layout(((),) * len(out_labels)), out_shape, np.float32)
+        return _contract(terms, out, target, mesh, costs, memo)
+    results = []
+    for i, j in itertools.combinations(range(len(terms)), 2):
+        rest = [t for k, t in enumerate(terms) if k not in (i, j)]
+        keep = set(out_labels) | {l for t in rest for l in t.labels}
+        lab = "".join(l for l in dict.fromkeys(terms[i].labels + terms[j].labels) if l in keep)
+        sizes = {l: s for t in terms for l, s in zip(t.labels, t.shape)}
+        mid = Term(f"T{len(terms) - 2}", lab, Layout(((),) * len(lab)), tuple(sizes[l] for l in lab), np.float32)
+        first = _contract([terms[i], terms[j]], mid, None, mesh, costs, memo)
+        if not first:
+            continue
+        k1, s1, t1 = first[0]
+        for k2, s2, t2 in _search(rest + [t1], out_labels, out_shape, out_name, target, mesh, costs, memo)[:3]:
+            steps = s1 + s2
+            results.append((costs.key(steps), steps, t2))
+    return sorted(results, key=lambda c: c[0])
+
+
+def plan_reshard(x, sharding, *, unreduced=(), name: str = "A") -> Plan:
+    """Plans moving ``x`` (ShardedArray or (shape, sharding[, dtype])) to ``sharding``.
+
+    Uses the cheapest of AllGather, AllToAll, dynamic slicing, AllReduce and ReduceScatter
+    (for unreduced values); ``unreduced`` names axes the result may stay unreduced along.
+
+    Example:
+        >>> import shardlab as sl
+        >>> from shardlab import P
+        >>> mesh = sl.make_mesh((4,), ("X",))
+        >>> sl.planner.plan_reshard(((8, 8), sl.NamedSharding(mesh, P("X"))), P(None, "X")).summary()
+        'AllToAll_{X,J}(A[I_X, J]) -> A[I, J_X]'
+    """
+    op = "reshard"
+    shape, dtype, sh, u = _operand(x, op)
+    if not isinstance(sh, NamedSharding):
+        raise TypeError(f"[{op}] x must carry a NamedSharding")
+    mesh = sh.mesh
+    labels = "ijklmnopqrstuvwxyzabcdefgh"[: len(shape)]
+    t = Term(name, labels, layout_of(sh.spec, len(shape), mesh, u, op), tuple(shape), np.dtype(dtype))
+    target = _out_layout(sharding, unreduced, len(shape), mesh, op)
+    for d, (s, axes) in enumerate(zip(shape, target.dims)):
+        k = math.prod(mesh.shape[a] for a in axes)
+        if s % k:
+            raise ValueError(f"[{op}] dim {d} has size {s}, not divisible by {k} (axes {axes})")
+    costs = _Costs(mesh)
+    reach = _reachable(t, mesh, costs, {})
+    if target not in reach:
+        raise ValueError(f"[{op}] cannot reach {Term(name, labels, target, shape, dtype).render()} from "
+                         f"{t.render()}: unreduced axes can only be reduced, never created")
+    steps = reach[target][1]
+    return Plan(f"reshard {labels}", mesh, [t], steps[-1].output if steps else t, steps)
