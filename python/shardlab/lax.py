@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _core, _tree
+from .dtypes import canonicalize
 from .ledger import record
 from .local_array import LocalArray, lift
 from .shard_map import current_mesh
@@ -41,6 +42,13 @@ def _axes(axis_name, op: str):
 def _no_groups(axis_index_groups, op):
     if axis_index_groups is not None:
         raise NotImplementedError(f"[{op}] axis_index_groups is not supported; use a mesh axis")
+
+
+def _lift(v, mesh, op: str) -> LocalArray:
+    """`v` as a LocalArray; a constant must be an array of a supported dtype (named in the error)."""
+    if isinstance(v, LocalArray):
+        return v
+    return lift(canonicalize(np.asarray(v), op), mesh)
 
 
 def _tree_map(fn, x):
@@ -73,7 +81,7 @@ def _reduce_collective(x, axis_name, op: str, reduction: str):
     def one(v):
         if not isinstance(v, LocalArray):
             # A constant is invariant: psum multiplies by the group size, with no communication.
-            arr = np.asarray(v)
+            arr = canonicalize(np.asarray(v), op)
             return arr * n if reduction == "sum" else arr
         if reduction == "mean" and v.dtype.kind in "iub":
             v = LocalArray(v.storage.astype(np.float32), mesh)
@@ -110,7 +118,8 @@ def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False):
     """Gathers every device's value along `axis` (a new dim of the axis size unless tiled)."""
     _no_groups(axis_index_groups, "all_gather")
     mesh, names = _axes(axis_name, "all_gather")
-    return _tree_map(lambda v: _run(_core.all_gather, mesh, lift(v, mesh), names, int(axis), bool(tiled)), x)
+    return _tree_map(lambda v: _run(_core.all_gather, mesh, _lift(v, mesh, "all_gather"), names, int(axis),
+                                    bool(tiled)), x)
 
 
 def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, tiled=False):
@@ -118,7 +127,7 @@ def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, t
     `scatter_dimension` (which must equal the axis size unless tiled)."""
     _no_groups(axis_index_groups, "psum_scatter")
     mesh, names = _axes(axis_name, "psum_scatter")
-    return _tree_map(lambda v: _run(_core.psum_scatter, mesh, lift(v, mesh), names,
+    return _tree_map(lambda v: _run(_core.psum_scatter, mesh, _lift(v, mesh, "psum_scatter"), names,
                                     int(scatter_dimension), bool(tiled)), x)
 
 
@@ -127,8 +136,8 @@ def all_to_all(x, axis_name, split_axis, concat_axis, *, axis_index_groups=None,
     the received chunks along `concat_axis` (shapes exactly as ``jax.lax.all_to_all``)."""
     _no_groups(axis_index_groups, "all_to_all")
     mesh, names = _axes(axis_name, "all_to_all")
-    return _tree_map(lambda v: _run(_core.all_to_all, mesh, lift(v, mesh), names, int(split_axis),
-                                    int(concat_axis), bool(tiled)), x)
+    return _tree_map(lambda v: _run(_core.all_to_all, mesh, _lift(v, mesh, "all_to_all"), names,
+                                    int(split_axis), int(concat_axis), bool(tiled)), x)
 
 
 def ppermute(x, axis_name, perm):
@@ -140,7 +149,7 @@ def ppermute(x, axis_name, perm):
     except (TypeError, ValueError):
         raise TypeError(f"[ppermute] perm must be a sequence of (source, destination) int pairs, "
                         f"got {perm!r}") from None
-    return _tree_map(lambda v: _run(_core.ppermute, mesh, lift(v, mesh), names, pairs), x)
+    return _tree_map(lambda v: _run(_core.ppermute, mesh, _lift(v, mesh, "ppermute"), names, pairs), x)
 
 
 def pshuffle(x, axis_name, perm):
@@ -162,7 +171,7 @@ def pcast(x, axis_name, *, to="varying"):
     idx = [mesh.axis_names.index(n) for n in names]
 
     def one(v):
-        v = lift(v, mesh)
+        v = _lift(v, mesh, "pcast")
         s = v.storage
         if to == "varying":
             shape = tuple(mesh.axis_sizes[a] if a in idx else d for a, d in enumerate(s.shape[:mesh.ndim]))
@@ -184,24 +193,25 @@ def pcast(x, axis_name, *, to="varying"):
 def broadcast(x, axis_name, root: int = 0):
     """Every device along `axis_name` gets device `root`'s value (MPI_Bcast)."""
     mesh, names = _axes(axis_name, "broadcast")
-    return _tree_map(lambda v: _run(_core.broadcast, mesh, lift(v, mesh), names, int(root)), x)
+    return _tree_map(lambda v: _run(_core.broadcast, mesh, _lift(v, mesh, "broadcast"), names, int(root)),
+                     x)
 
 
 def reduce(x, axis_name, root: int = 0, op: str = "sum"):
     """Device `root` gets the reduction (op: sum, max, min, mean); the others hold zeros (MPI_Reduce)."""
     mesh, names = _axes(axis_name, "reduce")
-    return _tree_map(lambda v: _run(_core.reduce, mesh, lift(v, mesh), names, int(root), op), x)
+    return _tree_map(lambda v: _run(_core.reduce, mesh, _lift(v, mesh, "reduce"), names, int(root), op), x)
 
 
 def gather(x, axis_name, root: int = 0, *, axis=0, tiled=False):
     """Device `root` gets every device's value (as all_gather); the others hold zeros (MPI_Gather)."""
     mesh, names = _axes(axis_name, "gather")
-    return _tree_map(lambda v: _run(_core.gather, mesh, lift(v, mesh), names, int(root), int(axis),
+    return _tree_map(lambda v: _run(_core.gather, mesh, _lift(v, mesh, "gather"), names, int(root), int(axis),
                                     bool(tiled)), x)
 
 
 def scatter(x, axis_name, root: int = 0, *, scatter_dimension=0, tiled=False):
     """Device i gets chunk i of device `root`'s value along `scatter_dimension` (MPI_Scatter)."""
     mesh, names = _axes(axis_name, "scatter")
-    return _tree_map(lambda v: _run(_core.scatter, mesh, lift(v, mesh), names, int(root),
+    return _tree_map(lambda v: _run(_core.scatter, mesh, _lift(v, mesh, "scatter"), names, int(root),
                                     int(scatter_dimension), bool(tiled)), x)

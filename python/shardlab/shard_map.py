@@ -129,6 +129,9 @@ def _enter(x, spec, mesh: Mesh, i: int) -> LocalArray:
 def _exit(x, spec, mesh: Mesh, i: int, check_vma: bool) -> ShardedArray:
     spec = _check_spec(spec, f"out_specs for output {i}")
     v = lift(x, mesh)
+    if v.mesh != mesh:
+        raise ValueError(f"[shard_map] output {i} is a per-device value of {v.mesh!r}, not of this "
+                         f"shard_map's {mesh!r}; return values computed from this call's arguments")
     sharding = NamedSharding(mesh, spec)
     if len(spec) > v.ndim:
         raise ValueError(f"[shard_map] out_specs {spec!r} for output {i} has {len(spec)} entries but "
