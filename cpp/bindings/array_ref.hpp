@@ -4,6 +4,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include "shardlab/buffer_pool.hpp"
 #include "shardlab/local_array.hpp"
 
 namespace shardlab_py {
@@ -24,8 +25,29 @@ inline shardlab::ArrayRef as_ref(const py::array& a) {
   return r;
 }
 
+// A new C-contiguous array from the buffer pool; the buffer returns to the pool when numpy
+// frees the array.
+struct PoolBlock {
+  void* data;
+  std::size_t bytes;
+};
+
 inline py::array empty_like_dtype(const py::array& a, const shardlab::Shape& shape) {
-  return py::array(a.dtype(), std::vector<py::ssize_t>(shape.begin(), shape.end()));
+  std::size_t bytes = static_cast<std::size_t>(a.itemsize());
+  for (auto s : shape) bytes *= static_cast<std::size_t>(s);
+  auto* block = new PoolBlock{shardlab::pool_allocate(bytes), bytes};
+  PyObject* cap = PyCapsule_New(block, "shardlab.pool", [](PyObject* c) {
+    auto* b = static_cast<PoolBlock*>(PyCapsule_GetPointer(c, "shardlab.pool"));
+    shardlab::pool_free(b->data, b->bytes);
+    delete b;
+  });
+  if (cap == nullptr) {
+    shardlab::pool_free(block->data, block->bytes);
+    delete block;
+    throw py::error_already_set();
+  }
+  auto owner = py::reinterpret_steal<py::capsule>(cap);
+  return py::array(a.dtype(), std::vector<py::ssize_t>(shape.begin(), shape.end()), block->data, owner);
 }
 
 }  // namespace shardlab_py

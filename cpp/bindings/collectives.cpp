@@ -3,6 +3,7 @@
 #include <pybind11/stl.h>
 
 #include "array_ref.hpp"
+#include "shardlab/buffer_pool.hpp"
 #include "shardlab/collectives.hpp"
 
 namespace py = pybind11;
@@ -35,7 +36,10 @@ ReduceOp parse_reduce(const std::string& op) {
 
 }  // namespace
 
+void init_buffer_pool(py::module_& m);
+
 void init_collectives(py::module_& m) {
+  init_buffer_pool(m);
   m.def("all_gather", [](const Mesh& mesh, const py::array& x, const AxisNames& axes, int axis, bool tiled) {
     return run(x, all_gather_shape(mesh, as_ref(x).shape, axes, axis, tiled),
                [&](const ArrayRef& in, const ArrayRef& o) { return all_gather(mesh, in, o, axes, axis, tiled); });
@@ -97,4 +101,12 @@ void init_collectives(py::module_& m) {
     }
     return out;
   });
+}
+
+void init_buffer_pool(py::module_& m) {
+  m.def("pool_cached_bytes", &pool_cached_bytes, "Bytes of freed collective outputs kept for reuse.");
+  m.def("pool_capacity", &pool_capacity);
+  m.def("pool_set_capacity", &pool_set_capacity, py::arg("bytes"),
+        "Caps the bytes kept for reuse (0 disables caching).");
+  m.def("pool_release", &pool_release, "Returns every cached buffer to the system.");
 }

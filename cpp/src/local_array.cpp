@@ -1,5 +1,7 @@
 #include "shardlab/local_array.hpp"
 
+#include "shardlab/cpu_features.hpp"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -9,6 +11,15 @@
 #include <string>
 
 namespace shardlab {
+
+// Per-ISA builds of the reduction inner loop (cpp/src/kernels/reduce_rows*.cpp).
+void reduce_rows_scalar(DType, ReduceOp, const char* const*, std::int64_t, std::int64_t, char*, std::int64_t,
+                        std::int64_t, void*);
+void reduce_rows_avx2(DType, ReduceOp, const char* const*, std::int64_t, std::int64_t, char*, std::int64_t,
+                      std::int64_t, void*);
+void reduce_rows_avx512(DType, ReduceOp, const char* const*, std::int64_t, std::int64_t, char*, std::int64_t,
+                        std::int64_t, void*);
+
 namespace {
 
 // Below this many bytes a copy or reduction runs on the calling thread: waking the OpenMP
@@ -96,113 +107,17 @@ void check_same_shape(const char* op, const ArrayRef& a, const ArrayRef& b) {
   }
 }
 
-// Accumulator type per storage type: bf16 sums in float, int8 in int32.
-template <class T> struct Acc { using type = T; };
-template <> struct Acc<std::uint16_t> { using type = float; };
-template <> struct Acc<std::int8_t> { using type = std::int32_t; };
-template <> struct Acc<bool> { using type = std::int32_t; };
+using ReduceRowsFn = void (*)(DType, ReduceOp, const char* const*, std::int64_t, std::int64_t, char*,
+                             std::int64_t, std::int64_t, void*);
 
-template <class T, class A>
-inline A load_acc(const char* p, bool is_bf16) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  if constexpr (std::is_same_v<T, std::uint16_t>) {
-    (void)is_bf16;
-    return bf16_to_float(v);
-  } else {
-    return static_cast<A>(v);
+ReduceRowsFn reduce_rows_for(Isa isa) {
+  switch (isa) {
+    case Isa::avx512bf16:
+    case Isa::avx512: return reduce_rows_avx512;
+    case Isa::avx2: return reduce_rows_avx2;
+    case Isa::scalar: break;
   }
-}
-
-template <class T, class A>
-inline void store_acc(char* p, A v) {
-  if constexpr (std::is_same_v<T, std::uint16_t>) {
-    const std::uint16_t b = float_to_bf16(v);
-    std::memcpy(p, &b, sizeof b);
-  } else if constexpr (std::is_same_v<T, bool>) {
-    const bool b = v != 0;
-    std::memcpy(p, &b, sizeof b);
-  } else {
-    const T t = static_cast<T>(v);
-    std::memcpy(p, &t, sizeof t);
-  }
-}
-
-template <class T>
-void reduce_typed(const ArrayRef& dst, const ArrayRef& src, int reduce_dims, ReduceOp op) {
-  using A = typename Acc<T>::type;
-  const int out_dims = dst.ndim();
-  // One nest over the output dims with strides (dst, src); reduction dims iterated inside.
-  Nest nest = simplify(dst.shape, {dst.strides, Shape(src.strides.begin(), src.strides.begin() + out_dims)});
-  Shape red_shape(src.shape.begin() + out_dims, src.shape.end());
-  Shape red_strides(src.strides.begin() + out_dims, src.strides.end());
-  (void)reduce_dims;
-  std::int64_t red_count = 1;
-  for (auto s : red_shape) red_count *= s;
-  if (red_count == 0) throw std::invalid_argument("[reduce] empty reduction");
-
-  const int outer = static_cast<int>(nest.shape.size()) - 1;
-  const std::int64_t inner = nest.shape.back();
-  const std::int64_t dsi = nest.strides[0].back(), ssi = nest.strides[1].back();
-  std::int64_t outer_count = 1;
-  for (int d = 0; d < outer; ++d) outer_count *= nest.shape[d];
-  constexpr std::int64_t kChunk = 2048;
-  const std::int64_t chunks = (inner + kChunk - 1) / kChunk;
-  const std::int64_t work = outer_count * chunks;
-  const bool parallel = src.nbytes() * 1 >= kParallelBytes && work > 1;
-  const bool is_bf16 = dst.dtype == DType::bfloat16;
-
-#pragma omp parallel for schedule(static) if (parallel)
-  for (std::int64_t w = 0; w < work; ++w) {
-    A acc[kChunk];
-    std::int64_t offs[2];
-    outer_offsets(nest, outer, w / chunks, offs);
-    const std::int64_t c0 = (w % chunks) * kChunk;
-    const std::int64_t n = std::min(kChunk, inner - c0);
-    char* d = static_cast<char*>(dst.data) + offs[0] + c0 * dsi;
-    const char* s0 = static_cast<const char*>(src.data) + offs[1] + c0 * ssi;
-    for (std::int64_t r = 0; r < red_count; ++r) {
-      std::int64_t roff = 0, rr = r;
-      for (int k = static_cast<int>(red_shape.size()) - 1; k >= 0; --k) {
-        roff += (rr % red_shape[k]) * red_strides[k];
-        rr /= red_shape[k];
-      }
-      const char* s = s0 + roff;
-      if (r == 0) {
-        for (std::int64_t i = 0; i < n; ++i) acc[i] = load_acc<T, A>(s + i * ssi, is_bf16);
-        continue;
-      }
-      switch (op) {
-        case ReduceOp::sum:
-        case ReduceOp::mean:
-          if constexpr (std::is_same_v<T, A>) {
-            if (ssi == static_cast<std::int64_t>(sizeof(T))) {
-              const T* st = reinterpret_cast<const T*>(s);
-              for (std::int64_t i = 0; i < n; ++i) acc[i] += st[i];
-              break;
-            }
-          }
-          for (std::int64_t i = 0; i < n; ++i) acc[i] += load_acc<T, A>(s + i * ssi, is_bf16);
-          break;
-        case ReduceOp::max:
-          for (std::int64_t i = 0; i < n; ++i) {
-            const A v = load_acc<T, A>(s + i * ssi, is_bf16);
-            acc[i] = (v > acc[i] || v != v) ? v : acc[i];  // NaN propagates, as XLA's max
-          }
-          break;
-        case ReduceOp::min:
-          for (std::int64_t i = 0; i < n; ++i) {
-            const A v = load_acc<T, A>(s + i * ssi, is_bf16);
-            acc[i] = (v < acc[i] || v != v) ? v : acc[i];
-          }
-          break;
-      }
-    }
-    if (op == ReduceOp::mean) {
-      for (std::int64_t i = 0; i < n; ++i) acc[i] = static_cast<A>(acc[i] / static_cast<A>(red_count));
-    }
-    for (std::int64_t i = 0; i < n; ++i) store_acc<T, A>(d + i * dsi, acc[i]);
-  }
+  return reduce_rows_scalar;
 }
 
 }  // namespace
@@ -291,14 +206,52 @@ void reduce_strided(const ArrayRef& dst, const ArrayRef& src, int reduce_dims, R
                                 " followed by " + std::to_string(reduce_dims) + " reduced dims");
   }
   if (dst.dtype != src.dtype) throw std::invalid_argument("[reduce] dtypes differ");
+  (void)reduce_dims;
   if (dst.size() == 0) return;
-  switch (dst.dtype) {
-    case DType::float32: reduce_typed<float>(dst, src, reduce_dims, op); break;
-    case DType::float64: reduce_typed<double>(dst, src, reduce_dims, op); break;
-    case DType::bfloat16: reduce_typed<std::uint16_t>(dst, src, reduce_dims, op); break;
-    case DType::int32: reduce_typed<std::int32_t>(dst, src, reduce_dims, op); break;
-    case DType::int8: reduce_typed<std::int8_t>(dst, src, reduce_dims, op); break;
-    case DType::bool_: reduce_typed<bool>(dst, src, reduce_dims, op); break;
+  const int out_dims = dst.ndim();
+  // One nest over the output dims with strides (dst, src); reduction dims iterated inside.
+  Nest nest = simplify(dst.shape, {dst.strides, Shape(src.strides.begin(), src.strides.begin() + out_dims)});
+  const Shape red_shape(src.shape.begin() + out_dims, src.shape.end());
+  const Shape red_strides(src.strides.begin() + out_dims, src.strides.end());
+  std::int64_t red_count = 1;
+  for (auto s : red_shape) red_count *= s;
+  if (red_count == 0) throw std::invalid_argument("[reduce] empty reduction");
+  std::vector<std::int64_t> red_offsets(static_cast<std::size_t>(red_count));
+  for (std::int64_t r = 0; r < red_count; ++r) {
+    std::int64_t off = 0, rr = r;
+    for (int k = static_cast<int>(red_shape.size()) - 1; k >= 0; --k) {
+      off += (rr % red_shape[k]) * red_strides[k];
+      rr /= red_shape[k];
+    }
+    red_offsets[r] = off;
+  }
+
+  const int outer = static_cast<int>(nest.shape.size()) - 1;
+  const std::int64_t inner = nest.shape.back();
+  const std::int64_t dsi = nest.strides[0].back(), ssi = nest.strides[1].back();
+  std::int64_t outer_count = 1;
+  for (int d = 0; d < outer; ++d) outer_count *= nest.shape[d];
+  // Rows short enough that the accumulator stays in L1 while the sources stream through.
+  const std::int64_t chunk = std::min<std::int64_t>(inner, 2048);
+  const std::int64_t chunks = (inner + chunk - 1) / chunk;
+  const std::int64_t work = outer_count * chunks;
+  const bool parallel = src.nbytes() >= kParallelBytes && work > 1;
+  const ReduceRowsFn rows = reduce_rows_for(active_isa());
+
+#pragma omp parallel if (parallel)
+  {
+    std::vector<double> scratch(static_cast<std::size_t>(chunk));  // 8 bytes per element covers every accumulator
+    std::vector<const char*> srcs(static_cast<std::size_t>(red_count));
+#pragma omp for schedule(static)
+    for (std::int64_t w = 0; w < work; ++w) {
+      std::int64_t offs[2];
+      outer_offsets(nest, outer, w / chunks, offs);
+      const std::int64_t c0 = (w % chunks) * chunk;
+      const char* base = static_cast<const char*>(src.data) + offs[1] + c0 * ssi;
+      for (std::int64_t r = 0; r < red_count; ++r) srcs[r] = base + red_offsets[r];
+      rows(dst.dtype, op, srcs.data(), red_count, ssi, static_cast<char*>(dst.data) + offs[0] + c0 * dsi, dsi,
+           std::min(chunk, inner - c0), scratch.data());
+    }
   }
 }
 

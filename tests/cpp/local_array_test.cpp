@@ -1,7 +1,10 @@
 #include "shardlab/local_array.hpp"
 
+#include "shardlab/cpu_features.hpp"
+
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 #include <xtensor/xarray.hpp>
 #include <xtensor/xrandom.hpp>
@@ -44,6 +47,44 @@ TEST(LocalArray, LargeCopyIsExactInParallel) {
   xt::xarray<double> dst = xt::zeros<double>({1 << 16, 9});
   copy_strided(ref_of(dst, DType::float64), ref_of(src, DType::float64));
   EXPECT_EQ(dst, src);
+}
+
+class ReduceOnEveryIsa : public ::testing::TestWithParam<Isa> {
+ protected:
+  void SetUp() override {
+    if (static_cast<int>(GetParam()) > static_cast<int>(detected_isa())) GTEST_SKIP() << "CPU lacks it";
+    saved_ = active_isa();
+    set_active_isa(GetParam());
+  }
+  void TearDown() override { set_active_isa(saved_); }
+  Isa saved_ = Isa::scalar;
+};
+
+INSTANTIATE_TEST_SUITE_P(Isas, ReduceOnEveryIsa, ::testing::Values(Isa::scalar, Isa::avx2, Isa::avx512),
+                         [](const auto& info) { return isa_name(info.param); });
+
+TEST_P(ReduceOnEveryIsa, SumOfManyOddLengthRows) {
+  for (std::size_t rows : {1u, 3u, 4u, 5u, 9u}) {
+    for (std::size_t n : {1u, 7u, 33u, 2049u}) {
+      xt::xarray<double> src = xt::random::randn<double>({rows, n});
+      xt::xarray<double> dst = xt::zeros<double>({n});
+      ArrayRef s = ref_of(src, DType::float64);
+      reduce_strided(ref_of(dst, DType::float64), ArrayRef{s.data, s.dtype, {static_cast<std::int64_t>(n),
+                     static_cast<std::int64_t>(rows)}, {s.strides[1], s.strides[0]}}, 1, ReduceOp::sum);
+      xt::xarray<double> want = xt::sum(src, {0});
+      EXPECT_TRUE(xt::allclose(dst, want, 1e-12, 1e-12)) << rows << " x " << n;
+    }
+  }
+}
+
+TEST_P(ReduceOnEveryIsa, MaxPropagatesNaN) {
+  xt::xarray<float> src = {{1.0f, 5.0f}, {std::nanf(""), 2.0f}, {3.0f, 4.0f}};
+  xt::xarray<float> dst = xt::zeros<float>({2});
+  ArrayRef s = ref_of(src, DType::float32);
+  reduce_strided(ref_of(dst, DType::float32), ArrayRef{s.data, s.dtype, {2, 3}, {s.strides[1], s.strides[0]}}, 1,
+                 ReduceOp::max);
+  EXPECT_TRUE(std::isnan(dst(0)));
+  EXPECT_EQ(dst(1), 5.0f);
 }
 
 TEST(LocalArray, ReduceSumMaxMinMean) {
