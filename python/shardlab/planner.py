@@ -205,17 +205,29 @@ class _Costs:
         return float(cost.event_seconds({"op": "einsum", "flops": flops, "hbm_bytes": hbm_bytes,
                                          "dtype": np.dtype(dtype).name}, self.mesh))
 
-    def key(self, steps) -> tuple:
-        """Ranking key: time on hardware, else bytes; then bytes, FLOPs and step count."""
-        b = sum(s.bytes_sent for s in steps)
-        f = sum(s.flops for s in steps)
-        n = sum(s.op != "dynamic_slice" for s in steps)
+    def key(self, acc) -> tuple:
+        """Ranking key of an accumulated cost (bytes, comm s, compute s, FLOPs, collectives,
+        steps): time on hardware, else bytes; then bytes, FLOPs, collectives and steps."""
+        b, comm, comp, f, n, m = acc
         if self.hw:
-            comm = sum(s.seconds or 0.0 for s in steps if s.op != "einsum")
-            comp = sum(s.seconds or 0.0 for s in steps if s.op == "einsum")
             t = max(comm, comp) if self.overlap == "max" else comm + comp
-            return (round(t, 15), b, f, n, len(steps))
-        return (b, f, n, len(steps))
+            return (round(t, 15), b, f, n, m)
+        return (b, f, n, m)
+
+
+_ZERO = (0.0, 0.0, 0.0, 0.0, 0, 0)
+
+
+def _add(*accs) -> tuple:
+    return tuple(map(sum, zip(*accs)))
+
+
+def _acc(step: "Step") -> tuple:
+    if step.op == "einsum":
+        return (0.0, 0.0, step.seconds or 0.0, step.flops, 0, 1)
+    if step.op == "dynamic_slice":
+        return (0.0, 0.0, 0.0, 0.0, 0, 1)
+    return (step.bytes_sent, step.seconds or 0.0, 0.0, 0.0, 1, 1)
 
 
 # -- resharding: Dijkstra over layouts -----------------------------------------------------------
@@ -259,14 +271,19 @@ def _step(op, axes, d, d2, t: Term, new: Layout, mesh, costs: _Costs) -> Step:
     return Step(op, (t,), out, axes, d, d2, sent, 0.0, sec, mesh_order=mesh.axis_names)
 
 
-def _reachable(t: Term, mesh, costs: _Costs, memo: dict, ops=None) -> dict:
-    """Layout → (key, steps) of the cheapest way to reach it from ``t`` (Dijkstra), using
-    only the moves in ``ops`` if given."""
-    mk = (t.name, t.labels, t.layout, t.shape, t.dtype, ops)
-    if mk in memo:
-        return memo[mk]
-    best = {t.layout: (costs.key([]), [])}
-    heap = [(costs.key([]), 0, t.layout)]
+_REACH: dict = {}  # reachability is pure in (mesh, hardware, term, moves): shared across plans
+
+
+def _reachable(t: Term, mesh, costs: _Costs, ops=None) -> dict:
+    """Layout → (acc, parent layout, step) of the cheapest way to reach it from ``t``
+    (Dijkstra), using only the moves in ``ops`` if given. ``_path`` reads the steps."""
+    hw = mesh.hardware.name if mesh.hardware is not None else None
+    mk = (mesh, hw, repr(getattr(mesh, "physical_axes", None)), costs.overlap, t.name, t.labels, t.layout,
+          t.shape, t.dtype, ops)
+    if mk in _REACH:
+        return _REACH[mk]
+    best = {t.layout: (_ZERO, None, None)}
+    heap = [(costs.key(_ZERO), 0, t.layout)]
     tick = itertools.count(1)
     done = set()
     while heap:
@@ -274,18 +291,28 @@ def _reachable(t: Term, mesh, costs: _Costs, memo: dict, ops=None) -> dict:
         if lay in done:
             continue
         done.add(lay)
-        steps = best[lay][1]
+        acc = best[lay][0]
         cur = Term(t.name, t.labels, lay, t.shape, t.dtype)
         for op, axes, d, d2, new in _moves(cur, mesh, costs):
             if new in done or (ops is not None and op not in ops):
                 continue
-            s = steps + [_step(op, axes, d, d2, cur, new, mesh, costs)]
-            k = costs.key(s)
-            if new not in best or k < best[new][0]:
-                best[new] = (k, s)
-                heapq.heappush(heap, (k, next(tick), new))
-    memo[mk] = best
+            step = _step(op, axes, d, d2, cur, new, mesh, costs)
+            a = _add(acc, _acc(step))
+            if new not in best or costs.key(a) < costs.key(best[new][0]):
+                best[new] = (a, lay, step)
+                heapq.heappush(heap, (costs.key(a), next(tick), new))
+    if len(_REACH) > 50000:
+        _REACH.clear()
+    _REACH[mk] = best
     return best
+
+
+def _path(reach: dict, lay: Layout) -> list:
+    steps = []
+    while reach[lay][2] is not None:
+        steps.append(reach[lay][2])
+        lay = reach[lay][1]
+    return steps[::-1]
 
 
 # -- plans ------------------------------------------------------------------------------------
@@ -531,13 +558,13 @@ def _case_notes(terms: list, out_labels: str, mesh) -> list:
     return notes
 
 
-def _contract(terms: list, out: Term, target: Layout | None, mesh, costs: _Costs, memo: dict):
-    """Candidate step lists (cheapest first) contracting ``terms`` into ``out`` with layout ``target``
-    (None: the cheapest reduced layout). Each candidate: (key, steps, Term)."""
+def _contract(terms: list, out: Term, target: Layout | None, mesh, costs: _Costs, keep: int = 6):
+    """The ``keep`` cheapest distinct ways (by their collectives) to contract ``terms`` into
+    ``out`` with layout ``target`` (None: the layout the rules give). Each: (key, steps, Term)."""
     reach = []
     for t in terms:
-        r = _reachable(t, mesh, costs, memo)
-        reach.append([(lay, k, s) for lay, (k, s) in r.items() if not lay.unreduced])
+        r = _reachable(t, mesh, costs)
+        reach.append([(lay, acc) for lay, (acc, _, _) in r.items() if not lay.unreduced])
     out_set = set(out.labels)
     # Without a wanted layout, keep the rules' layout: never slice a dim that survives into the output.
     given = {l: {a for t in terms for m, axes in zip(t.labels, t.layout.dims) if m == l for a in axes}
@@ -545,12 +572,12 @@ def _contract(terms: list, out: Term, target: Layout | None, mesh, costs: _Costs
     all_labels = {l for t in terms for l in t.labels}
     dtype = np.result_type(*[t.dtype for t in terms])
     sizes = {l: s for t in terms for l, s in zip(t.labels, t.shape)}
-    cands = {}
+    found = []
     for combo in itertools.product(*reach):
         axes_of: dict = {}
         owner: dict = {}
         ok = True
-        for t, (lay, _, _) in zip(terms, combo):
+        for t, (lay, _) in zip(terms, combo):
             for l, axes in zip(t.labels, lay.dims):
                 if axes_of.setdefault(l, axes) != axes:
                     ok = False  # a shared dim must be split the same way in every operand
@@ -564,28 +591,33 @@ def _contract(terms: list, out: Term, target: Layout | None, mesh, costs: _Costs
         dims = tuple(axes_of[l] for l in out.labels)
         unreduced = frozenset(a for l in all_labels - out_set for a in axes_of[l])
         c = Term(out.name, out.labels, Layout(dims, unreduced), out.shape, dtype)
-        ins = tuple(Term(t.name, t.labels, lay, t.shape, t.dtype) for t, (lay, _, _) in zip(terms, combo))
+        ins = tuple(Term(t.name, t.labels, lay, t.shape, t.dtype) for t, (lay, _) in zip(terms, combo))
         local = {l: sizes[l] // math.prod(mesh.shape[a] for a in axes_of[l]) for l in all_labels}
         flops = 2.0 * math.prod(local.values())
         hbm = sum(t.local_bytes(mesh) for t in ins) + c.local_bytes(mesh)
         mult = Step("einsum", ins, c, flops=flops, seconds=costs.compute(flops, hbm, dtype),
                     hbm_bytes=hbm, mesh_order=mesh.axis_names)
         # Without a wanted layout only the unreduced axes are cleared; nothing else moves.
-        post = _reachable(c, mesh, costs, memo, None if target is not None else ("psum", "psum_scatter"))
-        if target is not None:
-            if target not in post:
-                continue
-            ends = [post[target][1]]
-        else:
-            ends = [s for lay, (k, s) in post.items() if not lay.unreduced]
-        pre = [s for (_, _, s) in combo]
+        post = _reachable(c, mesh, costs, None if target is not None else ("psum", "psum_scatter"))
+        ends = [target] if target is not None else [lay for lay in post if not lay.unreduced]
+        pre = _add(*[acc for _, acc in combo], _acc(mult))
         for e in ends:
-            steps = [st for p in pre for st in p] + [mult] + e
-            k = costs.key(steps)
-            sig = tuple((s.op, s.axes, s.inputs[0].name) for s in steps if s.op not in ("einsum", "dynamic_slice"))
-            if sig not in cands or k < cands[sig][0]:
-                cands[sig] = (k, steps, e[-1].output if e else c)
-    return sorted(cands.values(), key=lambda c: c[0])
+            if e in post:
+                total = _add(pre, post[e][0])
+                found.append((costs.key(total), len(found), combo, mult, post, e))
+    found.sort(key=lambda f: f[:2])
+    out_cands, seen = [], set()
+    for k, _, combo, mult, post, e in found:
+        steps = [st for t, (lay, _) in zip(terms, combo) for st in _path(_reachable(t, mesh, costs), lay)]
+        steps += [mult] + _path(post, e)
+        sig = tuple((s.op, s.axes, s.inputs[0].name) for s in steps if s.op not in ("einsum", "dynamic_slice"))
+        if sig in seen:
+            continue
+        seen.add(sig)
+        out_cands.append((k, steps, steps[-1].output))
+        if len(out_cands) >= keep:
+            break
+    return out_cands
 
 
 def _direct_rejection(terms: list, out_labels: str) -> list:
@@ -675,8 +707,8 @@ def plan_einsum(subscripts: str, *operands, out_sharding=None, unreduced=(), mes
                 raise ValueError(f"[{op}] output dim {d} has size {s}, not divisible by {k} (axes {axes})")
     if overlap not in ("max", "sum"):
         raise ValueError(f"[{op}] overlap={overlap!r}; use 'max' or 'sum'")
-    costs, memo = _Costs(mesh, overlap), {}
-    best = _search(terms, out_labels, out_shape, names[n], target, mesh, costs, memo)
+    costs = _Costs(mesh, overlap)
+    best = _search(terms, out_labels, out_shape, names[n], target, mesh, costs)
     if not best:
         why = f"no sequence of collectives reaches {Term(names[n], out_labels, target, out_shape, np.float32).render()}"
         if target is not None and target.unreduced:
@@ -689,11 +721,11 @@ def plan_einsum(subscripts: str, *operands, out_sharding=None, unreduced=(), mes
                 _direct_rejection(terms, out_labels), overlap)
 
 
-def _search(terms, out_labels, out_shape, out_name, target, mesh, costs, memo):
+def _search(terms, out_labels, out_shape, out_name, target, mesh, costs):
     """Candidates for contracting all ``terms``; more than two go pairwise in every order."""
     if len(terms) <= 2:
         out = Term(out_name, out_labels, Layout(((),) * len(out_labels)), out_shape, np.float32)
-        return _contract(terms, out, target, mesh, costs, memo)
+        return _contract(terms, out, target, mesh, costs)
     results = []
     for i, j in itertools.combinations(range(len(terms)), 2):
         rest = [t for k, t in enumerate(terms) if k not in (i, j)]
@@ -701,13 +733,13 @@ def _search(terms, out_labels, out_shape, out_name, target, mesh, costs, memo):
         lab = "".join(l for l in dict.fromkeys(terms[i].labels + terms[j].labels) if l in keep)
         sizes = {l: s for t in terms for l, s in zip(t.labels, t.shape)}
         mid = Term(f"T{len(terms) - 2}", lab, Layout(((),) * len(lab)), tuple(sizes[l] for l in lab), np.float32)
-        first = _contract([terms[i], terms[j]], mid, None, mesh, costs, memo)
+        first = _contract([terms[i], terms[j]], mid, None, mesh, costs, keep=1)
         if not first:
             continue
         k1, s1, t1 = first[0]
-        for k2, s2, t2 in _search(rest + [t1], out_labels, out_shape, out_name, target, mesh, costs, memo)[:3]:
+        for k2, s2, t2 in _search(rest + [t1], out_labels, out_shape, out_name, target, mesh, costs)[:3]:
             steps = s1 + s2
-            results.append((costs.key(steps), steps, t2))
+            results.append((costs.key(_add(_ZERO, *map(_acc, steps))), steps, t2))
     return sorted(results, key=lambda c: c[0])
 
 
@@ -737,9 +769,9 @@ def plan_reshard(x, sharding, *, unreduced=(), name: str = "A") -> Plan:
         if s % k:
             raise ValueError(f"[{op}] dim {d} has size {s}, not divisible by {k} (axes {axes})")
     costs = _Costs(mesh)
-    reach = _reachable(t, mesh, costs, {})
+    reach = _reachable(t, mesh, costs)
     if target not in reach:
         raise ValueError(f"[{op}] cannot reach {Term(name, labels, target, shape, dtype).render()} from "
                          f"{t.render()}: unreduced axes can only be reduced, never created")
-    steps = reach[target][1]
+    steps = _path(reach, target)
     return Plan(f"reshard {labels}", mesh, [t], steps[-1].output if steps else t, steps)
