@@ -172,19 +172,28 @@ const char* reduce_name(ReduceOp op) {
 
 }  // namespace
 
-Shape all_gather_shape(const Mesh& mesh, const Shape& in, const AxisNames& axes, int axis, bool tiled) {
-  const auto idx = check(mesh, in, axes, "all_gather");
+namespace {
+
+Shape gather_like_shape(const Mesh& mesh, const Shape& in, const AxisNames& axes, int axis, bool tiled,
+                        const std::string& op) {
+  const auto idx = check(mesh, in, axes, op);
   const int k = mesh.ndim(), r = static_cast<int>(in.size()) - k;
   const std::int64_t n = mesh.group_size(idx);
   Shape out = in;
   for (int a : idx) out[a] = 1;
   if (tiled) {
-    if (r == 0) throw std::invalid_argument("[all_gather] tiled=True needs a value of rank >= 1, got a scalar");
-    out[k + norm_axis(axis, r, "all_gather", "axis")] *= n;
+    if (r == 0) throw std::invalid_argument("[" + op + "] tiled=True needs a value of rank >= 1, got a scalar");
+    out[k + norm_axis(axis, r, op, "axis")] *= n;
   } else {
-    out.insert(out.begin() + k + norm_axis(axis, r + 1, "all_gather", "axis"), n);
+    out.insert(out.begin() + k + norm_axis(axis, r + 1, op, "axis"), n);
   }
   return out;
+}
+
+}  // namespace
+
+Shape all_gather_shape(const Mesh& mesh, const Shape& in, const AxisNames& axes, int axis, bool tiled) {
+  return gather_like_shape(mesh, in, axes, axis, tiled, "all_gather");
 }
 
 Event all_gather(const Mesh& mesh, const ArrayRef& in, const ArrayRef& out, const AxisNames& axes,
@@ -222,32 +231,41 @@ Event all_reduce(const Mesh& mesh, const ArrayRef& in, const ArrayRef& out, cons
   return make_event(name, mesh, axes, idx, in, out.shape, local_count(mesh, in.shape));
 }
 
-Shape psum_scatter_shape(const Mesh& mesh, const Shape& in, const AxisNames& axes,
-                         int scatter_dimension, bool tiled) {
-  const auto idx = check(mesh, in, axes, "psum_scatter");
+namespace {
+
+Shape scatter_like_shape(const Mesh& mesh, const Shape& in, const AxisNames& axes, int scatter_dimension,
+                         bool tiled, const std::string& op) {
+  const auto idx = check(mesh, in, axes, op);
   const int k = mesh.ndim(), r = static_cast<int>(in.size()) - k;
   const std::int64_t n = mesh.group_size(idx);
-  const int d = norm_axis(scatter_dimension, r, "psum_scatter", "scatter_dimension");
+  const int d = norm_axis(scatter_dimension, r, op, "scatter_dimension");
   const std::int64_t l = in[k + d];
   Shape out = in;
   for (int a : idx) out[a] = mesh.axis_sizes()[a];
   if (tiled) {
     if (l % n != 0) {
-      throw std::invalid_argument("[psum_scatter] scatter_dimension " + std::to_string(d) +
+      throw std::invalid_argument("[" + op + "] scatter_dimension " + std::to_string(d) +
                                   " has size " + std::to_string(l) + ", which is not divisible by " +
                                   std::to_string(n) + ", the size of " + axes_str(axes));
     }
     out[k + d] = l / n;
   } else {
     if (l != n) {
-      throw std::invalid_argument("[psum_scatter] scatter_dimension " + std::to_string(d) +
+      throw std::invalid_argument("[" + op + "] scatter_dimension " + std::to_string(d) +
                                   " has size " + std::to_string(l) + ", which is not the size " +
                                   std::to_string(n) + " of " + axes_str(axes) +
-                                  "; untiled psum_scatter needs them equal (or pass tiled=True)");
+                                  "; untiled " + op + " needs them equal (or pass tiled=True)");
     }
     out.erase(out.begin() + k + d);
   }
   return out;
+}
+
+}  // namespace
+
+Shape psum_scatter_shape(const Mesh& mesh, const Shape& in, const AxisNames& axes,
+                         int scatter_dimension, bool tiled) {
+  return scatter_like_shape(mesh, in, axes, scatter_dimension, tiled, "psum_scatter");
 }
 
 Event psum_scatter(const Mesh& mesh, const ArrayRef& in, const ArrayRef& out, const AxisNames& axes,
@@ -433,7 +451,7 @@ Event reduce(const Mesh& mesh, const ArrayRef& in, const ArrayRef& out, const Ax
 
 Shape gather_shape(const Mesh& mesh, const Shape& in, const AxisNames& axes, std::int64_t root,
                    int axis, bool tiled) {
-  Shape out = all_gather_shape(mesh, in, axes, axis, tiled);
+  Shape out = gather_like_shape(mesh, in, axes, axis, tiled, "gather");
   const auto idx = resolve_axes(mesh, axes, "gather");
   check_root(mesh, idx, root, "gather");
   for (int a : idx) out[a] = mesh.axis_sizes()[a];
@@ -451,7 +469,7 @@ Event gather(const Mesh& mesh, const ArrayRef& in, const ArrayRef& out, const Ax
 
 Shape scatter_shape(const Mesh& mesh, const Shape& in, const AxisNames& axes, std::int64_t root,
                     int scatter_dimension, bool tiled) {
-  Shape out = psum_scatter_shape(mesh, in, axes, scatter_dimension, tiled);
+  Shape out = scatter_like_shape(mesh, in, axes, scatter_dimension, tiled, "scatter");
   check_root(mesh, resolve_axes(mesh, axes, "scatter"), root, "scatter");
   return out;
 }

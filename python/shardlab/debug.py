@@ -64,7 +64,7 @@ class ShardingDiagram:
 
         from .ledger import _Null
 
-        console = Console(width=120, record=True, file=_Null(), color_system=None)
+        console = Console(width=120, record=True, file=_Null(), color_system=None, force_jupyter=False)
         console.print(self.__rich__())
         return console.export_text()
 

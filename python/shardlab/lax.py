@@ -19,6 +19,7 @@ import numpy as np
 
 from . import _core, _tree
 from .dtypes import canonicalize
+from .dtypes import canonicalize
 from .ledger import record
 from .local_array import LocalArray, lift
 from .shard_map import current_mesh
@@ -57,7 +58,10 @@ def _tree_map(fn, x):
 
 
 def _run(core_fn, mesh, x: LocalArray, *args) -> LocalArray:
-    out, event = core_fn(mesh._core, x.storage, *args)
+    storage = x.storage
+    if storage.dtype.kind in "iu" and storage.dtype.itemsize > 4:
+        storage = canonicalize(storage, core_fn.__name__)  # int64 from numpy arithmetic → int32, as JAX
+    out, event = core_fn(mesh._core, storage, *args)
     record(event, mesh)
     return LocalArray(out, mesh)
 

@@ -158,7 +158,7 @@ class Ledger:
         """The events as a plain-text table."""
         from rich.console import Console
 
-        console = Console(width=120, record=True, file=_Null(), color_system=None)
+        console = Console(width=120, record=True, file=_Null(), color_system=None, force_jupyter=False)
         console.print(self.__rich__())
         return console.export_text()
 
