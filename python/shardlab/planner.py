@@ -378,6 +378,14 @@ class Plan:
     def ops(self) -> tuple:
         return tuple(s.op for s in self.steps if s.op not in ("einsum", "dynamic_slice"))
 
+    def alternative(self, ops) -> "Plan | None":
+        """The cheapest of this plan and its alternatives whose collectives are ``ops``
+        (e.g. ``("all_gather",)``), or None."""
+        for p in [self] + self.alternatives:
+            if p.ops == tuple(ops):
+                return p
+        return None
+
     @property
     def out_sharding(self) -> NamedSharding:
         return NamedSharding(self.mesh, self.output.layout.spec())
