@@ -39,8 +39,10 @@ cpp-test-sanitize: system-deps
 	cmake --build build/asan
 	ASAN_OPTIONS=detect_leaks=0 SHARDLAB_TEST_QUICK=1 ctest --test-dir build/asan --output-on-failure -j $(JOBS)
 
+# tests/python (JAX comparisons and notebooks included) and the docstring examples of the
+# installed package, in one pytest run.
 py-test:
-	$(PYTHON) -m pytest -q -p no:cacheprovider
+	$(PYTHON) -m pytest -q -p no:cacheprovider tests/python --doctest-modules --pyargs shardlab
 
 bench: install
 	$(PYTHON) benchmarks/bench_collectives.py

@@ -50,7 +50,7 @@ def _implements(*np_funcs):
 
 
 def _is_local(*values) -> bool:
-    return any(isinstance(v, LocalArray) for v in values)
+    return builtins.any(isinstance(v, LocalArray) for v in values)
 
 
 # -- creation (always invariant constants) -------------------------------------------------
