@@ -15,6 +15,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import _core, _tree
@@ -53,6 +55,8 @@ def _lift(v, mesh, op: str) -> LocalArray:
 
 
 def _tree_map(fn, x):
+    if isinstance(x, LocalArray):
+        return fn(x)
     leaves, treedef = _tree.flatten(x, lambda v: isinstance(v, LocalArray))
     return _tree.unflatten(treedef, [fn(v) for v in leaves])
 
@@ -80,12 +84,14 @@ def axis_index(axis_name) -> LocalArray:
 
 def _reduce_collective(x, axis_name, op: str, reduction: str):
     mesh, names = _axes(axis_name, op)
-    n = axis_size(axis_name)
+    n = math.prod(mesh.shape[a] for a in names)
 
     def one(v):
         if not isinstance(v, LocalArray):
             # A constant is invariant: psum multiplies by the group size, with no communication.
             arr = canonicalize(np.asarray(v), op)
+            if isinstance(v, (int, float)):
+                return v * n if reduction == "sum" else v  # stays weakly typed, as in JAX
             return arr * n if reduction == "sum" else arr
         if reduction == "mean" and v.dtype.kind in "iub":
             v = LocalArray(v.storage.astype(np.float32), mesh)
