@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .dtypes import canonicalize
+from .dtypes import bfloat16, canonicalize
 
 # numpy function → implementation taking LocalArrays (filled in by shardlab.numpy).
 HANDLED: dict = {}
@@ -107,6 +107,8 @@ class LocalArray(np.lib.mixins.NDArrayOperatorsMixin):
                 return matmul(*inputs)
             mesh = mesh_of(inputs)
             storages = aligned(inputs, mesh)
+            if ufunc is not np.ldexp:
+                storages = jax_promotion(storages)
             return LocalArray(ufunc(*storages, **kwargs), mesh)
         if method == "reduce" and len(inputs) == 1:
             x = inputs[0]
@@ -235,6 +237,18 @@ def aligned(values, mesh) -> list:
             s = out[i]
             out[i] = s.reshape(s.shape[:k] + (1,) * (r - rank) + s.shape[k:])
     return out
+
+
+def jax_promotion(values) -> list:
+    """JAX's rule for integer and floating arrays together: the result has the floating type
+    (int32 * float32 is float32 and int32 * bfloat16 is bfloat16, where numpy would give
+    float64 or refuse). Python scalars are left to numpy's weak promotion, which matches JAX's."""
+    arrays = [v for v in values if isinstance(v, np.ndarray)]
+    floats = [a.dtype for a in arrays if a.dtype.kind == "f" or a.dtype == bfloat16]
+    if not floats or all(a.dtype.kind not in "iub" for a in arrays):
+        return list(values)
+    target = np.result_type(*floats)
+    return [v.astype(target) if isinstance(v, np.ndarray) and v.dtype.kind in "iub" else v for v in values]
 
 
 def local_axes(axis, x: LocalArray):

@@ -79,6 +79,18 @@ def full_like(x, fill_value, dtype=None):
     return np.full_like(x, fill_value, dtype=dtype)
 
 
+@_implements(np.ndim)
+def ndim(x) -> int:
+    """Rank (the LOCAL rank of a per-device value)."""
+    return x.ndim if isinstance(x, LocalArray) else np.ndim(x)
+
+
+@_implements(np.shape)
+def shape(x) -> tuple:
+    """Shape (the LOCAL shape of a per-device value)."""
+    return x.shape if isinstance(x, LocalArray) else np.shape(x)
+
+
 # -- reductions ----------------------------------------------------------------------------
 def _reduction(np_fn):
     def fn(x, axis=None, dtype=None, keepdims=False, **kw):
