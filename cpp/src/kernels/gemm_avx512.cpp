@@ -1,8 +1,8 @@
-// AVX-512 fp32 micro-kernel: an MR x 32 tile of C held in 2*MR zmm registers.
+// AVX-512 fp32 micro-kernel: an 8 x 32 tile of C held in 16 zmm registers.
 //
 // Zen 5 and Sapphire Rapids issue two 512-bit FMAs per cycle with 4-cycle latency, so at least
-// 8 independent accumulators are needed; 2*MR = 28 leaves room for the two B vectors and the
-// broadcast of A, and makes each B load serve 14 FMAs.
+// 8 independent accumulators are needed. 16 (8 x 32) measured ~10% faster on Zen 5 than 28
+// (14 x 32): fewer A broadcasts per k and an A micro-panel that packs with one 8x8 transpose.
 #include <immintrin.h>
 
 #include "gemm_microkernel.hpp"
@@ -10,7 +10,7 @@
 namespace shardlab::gemm_detail {
 namespace {
 
-constexpr int kMr = 14;
+constexpr int kMr = 8;
 constexpr int kNr = 32;
 
 template <int MR>
@@ -27,6 +27,8 @@ void kernel_f32(int64_t kc, const void* a_, const void* b_, float* c, int64_t ld
   }
 #pragma GCC unroll 2
   for (int64_t k = 0; k < kc; ++k) {
+    // The A micro-panel streams from L2; the B one stays in L1.
+    _mm_prefetch(reinterpret_cast<const char*>(a + 8 * MR), _MM_HINT_T0);
     const __m512 b0 = _mm512_load_ps(b);
     const __m512 b1 = _mm512_load_ps(b + 16);
 #pragma GCC unroll 16
@@ -58,8 +60,8 @@ KernelSet kernels_avx512(GemmType type) {
   ks.nr = kNr;
   ks.kpack = 1;
   ks.elem_bytes = 4;
-  ks.mc = 14 * 12;
-  ks.kc = 256;
+  ks.mc = 8 * 21;
+  ks.kc = 512;
   ks.nc = 4096;
   ks.kernel = kernel_f32<kMr>;
   if (type == GemmType::f32) {
