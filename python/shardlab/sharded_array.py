@@ -131,7 +131,7 @@ class ShardedArray:
     def _local(self, pos: int) -> np.ndarray:
         coords = np.unravel_index(pos, self.sharding.mesh.devices.shape)
         idx = tuple(int(c) if s != 1 else 0 for c, s in zip(coords, self._storage.shape))
-        v = self._storage[idx]
+        v = self._storage[idx + (Ellipsis,)]  # Ellipsis: a 0-d view, not a scalar, for rank-0 arrays
         v = v.view()
         v.flags.writeable = False
         return v
