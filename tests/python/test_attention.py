@@ -311,3 +311,23 @@ def test_mixed_dtype_and_mask_errors():
         flash_attention_backward(x, x, x, x, np.zeros((1, 4, 2), np.float32), x)
     with pytest.raises(ValueError, match=r"\[flash_attention_backward\] dout has shape"):
         flash_attention_backward(x, x, x, x, np.zeros((1, 2, 4), np.float32), x[:, :3])
+
+
+@pytest.mark.parametrize("where", ["q", "k", "v"])
+def test_nan_inputs_propagate(isa, where):
+    # NaN must not be silently dropped (a NaN score clamped to exp2(-127) = 0 would be).
+    rng = np.random.default_rng(8)
+    arrays = {n: rand(rng, 1, 20, 1, 16) for n in ("q", "k", "v")}
+    arrays[where][0, 3, 0, 2] = np.nan
+    q, k, v = arrays["q"], arrays["k"], arrays["v"]
+    out, lse = flash_attention(q, k, v, is_causal=True, return_lse=True)
+    # Causal: a NaN query poisons its own row; a NaN key or value every row that sees it.
+    # (A NaN value may also reach rows that give it probability 0, as 0 * NaN does in JAX's
+    # and torch's P @ V.)
+    seen_by = [3] if where == "q" else list(range(3, 20))
+    assert np.isnan(out[0, seen_by]).any(axis=(1, 2)).all()
+    if where != "v":
+        assert not np.isnan(np.delete(out, seen_by, axis=1)).any()
+        assert np.isnan(lse[0, 0, seen_by]).all()
+    dq, dk, _ = flash_attention_backward(q, k, v, out, lse, np.ones_like(out), is_causal=True)
+    assert np.isnan(dq).any() and np.isnan(dk).any()

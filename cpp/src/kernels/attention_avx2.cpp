@@ -21,7 +21,7 @@ struct VecAvx2 {
   static R max(R a, R b) { return _mm256_max_ps(a, b); }
   // Same polynomial and clamping as the AVX-512 file (max relative error 2.3e-7).
   static R exp2(R x) {
-    x = _mm256_min_ps(_mm256_max_ps(x, set1(-127.0f)), set1(127.0f));
+    x = _mm256_min_ps(set1(127.0f), _mm256_max_ps(set1(-127.0f), x));  // NaN stays NaN
     const R n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const R f = sub(x, n);
     R p = set1(1.3266970636323094e-3f);

@@ -24,9 +24,11 @@ struct VecAvx512 {
   static R max(R a, R b) { return _mm512_max_ps(a, b); }
   // 2^x = 2^n * 2^f with n = round(x), |f| <= 1/2 and a degree-5 polynomial fitted on
   // Chebyshev nodes (max relative error 2.3e-7, about 2 ulp). Clamping to -127 makes the
-  // exponent field 0, so exp2(-inf) is exactly 0 (masked scores contribute nothing).
+  // exponent field 0, so exp2(-inf) is exactly 0 (masked scores contribute nothing). MAXPS and
+  // MINPS return their second operand when either is NaN, hence the operand order: a NaN
+  // score must give a NaN probability, not a silently dropped key.
   static R exp2(R x) {
-    x = _mm512_min_ps(_mm512_max_ps(x, set1(-127.0f)), set1(127.0f));
+    x = _mm512_min_ps(set1(127.0f), _mm512_max_ps(set1(-127.0f), x));  // NaN stays NaN
     const R n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const R f = sub(x, n);
     R p = set1(1.3266970636323094e-3f);

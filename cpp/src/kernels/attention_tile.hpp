@@ -271,10 +271,11 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
         gemm<V>(mq, Dp, nk, St, 1, kBq, Bv, ldv, O, Dp, true, alpha);
       }
       for (int64_t i = 0; i < mq; ++i) {
-        const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+        // l == 0 only when every key is masked; a NaN l (NaN input) must stay visible.
+        const float inv = l[i] == 0.0f ? 0.0f : 1.0f / l[i];
         T* o = out + (b * Tq + i0 + i) * ldq + h * D;
         for (int64_t d = 0; d < D; ++d) narrow(O[i * Dp + d] * inv, o + d);
-        lse[(b * Hq + h) * Tq + i0 + i] = l[i] > 0.0f ? (m[i] + std::log2(l[i])) * kLn2 : -kInf;
+        lse[(b * Hq + h) * Tq + i0 + i] = l[i] == 0.0f ? -kInf : (m[i] + std::log2(l[i])) * kLn2;
       }
     }
   }
