@@ -13,6 +13,7 @@ import numpy as np
 
 from .kernels.attention import flash_attention, flash_attention_backward
 from .local_array import LocalArray
+from .numpy import _record_compute
 
 __all__ = ["dot_product_attention", "dot_product_attention_vjp"]
 
@@ -84,6 +85,29 @@ class _Folded:
         if self.mesh is None:
             return x.reshape(local_shape)
         return LocalArray.from_storage(x.reshape(self.lead + tuple(local_shape)), self.mesh)
+
+
+def _attention_flops(q_local, k_local, is_causal, passes):
+    """Per-device FLOPs: 4 per (query, key, head_dim) pair forward, 10 backward (FA-2 count),
+    over the pairs causal masking leaves (a boolean mask is not discounted)."""
+    q4 = (1,) * (4 - len(q_local)) + tuple(q_local)
+    B, Tq, Hq, D = q4
+    Tk = k_local[-3]
+    pairs = sum(min(i + 1, Tk) for i in range(Tq)) if is_causal else Tq * Tk
+    return passes * B * Hq * D * pairs
+
+
+def _record(op, f, arrays, flops):
+    """Writes the call into the ledger when it ran inside shard_map (one event per device);
+    the bytes are what one device reads and writes: `arrays` and the outputs."""
+    if f.mesh is None:
+        return
+    nbytes = sum(int(np.prod(_local_shape(x))) * np.dtype(_dtype(x)).itemsize for x in arrays)
+    _record_compute(op, f.mesh, flops, nbytes, _dtype(arrays[0]))
+
+
+def _dtype(x):
+    return x.storage.dtype if isinstance(x, LocalArray) else np.asarray(x).dtype
 
 
 def _local_shape(x):
@@ -165,6 +189,8 @@ def dot_product_attention(
     q_local = _local_shape(query)
     out = f.unfold(out, q_local)
     res = f.unfold(np.swapaxes(lse, 1, 2), q_local[:-1])  # JAX's residual layout: (B, T, N)
+    flops = _attention_flops(q_local, _local_shape(key), is_causal, 4)
+    _record(op, f, [query, key, value, query], flops)  # the output is query-sized
     return (out, res) if return_residual else out
 
 
@@ -201,4 +227,6 @@ def dot_product_attention_vjp(query, key, value, dout, *, mask=None, scale=None,
     grads = flash_attention_backward(q4, k4, v4, out, lse, g4, is_causal=is_causal,
                                      scale=scale, mask=m4)
     grads = tuple(f.unfold(g, _local_shape(x)) for g, x in zip(grads, (query, key, value)))
+    flops = _attention_flops(_local_shape(query), _local_shape(key), is_causal, 14)
+    _record(op, f, [query, key, value, dout, query, key, value], flops)  # + the gradients
     return grads

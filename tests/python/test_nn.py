@@ -254,3 +254,17 @@ def test_inside_shard_map_three_dimensional():
                        mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec)(q, k, v)
     np.testing.assert_allclose(np.asarray(out),
                                snn.dot_product_attention(q, k, v, is_causal=True), atol=1e-6)
+
+
+def test_inside_shard_map_is_recorded_in_the_ledger():
+    sl, mesh = _mesh()
+    rng = np.random.default_rng(7)
+    q, k, v = rand(rng, 4, 16, 4, 8), rand(rng, 4, 16, 2, 8), rand(rng, 4, 16, 2, 8)
+    spec = sl.P("data", None, "model")
+    with sl.Ledger() as ledger:
+        sl.shard_map(lambda q, k, v: snn.dot_product_attention(q, k, v, is_causal=True),
+                     mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec)(q, k, v)
+    (event,) = [e for e in ledger.events if e["op"] == "dot_product_attention"]
+    # Local problem: B=2, Hq=2, D=8; causal 16x16 leaves 136 (query, key) pairs; 4 FLOPs each.
+    assert event["flops"] == 4 * 2 * 2 * 8 * 136
+    assert event["num_groups"] == mesh.size
