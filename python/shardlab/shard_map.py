@@ -113,7 +113,7 @@ def _enter(x, spec, mesh: Mesh, i: int) -> LocalArray:
         if x.sharding.mesh != mesh:
             raise ValueError(f"[shard_map] argument {i} lives on {x.sharding.mesh!r} but shard_map "
                              f"runs on {mesh!r}; device_put it onto this mesh first")
-        if x.sharding.is_equivalent_to(sharding, x.ndim):
+        if x.sharding.is_equivalent_to(sharding, x.ndim) and not x.unreduced:
             return LocalArray(x._storage, mesh)
         x = np.asarray(x)
     elif isinstance(x, LocalArray):
