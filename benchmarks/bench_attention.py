@@ -54,7 +54,7 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--seq", type=int, default=2048)
     ap.add_argument("--head-dim", type=int, default=128)
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--json", help="also write the results to this file")
     args = ap.parse_args()
 

@@ -206,32 +206,16 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
         const int64_t nk = std::min(kBk, kend - j0);
         const T* kt = k + (b * Tk + j0) * ldk + hk * D;
         const T* vt = v + (b * Tk + j0) * ldk + hk * D;
-        const float* A;
-        int64_t lda;
+        // fp32 tiles are read in place where the layout allows; the rest is widened/padded.
+        const float *A = Kr, *Bv = Vr;
+        int64_t lda = D, ldv = Dp;
         if constexpr (std::is_same<T, float>::value) {
-          A = kt;
-          lda = ldk;
+          A = kt, lda = ldk;
+          if (raw_v) Bv = vt, ldv = ldk;
         } else {
           pack_rows(kt, ldk, nk, D, Kr, D);
-          A = Kr;
-          lda = D;
         }
-        const float* Bv;
-        int64_t ldv;
-        if constexpr (std::is_same<T, float>::value) {
-          if (raw_v) {
-            Bv = vt;
-            ldv = ldk;
-          } else {
-            pack_rows(vt, ldk, nk, D, Vr, Dp);
-            Bv = Vr;
-            ldv = Dp;
-          }
-        } else {
-          pack_rows(vt, ldk, nk, D, Vr, Dp);
-          Bv = Vr;
-          ldv = Dp;
-        }
+        if (Bv == Vr) pack_rows(vt, ldk, nk, D, Vr, Dp);
         gemm<V>(nk, mqp, D, A, lda, 1, Qt, kBq, St, kBq, false, nullptr);
         if (p.causal && j0 + nk - 1 > i0) {
           for (int64_t j = 0; j < nk; ++j) {
