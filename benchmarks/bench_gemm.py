@@ -9,8 +9,9 @@ For each n and thread count it prints, from the same run:
   * bf16 in, fp32 accumulate: ours vs OpenBLAS fp32, target >= 1.7x;
   * fp32 with the AVX2 path forced vs this machine's AVX2 peak
     (threads x GHz x 2 FMA ports x 8 lanes x 2 flops, clock measured), target >= 0.8.
-Each figure is the best of --reps timed runs after one warm-up, with ours and numpy
-interleaved so that load from other processes hits both alike.
+Each figure is the best of several timed runs (at least --reps, more while they fit in
+--budget seconds) after one warm-up; numpy and ours are timed back to back for each size and
+thread count, so load from other processes hits both alike.
 """
 
 from __future__ import annotations
@@ -30,10 +31,14 @@ from shardlab import _core
 from shardlab.kernels import gemm
 
 
-def best_seconds(fn, reps: int) -> float:
+def best_seconds(fn, reps: int, budget: float) -> float:
+    """Best of at least `reps` runs, more while they fit in `budget` seconds: on a shared
+    machine a short run is often preempted, and the best run is the one that was not."""
+    t0 = time.perf_counter()
     fn()
-    best = float("inf")
-    for _ in range(reps):
+    best = time.perf_counter() - t0
+    runs = max(reps, min(50, int(budget / best)))
+    for _ in range(runs):
         t0 = time.perf_counter()
         fn()
         best = min(best, time.perf_counter() - t0)
@@ -52,7 +57,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--reps", type=int, default=3, help="minimum timed runs per figure")
+    parser.add_argument("--budget", type=float, default=1.5, help="seconds of runs per figure")
+    parser.add_argument(
+        "--batched", type=lambda t: tuple(map(int, t.split("x"))), nargs="*",
+        default=[(64, 128, 128, 128), (16, 512, 512, 512)], help="BxMxKxN batched cases",
+    )
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
 
@@ -78,12 +88,14 @@ def main() -> None:
         gflop = 2.0 * n**3 / 1e9
         for threads in args.threads:
             with threadpoolctl.threadpool_limits(threads):
-                t_np = best_seconds(lambda: a @ b, args.reps)
-                t_f32 = best_seconds(lambda: gemm(a, b), args.reps)
-                t_bf16 = best_seconds(lambda: gemm(a16, b16, preferred_element_type=np.float32), args.reps)
+                t_np = best_seconds(lambda: a @ b, args.reps, args.budget)
+                t_f32 = best_seconds(lambda: gemm(a, b), args.reps, args.budget)
+                t_bf16 = best_seconds(
+                    lambda: gemm(a16, b16, preferred_element_type=np.float32), args.reps, args.budget
+                )
                 _core.set_active_isa("avx2")
                 try:
-                    t_avx2 = best_seconds(lambda: gemm(a, b), args.reps)
+                    t_avx2 = best_seconds(lambda: gemm(a, b), args.reps, args.budget)
                 finally:
                     _core.set_active_isa(saved_isa)
             avx2_peak = threads * ghz * 2 * 8 * 2
@@ -117,9 +129,29 @@ def main() -> None:
         )
     console.print(table)
     console.print("targets: ours f32 >= 0.95x numpy; bf16 >= 1.7x numpy f32; AVX2 >= 0.80 of peak")
+
+    # Batched fp32 GEMMs (numpy's matmul loops over the batch calling sgemm).
+    batched = []
+    for batch, m, k, n in args.batched:
+        a = rng.standard_normal((batch, m, k), dtype=np.float32)
+        b = rng.standard_normal((batch, k, n), dtype=np.float32)
+        gflop = 2.0 * batch * m * n * k / 1e9
+        for threads in args.threads:
+            with threadpoolctl.threadpool_limits(threads):
+                t_np = best_seconds(lambda: a @ b, args.reps, args.budget)
+                t_f32 = best_seconds(lambda: gemm(a, b), args.reps, args.budget)
+            batched.append(dict(shape=[batch, m, k, n], threads=threads, numpy_f32=gflop / t_np, ours_f32=gflop / t_f32))
+    table = Table(title="batched fp32 GEMM GFLOP/s: [B, M, K] @ [B, K, N]")
+    for col in ["B x M x K x N", "thr", "numpy f32", "ours f32", "ratio"]:
+        table.add_column(col, justify="right")
+    for r in batched:
+        ratio = r["ours_f32"] / r["numpy_f32"]
+        table.add_row(" x ".join(map(str, r["shape"])), str(r["threads"]), f"{r['numpy_f32']:.0f}", f"{r['ours_f32']:.0f}", f"{ratio:.2f}x")
+    console.print(table)
+
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(clock_ghz=ghz, openblas=openblas_info(), rows=rows), f, indent=1)
+            json.dump(dict(clock_ghz=ghz, openblas=openblas_info(), rows=rows, batched=batched), f, indent=1)
 
 
 if __name__ == "__main__":

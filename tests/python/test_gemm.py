@@ -114,6 +114,18 @@ def test_views_are_read_in_place(isa):
     assert_close(gemm(fortran, a.T), fortran, a.T)
 
 
+def test_views_with_byte_strides_are_copied_not_rejected():
+    rng = np.random.default_rng(6)
+    rec = np.zeros((12, 9), dtype=[("x", np.float32), ("pad", np.uint8)])
+    rec["x"] = rand(rng, (12, 9), np.float32)
+    a = rec["x"]                               # byte strides 45 and 5: not whole float32s
+    raw = np.zeros(4 * 9 * 7 + 2, np.uint8)
+    raw[2:] = np.frombuffer(rand(rng, 63, np.float32).tobytes(), np.uint8)
+    b = np.frombuffer(raw.data, np.float32, count=63, offset=2).reshape(9, 7)  # misaligned
+    assert a.strides[1] % 4 and b.ctypes.data % 4
+    assert_close(gemm(a, b), a, b)
+
+
 def test_one_dimensional_operands_follow_np_matmul():
     rng = np.random.default_rng(2)
     v, w = rand(rng, (5,), np.float32), rand(rng, (5,), np.float32)
