@@ -158,7 +158,8 @@ def dot_product_attention(
       is_causal: apply the causal mask.
       query_seq_lengths, key_value_seq_lengths, local_window_size: unsupported, must be None.
       implementation: None or ``'xla'`` (both run the flash kernel).
-      return_residual: also return the logsumexp, shape ``(B, T, N)`` (or ``(T, N)``).
+      return_residual: also return the logsumexp, shape ``(B, T, N)`` (or ``(T, N)``), in the
+        inputs' dtype as JAX returns it.
 
     Returns:
       The attention output with query's shape and dtype, or ``(output, logsumexp)``.
@@ -187,8 +188,9 @@ def dot_product_attention(
         mask=None if m is None else _to4d(m), return_lse=True,
     )
     q_local = _local_shape(query)
+    # JAX's residual: layout (B, T, N), dtype of the inputs (the kernel's lse is fp32).
+    res = f.unfold(np.swapaxes(lse, 1, 2).astype(out.dtype), q_local[:-1])
     out = f.unfold(out, q_local)
-    res = f.unfold(np.swapaxes(lse, 1, 2), q_local[:-1])  # JAX's residual layout: (B, T, N)
     flops = _attention_flops(q_local, _local_shape(key), is_causal, 4)
     _record(op, f, [query, key, value, query], flops)  # the output is query-sized
     return (out, res) if return_residual else out

@@ -102,9 +102,13 @@ def test_bfloat16_matches_jax():
     rng = np.random.default_rng(1)
     q, k, v = (rand(rng, 2, 33, 4, 32).astype(BF16), rand(rng, 2, 65, 2, 32).astype(BF16),
                rand(rng, 2, 65, 2, 32).astype(BF16))
-    out = snn.dot_product_attention(q, k, v, is_causal=True)
-    jout = jax_attention(q, k, v, is_causal=True)
+    out, res = snn.dot_product_attention(q, k, v, is_causal=True, return_residual=True)
+    jout, jres = jax.nn.dot_product_attention(q, k, v, is_causal=True, return_residual=True)
+    jout = np.asarray(jout)
     assert out.dtype == BF16 and jout.dtype == BF16
+    assert res.dtype == np.asarray(jres).dtype == BF16
+    np.testing.assert_allclose(res.astype(np.float32), np.asarray(jres).astype(np.float32),
+                               rtol=2**-7)
     # JAX rounds the probabilities to bf16 before P @ V; shardlab keeps them fp32. Both round
     # the output to bf16: a few bf16 ulps (2^-8 relative) apart.
     diff = np.abs(out.astype(np.float32) - jout.astype(np.float32)).max()
