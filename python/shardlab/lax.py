@@ -21,7 +21,6 @@ import numpy as np
 
 from . import _core, _tree
 from .dtypes import canonicalize
-from .dtypes import canonicalize
 from .ledger import record
 from .local_array import LocalArray, lift
 from .shard_map import current_mesh
