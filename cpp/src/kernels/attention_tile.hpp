@@ -328,11 +328,11 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
         pack_cols(vt, ldk, nk, D, Vt, kBk, nkp);
         std::fill(dK, dK + nk * Dp, 0.0f);
         std::fill(dV, dV + nk * Dp, 0.0f);
+        // Causal: query tiles before the one holding query j0 see none of these keys.
         const int64_t qb0 = p.causal ? std::min(nqb, j0 / kBq) : 0;
         for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
           for (int64_t qb = qb0; qb < nqb; ++qb) {
             const int64_t i0 = qb * kBq, mq = std::min(kBq, Tq - i0);
-            if (p.causal && i0 + mq - 1 < j0) continue;
             const int64_t row0 = (b * Tq + i0) * ldq + h * D;
             pack_rows(q + row0, ldq, mq, D, Qr, Dp);
             pack_rows(dout + row0, ldq, mq, D, dOr, Dp);
