@@ -266,7 +266,7 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
 }
 
 // Backward (FlashAttention-2): one task per (batch, kv head, chunk of key tiles); each key tile
-// keeps dK and dV in registers-sized tiles while it sweeps the query tiles of every query head
+// keeps dK and dV in per-thread tiles while it sweeps the query tiles of every query head
 // in its group. dQ accumulates into `dq` when one chunk covers a kv head (no other task
 // touches those rows), or into a per-chunk partial buffer that is summed afterwards.
 template <class V, class T>
