@@ -224,3 +224,109 @@ def scatter(x, axis_name, root: int = 0, *, scatter_dimension=0, tiled=False):
     mesh, names = _axes(axis_name, "scatter")
     return _tree_map(lambda v: _run(_core.scatter, mesh, _lift(v, mesh, "scatter"), names, int(root),
                                     int(scatter_dimension), bool(tiled)), x)
+
+
+# -- per-device slicing (jax.lax.dynamic_slice family) ----------------------------------------
+
+def _starts(start_indices, operand: LocalArray, op: str):
+    if len(start_indices) != operand.ndim:
+        raise ValueError(f"[{op}] {len(start_indices)} start indices for an operand of rank {operand.ndim}")
+    mesh = operand.mesh
+    starts = []
+    for s in start_indices:
+        v = lift(s, mesh)
+        if v.ndim != 0 or v.dtype.kind not in "iu":
+            raise TypeError(f"[{op}] start indices must be integer scalars, got {v.dtype} of shape {v.shape}")
+        starts.append(v.storage.reshape(v.storage.shape[:mesh.ndim]))
+    return starts
+
+
+def _per_device(operand: LocalArray, starts, sizes, op: str):
+    """Mesh shape of the result and, per device coordinate, the clamped slices (as JAX clamps)."""
+    mesh = operand.mesh
+    k = mesh.ndim
+    shape = np.broadcast_shapes(operand.storage.shape[:k], *(s.shape for s in starts))
+    for size, dim in zip(sizes, operand.shape):
+        if not 0 <= size <= dim:
+            raise ValueError(f"[{op}] slice size {size} does not fit in a dimension of size {dim}")
+    starts = [np.broadcast_to(s, shape) for s in starts]
+    for coords in np.ndindex(*shape):
+        yield coords, tuple(slice(b, b + n) for b, n in
+                            ((int(min(max(int(s[coords]), 0), dim - n)), n)
+                             for s, n, dim in zip(starts, sizes, operand.shape)))
+
+
+def dynamic_slice(operand, start_indices, slice_sizes):
+    """``operand[start : start + size]`` per dimension, where starts may differ per device
+    (LocalArray scalars, e.g. from axis_index); starts are clamped so the slice fits, as JAX.
+
+    Example:
+        >>> import numpy as np, shardlab as sl
+        >>> from shardlab import P
+        >>> mesh = sl.make_mesh((4,), ("x",))
+        >>> f = sl.shard_map(lambda a: sl.lax.dynamic_slice(a, (sl.lax.axis_index("x") * 2,), (2,)),
+        ...                  mesh=mesh, in_specs=P(), out_specs=P("x"))
+        >>> np.asarray(f(np.arange(8))).tolist()
+        [0, 1, 2, 3, 4, 5, 6, 7]
+    """
+    mesh = current_mesh("dynamic_slice")
+    x = lift(operand, mesh)
+    starts = _starts(start_indices, x, "dynamic_slice")
+    sizes = tuple(int(n) for n in slice_sizes)
+    if len(sizes) != x.ndim:
+        raise ValueError(f"[dynamic_slice] {len(sizes)} slice sizes for an operand of rank {x.ndim}")
+    blocks = list(_per_device(x, starts, sizes, "dynamic_slice"))
+    shape = np.broadcast_shapes(x.storage.shape[:mesh.ndim], *(s.shape for s in starts))
+    out = np.empty(shape + sizes, dtype=x.dtype)
+    k = mesh.ndim
+    for coords, idx in blocks:
+        src = tuple(c if d != 1 else 0 for c, d in zip(coords, x.storage.shape[:k]))
+        out[coords] = x.storage[src][idx]
+    return LocalArray(out, mesh)
+
+
+def dynamic_update_slice(operand, update, start_indices):
+    """A copy of `operand` with `update` written at `start_indices` (per device, clamped)."""
+    mesh = current_mesh("dynamic_update_slice")
+    x, u = lift(operand, mesh), lift(update, mesh)
+    if u.ndim != x.ndim:
+        raise ValueError(f"[dynamic_update_slice] update of rank {u.ndim} for an operand of rank {x.ndim}")
+    starts = _starts(start_indices, x, "dynamic_update_slice")
+    k = mesh.ndim
+    shape = np.broadcast_shapes(x.storage.shape[:k], u.storage.shape[:k], *(s.shape for s in starts))
+    out = np.array(np.broadcast_to(x.storage, shape + x.shape), dtype=np.result_type(x.dtype, u.dtype))
+    for coords, idx in _per_device(LocalArray(out, mesh), starts, u.shape, "dynamic_update_slice"):
+        src = tuple(c if d != 1 else 0 for c, d in zip(coords, u.storage.shape[:k]))
+        out[coords][idx] = u.storage[src]
+    return LocalArray(out.astype(x.dtype, copy=False), mesh)
+
+
+def dynamic_slice_in_dim(operand, start_index, slice_size, axis=0):
+    """dynamic_slice along one axis."""
+    mesh = current_mesh("dynamic_slice_in_dim")
+    x = lift(operand, mesh)
+    axis = axis % x.ndim
+    starts = [0] * x.ndim
+    starts[axis] = start_index
+    sizes = list(x.shape)
+    sizes[axis] = slice_size
+    return dynamic_slice(x, starts, sizes)
+
+
+def dynamic_update_slice_in_dim(operand, update, start_index, axis):
+    """dynamic_update_slice along one axis."""
+    mesh = current_mesh("dynamic_update_slice_in_dim")
+    x = lift(operand, mesh)
+    axis = axis % x.ndim
+    starts = [0] * x.ndim
+    starts[axis] = start_index
+    return dynamic_update_slice(x, update, starts)
+
+
+def fori_loop(lower, upper, body_fun, init_val):
+    """``for i in range(lower, upper): val = body_fun(i, val)``, as jax.lax.fori_loop (values
+    are concrete here, so this is a Python loop; every collective inside is still recorded)."""
+    val = init_val
+    for i in range(int(lower), int(upper)):
+        val = body_fun(i, val)
+    return val

@@ -320,3 +320,20 @@ def test_fuzz_device_put_either_works_or_raises_clearly(shape, spec):
         return
     assert out.shape == arr.shape
     np.testing.assert_array_equal(np.asarray(out), arr)
+
+
+# -- per-device slicing ------------------------------------------------------------------------
+def test_dynamic_slice_rejects_bad_starts_and_sizes():
+    mesh = sl.make_mesh((2,), ("x",))
+
+    def call(body):
+        return sl.shard_map(body, mesh=mesh, in_specs=P(), out_specs=P())(np.zeros((4, 4), np.float32))
+
+    with pytest.raises(ValueError, match=r"\[dynamic_slice\] 1 start indices for an operand of rank 2"):
+        call(lambda a: sl.lax.dynamic_slice(a, (0,), (2, 2)))
+    with pytest.raises(ValueError, match=r"\[dynamic_slice\] slice size 5 does not fit"):
+        call(lambda a: sl.lax.dynamic_slice(a, (0, 0), (5, 2)))
+    with pytest.raises(TypeError, match=r"\[dynamic_slice\] start indices must be integer scalars"):
+        call(lambda a: sl.lax.dynamic_slice(a, (0.5, 0), (2, 2)))
+    with pytest.raises(NameError, match="unbound axis name"):
+        sl.lax.dynamic_slice(np.zeros(4), (0,), (2,))

@@ -398,6 +398,51 @@ def jnp_functions_local(m, rng):
     return f, [m.P("y"), m.P("y")], (m.P("y"), m.P(None, "y")), [rand(rng, 8, 3), rand(rng, 8, 2)]
 
 
+# -- per-device slicing and the JAX docs' collective matmul, verbatim --------------------------
+@program((8,), ("x",))
+def dynamic_slice_by_axis_index(m, rng):
+    def f(a):
+        i = m.lax.axis_index("x")
+        return m.lax.dynamic_slice(a, (i * 2, 0), (3, 2)), m.lax.dynamic_slice_in_dim(a, i * 3, 4, axis=0)
+
+    return f, [m.P()], (m.P("x"), m.P("x")), [rand(rng, 16, 2)]
+
+
+@program((4, 2), ("x", "y"))
+def dynamic_update_slice_by_axis_index(m, rng):
+    def f(a, u):
+        i = m.lax.axis_index("y")
+        return m.lax.dynamic_update_slice(a, u, (i * 3, 1))  # clamped for i = 1
+
+    return f, [m.P("x"), m.P("x")], m.P("x", "y"), [rand(rng, 8, 4), rand(rng, 8, 2)]
+
+
+@program((8,), ("x",), tol=1e-4)
+def collective_matmul_jax_docs(m, rng):
+    """The JAX shard_map docs' all-gather collective matmul: blocks placed with
+    dynamic_update_slice while the lhs blocks circulate with ppermute."""
+
+    def f(lhs_block, rhs_block):
+        axis_size = m.lax.psum(1, "x")
+        idx = m.lax.axis_index("x")
+        out_block = m.jnp.zeros((lhs_block.shape[0] * axis_size, rhs_block.shape[1]), lhs_block.dtype)
+        out_block = m.lax.pcast(out_block, ("x",), to="varying")  # the loop carry varies, as JAX requires
+
+        def step(i, carry):
+            out_block, lhs_block = carry
+            j = (idx + i) % axis_size
+            out_block = m.lax.dynamic_update_slice(out_block, lhs_block @ rhs_block,
+                                                   (j * lhs_block.shape[0], 0))
+            lhs_block = m.lax.ppermute(lhs_block, "x", [(k, (k - 1) % axis_size) for k in range(axis_size)])
+            return out_block, lhs_block
+
+        out_block, _ = m.lax.fori_loop(0, axis_size, step, (out_block, lhs_block))
+        return out_block
+
+    return f, [m.P("x", None), m.P(None, "x")], m.P(None, "x"), [rand(rng, 32, 16), rand(rng, 16, 24)]
+
+
+
 # -- running and comparing -----------------------------------------------------------------
 def test_at_least_30_programs():
     assert len(PROGRAMS) >= 30
