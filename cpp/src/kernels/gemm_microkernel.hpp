@@ -146,17 +146,24 @@ void pack_b_f32(const GemmOperand& b, int64_t p0, int64_t kc, int64_t j0, int64_
   float* dst = static_cast<float*>(dst_);
   const T* base = static_cast<const T*>(b.data);
   const int64_t rs = b.row_stride, cs = b.col_stride;
-  for (int64_t j = 0; j < nc; j += NR) {
+  int64_t j = 0;
+  if (cs == 1) {
+    // Row by row across all full panels, so each row of B is read as one sequential stream.
+    const int64_t full = nc / NR * NR;
+    for (int64_t k = 0; k < kc; ++k) {
+      const T* src = base + (p0 + k) * rs + j0;
+      for (int64_t jj = 0; jj < full; jj += NR)
+        for (int c = 0; c < NR; ++c) dst[jj * kc + k * NR + c] = load_as_f32(src + jj + c);
+    }
+    dst += full * kc;
+    j = full;
+  }
+  for (; j < nc; j += NR) {
     const int cols = static_cast<int>(std::min<int64_t>(NR, nc - j));
     const T* src = base + p0 * rs + (j0 + j) * cs;
-    if (cols == NR && cs == 1) {
-      for (int64_t k = 0; k < kc; ++k)
-        for (int c = 0; c < NR; ++c) dst[k * NR + c] = load_as_f32(src + k * rs + c);
-    } else {
-      if (cols < NR) std::fill(dst, dst + NR * kc, 0.0f);
-      for (int c = 0; c < cols; ++c)
-        for (int64_t k = 0; k < kc; ++k) dst[k * NR + c] = load_as_f32(src + k * rs + c * cs);
-    }
+    if (cols < NR) std::fill(dst, dst + NR * kc, 0.0f);
+    for (int c = 0; c < cols; ++c)
+      for (int64_t k = 0; k < kc; ++k) dst[k * NR + c] = load_as_f32(src + k * rs + c * cs);
     dst += NR * kc;
   }
 }
@@ -203,32 +210,31 @@ void pack_b_bf16_pairs(const GemmOperand& b, int64_t p0, int64_t kc, int64_t j0,
   const uint16_t* base = static_cast<const uint16_t*>(b.data);
   const int64_t rs = b.row_stride, cs = b.col_stride;
   const int64_t kp = (kc + 1) / 2;
-  for (int64_t j = 0; j < nc; j += NR) {
+  int64_t j = 0;
+  if (cs == 1) {
+    // Two rows at a time across all full panels, interleaved, so the reads stream.
+    const int64_t full = nc / NR * NR;
+    for (int64_t p = 0; p < kp; ++p) {
+      const uint16_t* r0 = base + (p0 + 2 * p) * rs + j0;
+      const uint16_t* r1 = r0 + rs;
+      const bool odd_tail = 2 * p + 1 == kc;  // the zero k that pads an odd kc
+      for (int64_t jj = 0; jj < full; jj += NR) {
+        uint16_t* d = dst + jj * 2 * kp + p * NR * 2;
+        for (int c = 0; c < NR; ++c) {
+          d[2 * c] = r0[jj + c];
+          d[2 * c + 1] = odd_tail ? 0 : r1[jj + c];
+        }
+      }
+    }
+    dst += full * 2 * kp;
+    j = full;
+  }
+  for (; j < nc; j += NR) {
     const int cols = static_cast<int>(std::min<int64_t>(NR, nc - j));
     const uint16_t* src = base + p0 * rs + (j0 + j) * cs;
-    if (cols == NR && cs == 1) {
-      for (int64_t p = 0; p < kc / 2; ++p) {
-        const uint16_t* r0 = src + 2 * p * rs;
-        const uint16_t* r1 = r0 + rs;
-        uint16_t* d = dst + p * NR * 2;
-        for (int c = 0; c < NR; ++c) {
-          d[2 * c] = r0[c];
-          d[2 * c + 1] = r1[c];
-        }
-      }
-      if (kc % 2) {
-        const uint16_t* r0 = src + (kc - 1) * rs;
-        uint16_t* d = dst + (kp - 1) * NR * 2;
-        for (int c = 0; c < NR; ++c) {
-          d[2 * c] = r0[c];
-          d[2 * c + 1] = 0;
-        }
-      }
-    } else {
-      if (cols < NR || kc % 2) std::fill(dst, dst + NR * 2 * kp, uint16_t{0});
-      for (int c = 0; c < cols; ++c)
-        for (int64_t k = 0; k < kc; ++k) dst[(k / 2 * NR + c) * 2 + k % 2] = src[k * rs + c * cs];
-    }
+    if (cols < NR || kc % 2) std::fill(dst, dst + NR * 2 * kp, uint16_t{0});
+    for (int c = 0; c < cols; ++c)
+      for (int64_t k = 0; k < kc; ++k) dst[(k / 2 * NR + c) * 2 + k % 2] = src[k * rs + c * cs];
     dst += NR * 2 * kp;
   }
 }
