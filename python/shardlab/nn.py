@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernels.attention import flash_attention, flash_attention_backward
+from .kernels.attention import run_backward, run_forward
 from .local_array import LocalArray
 from .numpy import _record_compute
 
@@ -183,10 +183,8 @@ def dot_product_attention(
         )
     f = _Folded(op, [query, key, value, mask], _query_batch)
     q, k, v, m = f.arrays
-    out, lse = flash_attention(
-        _to4d(q), _to4d(k), _to4d(v), is_causal=is_causal, scale=scale,
-        mask=None if m is None else _to4d(m), return_lse=True,
-    )
+    out, lse = run_forward(op, _to4d(q), _to4d(k), _to4d(v), is_causal, scale,
+                           None if m is None else _to4d(m))
     q_local = _local_shape(query)
     # JAX's residual: layout (B, T, N), dtype of the inputs (the kernel's lse is fp32).
     res = f.unfold(np.swapaxes(lse, 1, 2).astype(out.dtype), q_local[:-1])
@@ -224,10 +222,8 @@ def dot_product_attention_vjp(query, key, value, dout, *, mask=None, scale=None,
     f = _Folded(op, [query, key, value, dout, mask], _query_batch)
     q4, k4, v4, g4 = (_to4d(x) for x in f.arrays[:4])
     m4 = None if f.arrays[4] is None else _to4d(f.arrays[4])
-    out, lse = flash_attention(q4, k4, v4, is_causal=is_causal, scale=scale, mask=m4,
-                               return_lse=True)
-    grads = flash_attention_backward(q4, k4, v4, out, lse, g4, is_causal=is_causal,
-                                     scale=scale, mask=m4)
+    out, lse = run_forward(op, q4, k4, v4, is_causal, scale, m4)
+    grads = run_backward(op, q4, k4, v4, out, lse, g4, is_causal, scale, m4)
     grads = tuple(f.unfold(g, _local_shape(x)) for g, x in zip(grads, (query, key, value)))
     flops = _attention_flops(_local_shape(query), _local_shape(key), is_causal, 14)
     _record(op, f, [query, key, value, dout, query, key, value], flops)  # + the gradients

@@ -149,7 +149,7 @@ def test_bad_input_names_the_op():
     x = np.zeros((1, 4, 3, 8), np.float32)
     with pytest.raises(ValueError, match=r"query heads 3 is not a multiple .* 2"):
         snn.dot_product_attention(x, x[:, :, :2], x[:, :, :2])
-    with pytest.raises(TypeError, match="dtype float64"):
+    with pytest.raises(TypeError, match=r"\[dot_product_attention\] q has dtype float64"):
         snn.dot_product_attention(x.astype(np.float64), x, x)
 
 

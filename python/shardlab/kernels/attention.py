@@ -121,7 +121,8 @@ def _empty(q, k) -> bool:
     return q.size == 0 or k.shape[1] == 0
 
 
-def _forward(op, q, k, v, is_causal, scale, mask, reference):
+def run_forward(op, q, k, v, is_causal, scale, mask, reference=False):
+    """Checks and runs the forward for `op` (named in errors); returns (out, lse)."""
     (q_, k_, v_), mask, scale, _ = _check(op, q, k, v, mask, scale)
     dtype = np.asarray(q).dtype
     if _empty(q_, k_):
@@ -131,7 +132,8 @@ def _forward(op, q, k, v, is_causal, scale, mask, reference):
     return (out.view(_BF16) if dtype == _BF16 else out), lse
 
 
-def _backward(op, q, k, v, out, lse, dout, is_causal, scale, mask, reference):
+def run_backward(op, q, k, v, out, lse, dout, is_causal, scale, mask, reference=False):
+    """Checks and runs the backward for `op` (named in errors); returns (dq, dk, dv)."""
     arrays, mask, scale, lse = _check(op, q, k, v, mask, scale, out=out, dout=dout, lse=lse)
     q_, k_, v_, out_, dout_ = arrays
     dtype = np.asarray(q).dtype
@@ -169,7 +171,7 @@ def flash_attention(q, k, v, *, is_causal=False, scale=None, mask=None, return_l
       >>> flash_attention(q, kv, kv, is_causal=True).shape
       (1, 128, 8, 64)
     """
-    out, lse = _forward("flash_attention", q, k, v, is_causal, scale, mask, False)
+    out, lse = run_forward("flash_attention", q, k, v, is_causal, scale, mask, False)
     return (out, lse) if return_lse else out
 
 
@@ -192,7 +194,7 @@ def flash_attention_backward(q, k, v, out, lse, dout, *, is_causal=False, scale=
       >>> out, lse = flash_attention(q, k, v, return_lse=True)
       >>> dq, dk, dv = flash_attention_backward(q, k, v, out, lse, np.ones_like(out))
     """
-    return _backward(
+    return run_backward(
         "flash_attention_backward", q, k, v, out, lse, dout, is_causal, scale, mask, False
     )
 
@@ -207,7 +209,7 @@ def attention_reference(q, k, v, *, is_causal=False, scale=None, mask=None):
       >>> x = np.ones((1, 4, 1, 8), np.float32)
       >>> out, lse = attention_reference(x, x, x)
     """
-    return _forward("attention_reference", q, k, v, is_causal, scale, mask, True)
+    return run_forward("attention_reference", q, k, v, is_causal, scale, mask, True)
 
 
 def attention_reference_backward(q, k, v, dout, *, is_causal=False, scale=None, mask=None):
@@ -220,6 +222,6 @@ def attention_reference_backward(q, k, v, dout, *, is_causal=False, scale=None, 
     """
     B, Tq, Hq, _ = np.shape(q)
     lse = np.zeros((B, Hq, Tq), np.float32)  # unused: the reference recomputes the softmax
-    return _backward(
+    return run_backward(
         "attention_reference_backward", q, k, v, q, lse, dout, is_causal, scale, mask, True
     )
