@@ -53,7 +53,7 @@ KernelSet kernels_avx2(GemmType type) {
   ks.elem_bytes = 4;
   ks.mc = 6 * 20;
   ks.kc = 256;
-  ks.nc = 4096;
+  ks.nc = 1024;
   ks.kernel = kernel_f32;
   if (type == GemmType::f32) {
     ks.pack_a = pack_a_f32<kMr, float>;

@@ -62,7 +62,7 @@ KernelSet kernels_avx512(GemmType type) {
   ks.elem_bytes = 4;
   ks.mc = 8 * 21;
   ks.kc = 512;
-  ks.nc = 4096;
+  ks.nc = 1024;
   ks.kernel = kernel_f32<kMr>;
   if (type == GemmType::f32) {
     ks.pack_a = pack_a_f32<kMr, float>;

@@ -66,7 +66,7 @@ KernelSet kernels_avx512bf16(GemmType type) {
   ks.elem_bytes = 2;
   ks.mc = 8 * 21;
   ks.kc = 1024;
-  ks.nc = 4096;
+  ks.nc = 1024;
   ks.kernel = kernel_bf16<kMr>;
   ks.pack_a = pack_a_bf16_pairs<kMr>;
   ks.pack_b = pack_b_bf16_pairs<kNr>;
