@@ -197,8 +197,14 @@ void pack_a_bf16_pairs(const GemmOperand& a, int64_t i0, int64_t mc, int64_t p0,
     }
 #endif
     if (rows < MR || kc % 2) std::fill(dst, dst + MR * 2 * kp, uint16_t{0});
-    for (int r = 0; r < rows; ++r)
-      for (int64_t k = 0; k < kc; ++k) dst[(k / 2 * MR + r) * 2 + k % 2] = src[r * rs + k * cs];
+    if (rs == 1) {
+      // A transposed: each k is a contiguous run over rows; interleave runs k and k + 1.
+      for (int64_t k = 0; k < kc; ++k)
+        for (int r = 0; r < rows; ++r) dst[(k / 2 * MR + r) * 2 + k % 2] = src[r + k * cs];
+    } else {
+      for (int r = 0; r < rows; ++r)
+        for (int64_t k = 0; k < kc; ++k) dst[(k / 2 * MR + r) * 2 + k % 2] = src[r * rs + k * cs];
+    }
     dst += MR * 2 * kp;
   }
 }
