@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <exception>
 #include <memory>
 #include <numeric>
 #include <stdexcept>
@@ -109,7 +110,7 @@ void gemm_block(const KernelSet& ks, const GemmOperand& a, const GemmOperand& b,
   const int64_t mc_max = std::min(ks.mc, round_up(m, mr));
   char* bp = static_cast<char*>(b_buf.get(static_cast<size_t>(nc_max * kc_max * ks.elem_bytes)));
   char* ap = static_cast<char*>(a_buf.get(static_cast<size_t>(mc_max * kc_max * ks.elem_bytes)));
-  alignas(64) float edge[16 * 64];  // an mr x nr tile that overhangs C is computed here
+  alignas(64) float edge[16 * 64];  // an overhanging tile; every KernelSet has mr <= 16, nr <= 64
 
   for (int64_t jc = 0; jc < n; jc += ks.nc) {
     const int64_t nc = std::min(ks.nc, n - jc);
@@ -227,6 +228,7 @@ void gemm(const GemmProblem& p) {
   parts = (extent + slab - 1) / slab;
   const int64_t tasks = batch * parts;
 
+  std::exception_ptr error;  // an exception may not leave an OpenMP region (bad_alloc of a buffer)
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1 && tasks > 1)
   for (int64_t t = 0; t < tasks; ++t) {
     const BatchOffsets o = batch_offsets(p, t / parts);
@@ -242,8 +244,14 @@ void gemm(const GemmProblem& p) {
       b.cols = len;
       c += lo;
     }
-    gemm_block(ks, a, b, c, p.c_row_stride);
+    try {
+      gemm_block(ks, a, b, c, p.c_row_stride);
+    } catch (...) {
+#pragma omp critical(shardlab_gemm_error)
+      if (!error) error = std::current_exception();
+    }
   }
+  if (error) std::rethrow_exception(error);
 }
 
 void gemm_reference(const GemmProblem& p) {
