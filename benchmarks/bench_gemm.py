@@ -63,6 +63,7 @@ def main() -> None:
         "--batched", type=lambda t: tuple(map(int, t.split("x"))), nargs="*",
         default=[(64, 128, 128, 128), (16, 512, 512, 512)], help="BxMxKxN batched cases",
     )
+    parser.add_argument("--layout-n", type=int, default=2048, help="n of the transposed-operand table")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
 
@@ -147,11 +148,37 @@ def main() -> None:
     for r in batched:
         ratio = r["ours_f32"] / r["numpy_f32"]
         table.add_row(" x ".join(map(str, r["shape"])), str(r["threads"]), f"{r['numpy_f32']:.0f}", f"{r['ours_f32']:.0f}", f"{ratio:.2f}x")
+    if batched:
+        console.print(table)
+
+    # Transposed operands are read in place by the packing; numpy passes them to sgemm as
+    # transpose flags. One thread, n = --layout-n.
+    layouts = []
+    n = args.layout_n
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    gflop = 2.0 * n**3 / 1e9
+    with threadpoolctl.threadpool_limits(1):
+        for name, x, y in [("a @ b", a, b), ("a @ b.T", a, b.T), ("a.T @ b", a.T, b), ("a.T @ b.T", a.T, b.T)]:
+            x16, y16 = x.astype(ml_dtypes.bfloat16), y.astype(ml_dtypes.bfloat16)  # keeps the layout
+            t_np = best_seconds(lambda: x @ y, args.reps, args.budget)
+            t_f32 = best_seconds(lambda: gemm(x, y), args.reps, args.budget)
+            t_bf16 = best_seconds(lambda: gemm(x16, y16, preferred_element_type=np.float32), args.reps, args.budget)
+            layouts.append(dict(layout=name, numpy_f32=gflop / t_np, ours_f32=gflop / t_f32, ours_bf16=gflop / t_bf16))
+    table = Table(title=f"layouts, n = {n}, 1 thread, GFLOP/s")
+    for col in ["layout", "numpy f32", "ours f32", "ratio", "ours bf16", "bf16/numpy"]:
+        table.add_column(col, justify="right")
+    for r in layouts:
+        table.add_row(
+            r["layout"], f"{r['numpy_f32']:.0f}", f"{r['ours_f32']:.0f}", f"{r['ours_f32'] / r['numpy_f32']:.2f}x",
+            f"{r['ours_bf16']:.0f}", f"{r['ours_bf16'] / r['numpy_f32']:.2f}x",
+        )
     console.print(table)
 
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(clock_ghz=ghz, openblas=openblas_info(), rows=rows, batched=batched), f, indent=1)
+            record = dict(clock_ghz=ghz, openblas=openblas_info(), rows=rows, batched=batched, layouts=layouts)
+            json.dump(record, f, indent=1)
 
 
 if __name__ == "__main__":
