@@ -222,3 +222,23 @@ def test_shardlab_numpy_outside_shard_map_is_numpy():
     np.testing.assert_array_equal(jnp.where(a > 2, a, 0), np.where(a > 2, a, 0))
     np.testing.assert_array_equal(jnp.concatenate([a, a]), np.concatenate([a, a]))
     assert jnp.float32 == np.float32 and jnp.bfloat16 == ml_dtypes.bfloat16
+
+
+def test_outputs_of_a_call_are_freed_without_the_garbage_collector():
+    # A reference cycle inside shard_map would keep every shard alive until gc runs, turning
+    # each collective's output into a fresh (page-faulting) allocation.
+    import gc
+    import weakref
+
+    mesh = sl.make_mesh((4,), ("x",))
+    f = sl.shard_map(lambda a: sl.lax.all_gather(a, "x", tiled=True), mesh=mesh, in_specs=P("x"), out_specs=P())
+    gc.disable()
+    try:
+        out = f(np.ones(64, np.float32))
+        ref = weakref.ref(out)
+        base = weakref.ref(out._storage.base if out._storage.base is not None else out._storage)
+        del out
+        assert ref() is None
+        assert base() is None
+    finally:
+        gc.enable()
