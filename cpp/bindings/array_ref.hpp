@@ -47,8 +47,8 @@ struct PoolBlock {
   std::size_t bytes;
 };
 
-inline py::array empty_like_dtype(const py::array& a, const shardlab::Shape& shape) {
-  std::size_t bytes = static_cast<std::size_t>(a.itemsize());
+inline py::array pool_array(const py::dtype& dtype, const std::vector<py::ssize_t>& shape) {
+  std::size_t bytes = static_cast<std::size_t>(dtype.itemsize());
   for (auto s : shape) bytes *= static_cast<std::size_t>(s);
   auto* block = new PoolBlock{shardlab::pool_allocate(bytes), bytes};
   PyObject* cap = PyCapsule_New(block, "shardlab.pool", [](PyObject* c) {
@@ -62,7 +62,11 @@ inline py::array empty_like_dtype(const py::array& a, const shardlab::Shape& sha
     throw py::error_already_set();
   }
   auto owner = py::reinterpret_steal<py::capsule>(cap);
-  return py::array(a.dtype(), std::vector<py::ssize_t>(shape.begin(), shape.end()), block->data, owner);
+  return py::array(dtype, shape, block->data, owner);
+}
+
+inline py::array empty_like_dtype(const py::array& a, const shardlab::Shape& shape) {
+  return pool_array(a.dtype(), std::vector<py::ssize_t>(shape.begin(), shape.end()));
 }
 
 }  // namespace shardlab_py

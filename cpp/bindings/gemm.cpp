@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "array_ref.hpp"
 #include "shardlab/gemm.hpp"
 
 namespace py = pybind11;
@@ -41,7 +42,7 @@ std::vector<int64_t> elem_strides(const py::array& x, const char* name) {
   return out;
 }
 
-py::array_t<float> gemm(const py::array& a, const py::array& b) {
+py::array gemm(const py::array& a, const py::array& b) {
   const shardlab::GemmType type = gemm_type(a, "a");
   if (gemm_type(b, "b") != type) {
     throw py::type_error("[gemm] a has dtype " + py::str(a.dtype()).cast<std::string>() +
@@ -81,8 +82,9 @@ py::array_t<float> gemm(const py::array& a, const py::array& b) {
   }
   out_shape.push_back(m);
   out_shape.push_back(n);
-  py::array_t<float> c(out_shape);
-  p.c = c.mutable_data();
+  // From the buffer pool: a fresh multi-megabyte result would page-fault on every call.
+  py::array c = shardlab_py::pool_array(py::dtype::of<float>(), out_shape);
+  p.c = static_cast<float*>(c.mutable_data());
   p.c_row_stride = n;
   int64_t stride = m * n;
   p.c_batch_strides.assign(p.batch_shape.size(), 0);
