@@ -7,12 +7,6 @@
 namespace shardlab {
 namespace {
 
-std::string shape_str(const Shape& s) {
-  std::string out = "(";
-  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + (s.size() == 1 ? ",)" : ")");
-}
-
 std::string axes_str(const AxisNames& axes) {
   if (axes.size() == 1) return "'" + axes[0] + "'";
   std::string out = "(";
@@ -115,30 +109,35 @@ Event make_event(const std::string& op, const Mesh& mesh, const AxisNames& axes,
   return e;
 }
 
+// (dst, src) views over `out`'s dims with dim `dim` expanded into one dim per axis in `idx`
+// (which source device: the input's mesh strides) followed by a dim of size `base`.
+std::pair<ArrayRef, ArrayRef> expand_views(const Mesh& mesh, const ArrayRef& in, const ArrayRef& out,
+                                           const std::vector<int>& idx, int dim, std::int64_t base) {
+  ArrayRef dv{out.data, out.dtype, {}, {}}, sv{in.data, in.dtype, {}, {}};
+  for (int i = 0; i < out.ndim(); ++i) {
+    if (i == dim) {
+      for (std::size_t j = 0; j < idx.size(); ++j) {
+        dv.shape.push_back(mesh.axis_sizes()[idx[j]]);
+        dv.strides.push_back(out.strides[i] * base * minor_size(mesh, idx, j));
+        sv.strides.push_back(mesh_stride(in, idx[j]));
+      }
+      dv.shape.push_back(base);
+    } else {
+      dv.shape.push_back(out.shape[i]);
+    }
+    dv.strides.push_back(out.strides[i]);
+    sv.strides.push_back(in.strides[i]);
+  }
+  sv.shape = dv.shape;
+  return {dv, sv};
+}
+
 // Tiled gather of local dim `ax` of `in` into the same dim of `out` (n times longer).
 void gather_views(const Mesh& mesh, const ArrayRef& in, const ArrayRef& out,
                   const std::vector<int>& idx, int ax) {
   const int k = mesh.ndim();
-  const std::int64_t l = in.shape[k + ax];
-  ArrayRef dv{out.data, out.dtype, {}, {}}, sv{in.data, in.dtype, {}, {}};
-  for (int i = 0; i < out.ndim(); ++i) {
-    if (i == k + ax) {
-      for (std::size_t j = 0; j < idx.size(); ++j) {
-        dv.shape.push_back(mesh.axis_sizes()[idx[j]]);
-        dv.strides.push_back(out.strides[i] * l * minor_size(mesh, idx, j));
-        sv.strides.push_back(mesh_stride(in, idx[j]));
-      }
-      dv.shape.push_back(l);
-      dv.strides.push_back(out.strides[i]);
-      sv.strides.push_back(in.strides[i]);
-    } else {
-      dv.shape.push_back(out.shape[i]);
-      dv.strides.push_back(out.strides[i]);
-      sv.strides.push_back(in.strides[i]);
-    }
-  }
-  sv.shape = dv.shape;
-  copy_strided(dv, sv);
+  const auto views = expand_views(mesh, in, out, idx, k + ax, in.shape[k + ax]);
+  copy_strided(views.first, views.second);
 }
 
 // (dst, src) views for a tiled scatter of local dim `d`: src has dst's dims followed by one
@@ -330,28 +329,11 @@ Event all_to_all(const Mesh& mesh, const ArrayRef& in, const ArrayRef& out, cons
   }
   const std::int64_t chunk = iv.shape[k + s] / mesh.group_size(idx);
   const std::int64_t base = s == c ? chunk : iv.shape[k + c];
-  ArrayRef dv{ov.data, ov.dtype, {}, {}}, sv{iv.data, iv.dtype, {}, {}};
-  for (int i = 0; i < ov.ndim(); ++i) {
-    if (i == k + c) {
-      for (std::size_t j = 0; j < idx.size(); ++j) {
-        dv.shape.push_back(mesh.axis_sizes()[idx[j]]);
-        dv.strides.push_back(ov.strides[i] * base * minor_size(mesh, idx, j));
-        sv.strides.push_back(mesh_stride(iv, idx[j]));
-      }
-      dv.shape.push_back(base);
-      dv.strides.push_back(ov.strides[i]);
-      sv.strides.push_back(iv.strides[i]);
-    } else {
-      dv.shape.push_back(ov.shape[i]);
-      dv.strides.push_back(ov.strides[i]);
-      sv.strides.push_back(iv.strides[i]);
-    }
-  }
+  auto [dv, sv] = expand_views(mesh, iv, ov, idx, k + c, base);
   // The receiving device's own index along the axes selects the chunk of the split dim.
   for (std::size_t j = 0; j < idx.size(); ++j) {
     sv.strides[idx[j]] = iv.strides[k + s] * chunk * minor_size(mesh, idx, j);
   }
-  sv.shape = dv.shape;
   copy_strided(dv, sv);
   return make_event("all_to_all", mesh, axes, idx, in, out.shape, local_count(mesh, in.shape));
 }

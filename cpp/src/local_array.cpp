@@ -26,12 +26,6 @@ namespace {
 // team costs more than it saves (the per-collective overhead budget is ~20 us).
 constexpr std::int64_t kParallelBytes = 1 << 18;
 
-std::string shape_str(const Shape& s) {
-  std::string out = "(";
-  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + (s.size() == 1 ? ",)" : ")");
-}
-
 // A loop nest over a shared shape with one stride list per operand, simplified by dropping
 // size-1 dims and merging dims that are contiguous in every operand.
 struct Nest {
@@ -121,6 +115,12 @@ ReduceRowsFn reduce_rows_for(Isa isa) {
 }
 
 }  // namespace
+
+std::string shape_str(const Shape& s) {
+  std::string out = "(";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + (s.size() == 1 ? ",)" : ")");
+}
 
 std::int64_t ArrayRef::size() const {
   std::int64_t n = 1;

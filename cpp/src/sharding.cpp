@@ -3,16 +3,6 @@
 #include <algorithm>
 
 namespace shardlab {
-namespace {
-
-std::string shape_str(const Shape& s) {
-  std::string out = "(";
-  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + (s.size() == 1 ? ",)" : ")");
-}
-
-}  // namespace
-
 std::string spec_str(const PartitionSpec& spec) {
   std::string out = "P(";
   for (std::size_t i = 0; i < spec.size(); ++i) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "shardlab/dtype.hpp"
@@ -11,6 +12,9 @@
 namespace shardlab {
 
 using Shape = std::vector<std::int64_t>;
+
+// "(2, 3)" / "(4,)": shapes in error messages, written as Python writes tuples.
+std::string shape_str(const Shape& shape);
 
 // A view of memory: element (i_0, ..., i_{n-1}) lives at data + sum_k i_k * strides[k] bytes.
 // Strides may be zero (broadcast) or negative. The view never owns the memory.
