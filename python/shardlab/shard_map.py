@@ -113,7 +113,8 @@ def _enter(x, spec, mesh: Mesh, i: int) -> LocalArray:
         if x.sharding.mesh != mesh:
             raise ValueError(f"[shard_map] argument {i} lives on {x.sharding.mesh!r} but shard_map "
                              f"runs on {mesh!r}; device_put it onto this mesh first")
-        if x.sharding.is_equivalent_to(sharding, x.ndim) and not x.unreduced:
+        # An unreduced array enters as each device's partial sum (its storage), as in JAX.
+        if x.sharding.is_equivalent_to(sharding, x.ndim):
             return LocalArray(x._storage, mesh)
         x = np.asarray(x)
     elif isinstance(x, LocalArray):
