@@ -106,7 +106,7 @@ def einsum(subscripts: str, *operands, out_sharding=None, unreduced=(), overlap:
     """``numpy.einsum`` on ShardedArrays, with the communication chosen by the planner.
 
     Args:
-        subscripts: einsum subscripts (explicit or implicit; no ellipsis).
+        subscripts: einsum subscripts (explicit or implicit; '...' expands as in numpy).
         *operands: ShardedArrays on one mesh (plain arrays are replicated onto it).
         out_sharding: wanted output NamedSharding or PartitionSpec (None: the cheapest layout
             the rules give; see docs/planner.md).
@@ -133,7 +133,7 @@ def einsum(subscripts: str, *operands, out_sharding=None, unreduced=(), overlap:
 
 
 def matmul(a, b, out_sharding=None, *, unreduced=()):
-    """``a @ b`` for 1-D and 2-D ShardedArrays (batched for higher ranks), as ``einsum``.
+    """``a @ b`` with numpy's rank rules (1-D operands, batch dims aligned from the right), as ``einsum``.
 
     Example:
         >>> import numpy as np, shardlab as sl
@@ -156,11 +156,14 @@ def matmul(a, b, out_sharding=None, *, unreduced=()):
         batch = letters[: ra - 2]
         sub = f"{batch}mk,k->{batch}m"
     else:
-        if ra != rb:
-            raise NotImplementedError(f"[matmul] ranks {ra} and {rb} differ; broadcast batch dims explicitly "
-                                      f"or use einsum")
-        batch = letters[: ra - 2]
-        sub = f"{batch}ij,{batch}jk->{batch}ik"
+        # numpy's rule: batch dims align from the right; the extra leading ones belong to one side.
+        common, extra = letters[: min(ra, rb) - 2], letters[min(ra, rb) - 2: max(ra, rb) - 2]
+        ba, bb = (extra + common, common) if ra >= rb else (common, extra + common)
+        for d, (sa, sb) in enumerate(zip(a.shape[ra - 2 - len(common): ra - 2], b.shape[rb - 2 - len(common): rb - 2])):
+            if sa != sb:
+                raise ValueError(f"[matmul] batch dims of {a.shape} and {b.shape} differ ({sa} vs {sb}); "
+                                 f"size-1 broadcasting of batch dims is not supported, use einsum")
+        sub = f"{ba}ij,{bb}jk->{extra + common}ik"
     return einsum(sub, a, b, out_sharding=out_sharding, unreduced=unreduced)
 
 

@@ -499,15 +499,40 @@ def _operand(x, op: str):
                     f"got {type(x).__name__}")
 
 
+def _expand_ellipsis(terms: list, rhs: str, arrow: str, ranks, subscripts: str, op: str):
+    """'...' becomes explicit letters, right-aligned across operands as numpy broadcasts them."""
+    used = set("".join(terms) + rhs)
+    spare = [c for c in "bcdefghlmnopqrstuvwaijkxyzABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in used]
+    widths = []
+    for t, r in zip(terms, ranks):
+        if t.count("...") > 1 or ("." in t.replace("...", "")):
+            raise ValueError(f"[{op}] malformed ellipsis in {t!r} of {subscripts!r}")
+        widths.append(r - (len(t) - 3) if "..." in t else 0)
+    if any(w < 0 for w in widths):
+        raise ValueError(f"[{op}] {subscripts!r} names more dims than an operand has")
+    width = max(widths, default=0)
+    letters = "".join(spare[:width])
+    terms = [t.replace("...", letters[width - w:]) for t, w in zip(terms, widths)]
+    if arrow:
+        if width and "..." not in rhs:
+            raise ValueError(f"[{op}] {subscripts!r}: the output must keep the '...' dims (as numpy)")
+        rhs = rhs.replace("...", letters)
+    else:
+        rhs = letters + "".join(sorted(c for c in set("".join(terms)) if c not in letters
+                                       and "".join(terms).count(c) == 1))
+    return terms, rhs
+
+
 def _parse(subscripts: str, ranks, op: str):
     s = subscripts.replace(" ", "")
-    if "." in s:
-        raise NotImplementedError(f"[{op}] ellipsis in {subscripts!r} is not supported; name every dim")
     lhs, arrow, rhs = s.partition("->")
     terms = lhs.split(",")
     if len(terms) != len(ranks):
         raise ValueError(f"[{op}] {subscripts!r} names {len(terms)} operands, got {len(ranks)}")
-    if not arrow:
+    if "." in s:
+        terms, rhs = _expand_ellipsis(terms, rhs, arrow, ranks, subscripts, op)
+        lhs = ",".join(terms)
+    elif not arrow:
         counts = {c: lhs.count(c) for c in lhs if c.isalpha()}
         rhs = "".join(sorted(c for c, n in counts.items() if n == 1))
     for t, r in zip(terms, ranks):

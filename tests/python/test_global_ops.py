@@ -172,3 +172,42 @@ def test_bad_inputs_name_the_op():
                        mesh=sl.make_mesh((4,), ("x",)))
     with pytest.raises(TypeError, match=r"\[reshard\]"):
         sl.reshard(np.ones(3), P())
+
+
+@pytest.mark.parametrize("subscripts, shapes", [
+    ("...ij,jk->...ik", [(4, 8, 6), (6, 4)]),
+    ("...ij,...jk", [(2, 4, 6), (2, 6, 8)]),
+    ("ij,j...->i...", [(4, 6), (6, 2, 4)]),
+    ("b...,b...->b...", [(4, 2, 6), (4, 2, 6)]),
+])
+def test_einsum_with_ellipsis_matches_numpy(subscripts, shapes):
+    mesh = sl.make_mesh((2, 2), ("X", "Y"))
+    rng = np.random.default_rng(len(subscripts))
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    placed = [sl.device_put(a, sl.NamedSharding(mesh, P("X") if a.shape[0] % 2 == 0 else P())) for a in arrays]
+    got = np.asarray(sl.einsum(subscripts, *placed))
+    np.testing.assert_allclose(got, np.einsum(subscripts, *arrays), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("sa, sb", [((4, 8, 6), (6, 4)), ((6, 4), (2, 4, 6)), ((2, 2, 4, 6), (2, 6, 4)), ((6,), (2, 6, 4))])
+def test_matmul_of_different_ranks_matches_numpy(sa, sb):
+    mesh = sl.make_mesh((2,), ("X",))
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(sa).astype(np.float32), rng.standard_normal(sb).astype(np.float32)
+    got = sl.matmul(sl.device_put(a, sl.NamedSharding(mesh, P("X"))), sl.device_put(b, sl.NamedSharding(mesh, P())))
+    np.testing.assert_allclose(np.asarray(got), a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_einsum_ellipsis_must_reach_the_output():
+    mesh = sl.make_mesh((2,), ("X",))
+    a = sl.device_put(np.ones((2, 4, 6), np.float32), sl.NamedSharding(mesh, P()))
+    with pytest.raises(ValueError, match=r"\[plan_einsum\] 'b\.\.\.,b\.\.\.->b': the output must keep"):
+        sl.einsum("b...,b...->b", a, a)
+
+
+def test_matmul_rejects_broadcast_batch_dims_with_a_reason():
+    mesh = sl.make_mesh((2,), ("X",))
+    a = sl.device_put(np.ones((2, 4, 6), np.float32), sl.NamedSharding(mesh, P()))
+    b = sl.device_put(np.ones((1, 6, 4), np.float32), sl.NamedSharding(mesh, P()))
+    with pytest.raises(ValueError, match=r"\[matmul\] batch dims .* differ \(2 vs 1\)"):
+        sl.matmul(a, b)
