@@ -128,6 +128,45 @@ def visualize_array_sharding(arr) -> None:
     _show(sharding_diagram(arr.shape, arr.sharding))
 
 
+def notation(sharding, ndim: int | None = None, *, name: str = "A", letters: str = "IJKLMNOP",
+             unreduced=(), fmt: str = "text") -> str:
+    """The book's notation for a sharding: ``A[I_XY, J]``, ``C[I, K]{U_X}``.
+
+    Args:
+        sharding: a ShardedArray, NamedSharding or PartitionSpec.
+        ndim: the array's rank (taken from a ShardedArray; defaults to the spec's length).
+        name, letters: the array's name and its dims' letters.
+        unreduced: mesh axes the value is unreduced along (a ShardedArray's own by default).
+        fmt: "text", "latex" or "html".
+
+    Example:
+        >>> from shardlab import P
+        >>> notation(P(("X", "Y"), None))
+        'A[I_XY, J]'
+        >>> notation(P(None, "Y"), 2, name="W", letters="DF")
+        'W[D, F_Y]'
+    """
+    from .planner import Layout, Term
+    from .sharded_array import ShardedArray
+    from .sharding import PartitionSpec
+
+    if isinstance(sharding, ShardedArray):
+        ndim = sharding.ndim if ndim is None else ndim
+        unreduced = unreduced or sharding.unreduced
+        sharding = sharding.sharding
+    spec = sharding.spec if isinstance(sharding, NamedSharding) else sharding
+    if not isinstance(spec, PartitionSpec):
+        raise TypeError(f"[notation] expected a ShardedArray, NamedSharding or PartitionSpec, got {spec!r}")
+    ndim = len(spec) if ndim is None else ndim
+    if len(spec) > ndim or ndim > len(letters):
+        raise ValueError(f"[notation] {spec!r} for rank {ndim} with letters {letters!r}: need "
+                         f"len(spec) <= ndim <= len(letters)")
+    if fmt not in ("text", "latex", "html"):
+        raise ValueError(f"[notation] fmt={fmt!r}; use 'text', 'latex' or 'html'")
+    layout = Layout(tuple(spec.normalized(ndim)), frozenset(unreduced))
+    return Term(name, letters[:ndim], layout, (0,) * ndim, np.dtype(np.float32)).render(fmt)
+
+
 def device_values(x) -> np.ndarray:
     """Every device's value of a per-device LocalArray, stacked in mesh order:
     shape ``mesh.axis_sizes + local shape`` (for printing inside shard_map)."""

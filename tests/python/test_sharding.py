@@ -107,3 +107,19 @@ def test_storage_shape_is_mesh_factorized():
 def test_duplicate_spec_error_is_value_error(spec):
     with pytest.raises(ValueError):
         sl.NamedSharding(sl.make_mesh((2, 2), ("x", "y")), spec)
+
+
+def test_book_notation_of_shardings():
+    from shardlab.debug import notation
+
+    mesh = sl.make_mesh((2, 2), ("X", "Y"))
+    assert notation(P(("X", "Y"), None)) == "A[I_XY, J]"
+    assert notation(P(None, "Y"), 3) == "A[I, J_Y, K]"
+    arr = sl.device_put(np.zeros((4, 4), np.float32), sl.NamedSharding(mesh, P("Y", "X")))
+    assert notation(arr, name="B", letters="JK") == "B[J_Y, K_X]"
+    assert notation(P("X"), 2, unreduced={"Y"}, name="C") == "C[I_X, J]{U_Y}"
+    assert "<sub>" in notation(P("X"), 1, fmt="html")
+    with pytest.raises(ValueError, match=r"\[notation\]"):
+        notation(P("X", "Y"), 1)
+    with pytest.raises(TypeError, match=r"\[notation\]"):
+        notation("X")
