@@ -90,6 +90,17 @@ void init_collectives(py::module_& m) {
     return run(x, scatter_shape(mesh, as_ref(x).shape, axes, root, dim, tiled),
                [&](const ArrayRef& in, const ArrayRef& o) { return scatter(mesh, in, o, axes, root, dim, tiled); });
   });
+  // jnp.where on storages already broadcast to one shape (x, y of the result dtype).
+  m.def("select", [](const py::array& cond, const py::array& x, const py::array& y) {
+    const ArrayRef c = as_ref(cond), xr = as_ref(x), yr = as_ref(y);
+    py::array out = empty_like_dtype(x, xr.shape);
+    const ArrayRef o = as_ref(out);
+    {
+      py::gil_scoped_release release;
+      select_strided(o, c, xr, yr);
+    }
+    return out;
+  });
   // Materialize any strided view (device_put, reading a ShardedArray back) with OpenMP.
   m.def("copy", [](const py::array& x) {
     const ArrayRef in = as_ref(x);

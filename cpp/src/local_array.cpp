@@ -178,6 +178,78 @@ void copy_strided(const ArrayRef& dst, const ArrayRef& src) {
   }
 }
 
+namespace {
+
+// Contiguous destination and condition; x and y either contiguous or one broadcast value.
+template <class Word, bool XStep, bool YStep>
+void select_dense(Word* dt, const std::uint8_t* ct, const Word* xt, const Word* yt, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const Word mask = static_cast<Word>(0) - static_cast<Word>(ct[i] != 0);
+    dt[i] = (xt[XStep ? i : 0] & mask) | (yt[YStep ? i : 0] & ~mask);
+  }
+}
+
+template <class Word>
+void select_run(char* d, std::int64_t ds, const char* c, std::int64_t cs, const char* x, std::int64_t xs,
+                const char* y, std::int64_t ys, std::int64_t n) {
+  constexpr std::int64_t w = sizeof(Word);
+  if (ds == w && cs == 1 && (xs == w || xs == 0) && (ys == w || ys == 0)) {
+    auto* dt = reinterpret_cast<Word*>(d);
+    const auto* ct = reinterpret_cast<const std::uint8_t*>(c);
+    const auto* xt = reinterpret_cast<const Word*>(x);
+    const auto* yt = reinterpret_cast<const Word*>(y);
+    if (xs && ys) {
+      select_dense<Word, true, true>(dt, ct, xt, yt, n);
+    } else if (xs) {
+      select_dense<Word, true, false>(dt, ct, xt, yt, n);
+    } else if (ys) {
+      select_dense<Word, false, true>(dt, ct, xt, yt, n);
+    } else {
+      select_dense<Word, false, false>(dt, ct, xt, yt, n);
+    }
+    return;
+  }
+  for (std::int64_t i = 0; i < n; ++i) {
+    const bool take = c[i * cs] != 0;
+    std::memcpy(d + i * ds, (take ? x + i * xs : y + i * ys), sizeof(Word));
+  }
+}
+
+}  // namespace
+
+void select_strided(const ArrayRef& dst, const ArrayRef& cond, const ArrayRef& x, const ArrayRef& y) {
+  check_same_shape("where", dst, x);
+  check_same_shape("where", dst, y);
+  if (cond.shape != dst.shape || cond.dtype != DType::bool_) {
+    throw std::invalid_argument("[where] the condition must be bool with shape " + shape_str(dst.shape));
+  }
+  if (dst.size() == 0) return;
+  const std::size_t item = itemsize(dst.dtype);
+  Nest nest = simplify(dst.shape, {dst.strides, cond.strides, x.strides, y.strides});
+  const int outer = static_cast<int>(nest.shape.size()) - 1;
+  const std::int64_t inner = nest.shape.back();
+  std::int64_t outer_count = 1;
+  for (int d = 0; d < outer; ++d) outer_count *= nest.shape[d];
+  const bool parallel = dst.nbytes() >= kParallelBytes;
+#pragma omp parallel for schedule(static) if (parallel)
+  for (std::int64_t w = 0; w < outer_count; ++w) {
+    std::int64_t o[4];
+    outer_offsets(nest, outer, w, o);
+    char* d = static_cast<char*>(dst.data) + o[0];
+    const char* c = static_cast<const char*>(cond.data) + o[1];
+    const char* xp = static_cast<const char*>(x.data) + o[2];
+    const char* yp = static_cast<const char*>(y.data) + o[3];
+    const std::int64_t ds = nest.strides[0].back(), cs = nest.strides[1].back();
+    const std::int64_t xs = nest.strides[2].back(), ys = nest.strides[3].back();
+    switch (item) {
+      case 1: select_run<std::uint8_t>(d, ds, c, cs, xp, xs, yp, ys, inner); break;
+      case 2: select_run<std::uint16_t>(d, ds, c, cs, xp, xs, yp, ys, inner); break;
+      case 4: select_run<std::uint32_t>(d, ds, c, cs, xp, xs, yp, ys, inner); break;
+      default: select_run<std::uint64_t>(d, ds, c, cs, xp, xs, yp, ys, inner); break;
+    }
+  }
+}
+
 void fill_zero(const ArrayRef& dst) {
   if (dst.size() == 0) return;
   const std::size_t item = itemsize(dst.dtype);

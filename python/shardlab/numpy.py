@@ -253,7 +253,17 @@ def where(condition, x, y):
     if not _is_local(condition, x, y):
         return np.where(condition, x, y)
     mesh = mesh_of((condition, x, y))
-    return LocalArray(np.where(*aligned([condition, x, y], mesh)), mesh)
+    c, a, b = aligned([condition, x, y], mesh)
+    dt = np.result_type(a, b)
+    shape = np.broadcast_shapes(np.shape(c), np.shape(a), np.shape(b))
+    if dt in _SELECT_DTYPES and math.prod(shape) >= 4096:
+        # Branchless C++ select: numpy's where branches per element (5x slower on random masks).
+        views = [np.broadcast_to(np.asarray(v, dtype=t), shape) for v, t in ((c, np.bool_), (a, dt), (b, dt))]
+        return LocalArray(_core.select(*views), mesh)
+    return LocalArray(np.where(c, a, b), mesh)
+
+
+_SELECT_DTYPES = (float32, float64, bfloat16, int32, int8)
 
 
 @_implements(np.clip)

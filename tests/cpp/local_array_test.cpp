@@ -123,3 +123,23 @@ TEST(LocalArray, RejectsMismatchedViews) {
                               ReduceOp::sum),
                std::invalid_argument);
 }
+
+TEST(LocalArray, SelectMatchesDefinitionWithBroadcastAndNaN) {
+  xt::xarray<float> x = {{1.0f, std::nanf(""), 3.0f}, {4.0f, 5.0f, -INFINITY}};
+  xt::xarray<float> y = {7.0f, 8.0f, 9.0f};  // broadcast along rows
+  xt::xarray<bool> c = {{true, true, false}, {false, true, true}};
+  xt::xarray<float> out = xt::zeros<float>({2, 3});
+  ArrayRef yr = ref_of(y, DType::float32);
+  ArrayRef cr{c.data(), DType::bool_, {2, 3}, {3, 1}};
+  select_strided(ref_of(out, DType::float32), cr, ref_of(x, DType::float32),
+                 ArrayRef{yr.data, yr.dtype, {2, 3}, {0, 4}});
+  EXPECT_EQ(out(0, 0), 1.0f);
+  EXPECT_TRUE(std::isnan(out(0, 1)));
+  EXPECT_EQ(out(0, 2), 9.0f);
+  EXPECT_EQ(out(1, 0), 7.0f);
+  EXPECT_EQ(out(1, 1), 5.0f);
+  EXPECT_EQ(out(1, 2), -INFINITY);
+  ArrayRef bad{c.data(), DType::int8, {2, 3}, {3, 1}};
+  EXPECT_THROW(select_strided(ref_of(out, DType::float32), bad, ref_of(x, DType::float32), ref_of(x, DType::float32)),
+               std::invalid_argument);
+}

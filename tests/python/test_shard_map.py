@@ -242,3 +242,22 @@ def test_outputs_of_a_call_are_freed_without_the_garbage_collector():
         assert base() is None
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, ml_dtypes.bfloat16, np.int32, np.int8])
+def test_where_matches_numpy_on_large_and_small_values(dtype):
+    # Large values take the branchless C++ select, small ones numpy's where: both must agree,
+    # with a varying and an invariant (broadcast) operand and NaN / inf kept.
+    mesh = sl.make_mesh((4,), ("x",))
+    rng = np.random.default_rng(3)
+    for rows in (8, 4096):
+        h = rng.standard_normal((rows, 16)).astype(np.float32)
+        d = (rng.standard_normal((rows, 16)) * 10).astype(dtype)
+        if np.dtype(dtype).kind == "f":
+            d[0, :3] = [np.nan, np.inf, -np.inf]
+        e = d[: rows // 4]  # replicated: every device holds the same block
+        f = sl.shard_map(lambda h, d, e: (jnp.where(h > 0, d, 0), jnp.where(h > 0, e, d)), mesh=mesh,
+                         in_specs=(P("x"), P("x"), P()), out_specs=(P("x"), P("x")))
+        a, b = f(h, d, e)
+        np.testing.assert_array_equal(np.asarray(a), np.where(h > 0, d, 0).astype(dtype))
+        np.testing.assert_array_equal(np.asarray(b), np.where(h > 0, np.tile(e, (4, 1)), d))

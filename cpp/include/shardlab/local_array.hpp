@@ -42,6 +42,11 @@ void copy_strided(const ArrayRef& dst, const ArrayRef& src);
 // dst = 0 for every element of the view.
 void fill_zero(const ArrayRef& dst);
 
+// dst = cond ? x : y elementwise; all four views have dst's shape (broadcast with zero
+// strides), cond is bool and x, y have dst's dtype. Branchless, so a random mask costs the
+// same as a uniform one (numpy's where branches per element).
+void select_strided(const ArrayRef& dst, const ArrayRef& cond, const ArrayRef& x, const ArrayRef& y);
+
 enum class ReduceOp { sum, max, min, mean };
 
 // dst[i...] = op over r... of src[i..., r...]: src has dst's dims followed by `reduce_dims`
