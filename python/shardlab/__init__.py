@@ -26,6 +26,7 @@ from .sharded_array import Shard, ShardedArray, device_put  # noqa: E402
 from .local_array import LocalArray  # noqa: E402
 from .ledger import Ledger  # noqa: E402
 from .shard_map import shard_map  # noqa: E402
+from .eager import block_until_ready, jit  # noqa: E402
 from . import cost, debug, hardware, kernels, lax, nn, numpy  # noqa: E402
 from .planner import Plan, plan_einsum  # noqa: E402
 from .global_ops import einsum, matmul, reshard  # noqa: E402
@@ -33,8 +34,9 @@ from .global_ops import einsum, matmul, reshard  # noqa: E402
 __version__ = "0.1.0"
 
 __all__ = [
-    "Device", "DuplicateSpecError", "cost", "hardware", "kernels", "nn", "Ledger", "LocalArray", "Mesh", "NamedSharding", "P", "Plan",
-    "PartitionSpec", "Shard", "ShardedArray", "config", "debug", "device_put", "devices",
-    "einsum", "get_mesh", "lax", "make_mesh", "matmul", "numpy", "plan_einsum", "reshard", "set_mesh",
-    "shard_map",
+    "block_until_ready", "config", "cost", "debug", "Device", "device_put", "devices",
+    "DuplicateSpecError", "einsum", "get_mesh", "hardware", "jit", "kernels", "lax", "Ledger",
+    "LocalArray", "make_mesh", "matmul", "Mesh", "NamedSharding", "nn", "numpy", "P",
+    "PartitionSpec", "Plan", "plan_einsum", "reshard", "set_mesh", "Shard", "shard_map",
+    "ShardedArray",
 ]
