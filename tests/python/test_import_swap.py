@@ -30,6 +30,6 @@ def test_jax_docs_matmul_runs_with_shardlab_imports():
 
     y = jax.block_until_ready(reduce_scatter(jnp.ones((8, 16), dtype=jnp.float32)))
     assert y.sharding.spec == P("x", "y")
-    np.testing.assert_array_equal(np.asarray(y), np.full((2, 16), 4.0))
+    np.testing.assert_array_equal(np.asarray(y), np.full((8, 16), 4.0))  # each block summed over 4 x-devices
     q = np.ones((1, 4, 2, 8), np.float32)
     assert jax.nn.dot_product_attention(q, q, q).shape == (1, 4, 2, 8)
