@@ -58,7 +58,7 @@ __all__ = [
 
 _COLLECTIVES = {"all_gather", "psum", "pmean", "pmax", "pmin", "psum_scatter", "reduce_scatter", "all_reduce",
                 "all_to_all", "ppermute", "broadcast", "reduce", "gather", "scatter"}
-_COMPUTE = {"matmul", "einsum", "attention"}
+_COMPUTE = {"matmul", "einsum", "attention", "attention_vjp"}
 
 
 # --------------------------------------------------------------------------------------------

@@ -98,7 +98,8 @@ def _attention_flops(q_local, k_local, is_causal, passes):
 
 
 def _record(op, f, arrays, flops):
-    """Writes the call into the ledger when it ran inside shard_map (one event per device);
+    """Writes the call into the ledger as event `op` ("attention" or "attention_vjp", names the
+    cost model prices) when it ran inside shard_map (one event per device);
     the bytes are what one device reads and writes: `arrays` and the outputs."""
     if f.mesh is None:
         return
@@ -190,7 +191,7 @@ def dot_product_attention(
     res = f.unfold(np.swapaxes(lse, 1, 2).astype(out.dtype), q_local[:-1])
     out = f.unfold(out, q_local)
     flops = _attention_flops(q_local, _local_shape(key), is_causal, 4)
-    _record(op, f, [query, key, value, query], flops)  # the output is query-sized
+    _record("attention", f, [query, key, value, query], flops)  # the output is query-sized
     return (out, res) if return_residual else out
 
 
@@ -226,5 +227,5 @@ def dot_product_attention_vjp(query, key, value, dout, *, mask=None, scale=None,
     grads = run_backward(op, q4, k4, v4, out, lse, g4, is_causal, scale, m4)
     grads = tuple(f.unfold(g, _local_shape(x)) for g, x in zip(grads, (query, key, value)))
     flops = _attention_flops(_local_shape(query), _local_shape(key), is_causal, 14)
-    _record(op, f, [query, key, value, dout, query, key, value], flops)  # + the gradients
+    _record("attention_vjp", f, [query, key, value, dout, query, key, value], flops)  # + the gradients
     return grads

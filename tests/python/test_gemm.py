@@ -3,7 +3,7 @@
 Tolerance. The kernel accumulates in float32, so against the exact (float64) product of the
 same inputs each element is within (K + 2) * 2^-24 * (|a| @ |b|). bfloat16 inputs are exact
 in float32 and so are their products; a bfloat16 result adds one rounding to nearest even,
-at most 2^-9 |c| (8 significant bits), which we bound by 2^-8 |c|. Errors from a wrong
+at most 2^-8 |c| (8 significant bits: unit roundoff 2^-8). Errors from a wrong
 index or a lost k-block are of order |a| @ |b|, far outside both bounds.
 """
 

@@ -268,7 +268,24 @@ def test_inside_shard_map_is_recorded_in_the_ledger():
     with sl.Ledger() as ledger:
         sl.shard_map(lambda q, k, v: snn.dot_product_attention(q, k, v, is_causal=True),
                      mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec)(q, k, v)
-    (event,) = [e for e in ledger.events if e["op"] == "dot_product_attention"]
+    (event,) = [e for e in ledger.events if e["op"] == "attention"]
     # Local problem: B=2, Hq=2, D=8; causal 16x16 leaves 136 (query, key) pairs; 4 FLOPs each.
     assert event["flops"] == 4 * 2 * 2 * 8 * 136
     assert event["num_groups"] == mesh.size
+
+
+def test_attention_events_are_priced_on_a_mesh_with_hardware():
+    import shardlab as sl
+
+    mesh = sl.make_mesh((2,), ("x",), hardware="tpu-v5e")
+    rng = np.random.default_rng(8)
+    q = rand(rng, 2, 16, 4, 8)
+    spec = sl.P(None, None, "x")
+    with sl.Ledger() as ledger:
+        sl.shard_map(lambda q: snn.dot_product_attention(q, q, q), mesh=mesh, in_specs=spec, out_specs=spec)(q)
+        sl.shard_map(lambda q: snn.dot_product_attention_vjp(q, q, q, q), mesh=mesh, in_specs=spec,
+                     out_specs=(spec, spec, spec))(q)
+    ops = [e["op"] for e in ledger.events]
+    assert ops == ["attention", "attention_vjp"]
+    assert all(e["seconds"] is not None and e["seconds"] > 0 for e in ledger.events)
+    assert ledger.roofline().bound in ("compute", "memory", "communication")
