@@ -209,6 +209,19 @@ def test_causal_equals_explicit_tril_mask(Tq, Tk):
         np.testing.assert_allclose(x, y, atol=1e-5)
 
 
+@pytest.mark.parametrize("Tq,Tk", [(200, 200), (333, 129), (129, 333)])
+def test_causal_forward_is_bit_identical_to_the_tril_mask_on_every_path(isa, Tq, Tk):
+    # Tiles above the diagonal are skipped under is_causal and fully masked under tril; a
+    # masked tile must not rescale O or l at all (the rescale is exactly 1 when the max holds).
+    rng = np.random.default_rng(Tq + Tk)
+    q, k, v = rand(rng, 1, Tq, 2, 32), rand(rng, 1, Tk, 2, 32), rand(rng, 1, Tk, 2, 32)
+    tril = np.tril(np.ones((Tq, Tk), bool))
+    a, la = flash_attention(q, k, v, is_causal=True, return_lse=True)
+    b, lb = flash_attention(q, k, v, mask=tril, return_lse=True)
+    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(la, lb)
+
+
 def test_gradients_match_finite_differences():
     # Central differences of the float64 numpy definition along random directions, against
     # the kernel's float32 gradients: checks the backward formulas, not just agreement with a

@@ -234,8 +234,16 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
           V::store(msafe, mnew);
           for (int w = 0; w < V::W; ++w) msafe[w] = msafe[w] == -kInf ? 0.0f : msafe[w];
           const R ms = V::load(msafe);
-          const R a = V::exp2(V::sub(mold, ms));
-          V::store(alpha + i, a);
+          // Where the running max did not move the rescale is exactly 1: exp2(0) from the
+          // polynomial is 1 + 2^-23, which would nudge O and l on every masked tile and make an
+          // explicit causal mask differ from is_causal (which skips those tiles) in the last bit.
+          float mo[V::W];
+          V::store(mo, mold);
+          V::store(alpha + i, V::exp2(V::sub(mold, ms)));
+          for (int w = 0; w < V::W; ++w) {
+            if (mo[w] == msafe[w]) alpha[i + w] = 1.0f;
+          }
+          const R a = V::load(alpha + i);
           R sum = V::zero();
           for (int64_t j = 0; j < nk; ++j) {
             const R pj = V::exp2(V::sub(V::load(St + j * kBq + i), ms));
