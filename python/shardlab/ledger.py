@@ -82,7 +82,12 @@ class Ledger:
         return self.events
 
     def to_dataframe(self):
-        import pandas as pd
+        """The events as a pandas DataFrame (pandas comes with the [notebooks] extra)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("[Ledger.to_dataframe] needs pandas: pip install pandas "
+                              "(or shardlab[notebooks]); Ledger.events gives the same rows as dicts") from None
 
         return pd.DataFrame(self.events, columns=list(_FIELDS))
 
