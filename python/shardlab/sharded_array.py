@@ -70,7 +70,7 @@ def from_storage(storage: np.ndarray, sharding: NamedSharding, global_shape: tup
     return _core.copy(v).reshape(global_shape)
 
 
-class ShardedArray:
+class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
     """A global array sharded over a mesh; each virtual device holds its real shard.
 
     ``np.asarray(arr)`` gives the global value. Replicated data is held once on the host
@@ -121,6 +121,29 @@ class ShardedArray:
             storage = storage.sum(axis=dims, keepdims=True, dtype=storage.dtype)
         out = from_storage(storage, self.sharding, self.shape)
         return out if dtype is None else out.astype(dtype)
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """Global-view arithmetic, as on a jax.Array: elementwise ufuncs keep the sharding and
+        run shard by shard; ``@`` is planned and run by ``shardlab.matmul``."""
+        if method != "__call__" or kwargs.get("out") is not None:
+            return NotImplemented
+        if ufunc is np.matmul:
+            from .global_ops import matmul
+
+            return matmul(*inputs)
+        arrays = [x for x in inputs if isinstance(x, ShardedArray)]
+        first = arrays[0]
+        scalar = lambda x: isinstance(x, (int, float, bool, complex, np.generic))  # noqa: E731
+        if all(x.sharding == first.sharding and x.shape == first.shape and not x.unreduced for x in arrays) \
+                and all(isinstance(x, ShardedArray) or scalar(x) for x in inputs):
+            # Same layout everywhere: the storages line up element for element.
+            out = ufunc(*[x._storage if isinstance(x, ShardedArray) else x for x in inputs], **kwargs)
+            return ShardedArray(out, first.sharding, first.shape)
+        # Different layouts or broadcasting: compute globally, lay out like the first operand.
+        out = ufunc(*[np.asarray(x) for x in inputs], **kwargs)
+        if out.shape != first.shape:
+            return out
+        return device_put(out, first.sharding)
 
     def __len__(self):
         if not self.shape:

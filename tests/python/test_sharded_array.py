@@ -108,3 +108,22 @@ def test_repr_and_html():
     html = a._repr_html_()
     assert html.startswith("<") and "(8, 6)" in html
     sl.debug.visualize_array_sharding(a)  # draws without raising
+
+
+def test_global_view_arithmetic_keeps_the_layout_and_matmul_is_planned():
+    mesh = sl.make_mesh((2, 2), ("x", "y"))
+    A = np.arange(16.0, dtype=np.float32).reshape(4, 4)
+    a = sl.device_put(A, sl.NamedSharding(mesh, P("x", "y")))
+    b = sl.device_put(A, sl.NamedSharding(mesh, P("y")))
+    c = a * 2 + 1
+    assert isinstance(c, sl.ShardedArray) and c.sharding == a.sharding
+    np.testing.assert_array_equal(np.asarray(c), A * 2 + 1)
+    d = a - b                                     # different layouts: laid out like `a`
+    assert d.sharding == a.sharding
+    np.testing.assert_array_equal(np.asarray(d), np.zeros_like(A))
+    np.testing.assert_allclose(np.asarray(np.exp(a)), np.exp(A), rtol=1e-6)
+    with sl.Ledger() as ledger:
+        e = a @ b
+    np.testing.assert_allclose(np.asarray(e), A @ A, rtol=1e-6)
+    assert any(ev["op"] != "matmul" and ev["op"] != "einsum" for ev in ledger.events)  # it communicated
+    assert (a > 3).dtype == np.bool_
