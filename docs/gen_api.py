@@ -26,7 +26,7 @@ MODULES = [
     "shardlab.mesh", "shardlab.sharding", "shardlab.sharded_array", "shardlab.shard_map",
     "shardlab.experimental.shard_map", "shardlab.local_array", "shardlab.lax", "shardlab.numpy",
     "shardlab.ledger", "shardlab.debug", "shardlab.config", "shardlab.nn", "shardlab.kernels",
-    "shardlab.hardware", "shardlab.cost", "shardlab.eager",
+    "shardlab.hardware", "shardlab.cost", "shardlab.eager", "shardlab.plan", "shardlab.planner",
 ]
 
 # Names without an underscore that other shardlab modules use but users need not.

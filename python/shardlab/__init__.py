@@ -18,7 +18,7 @@ if _os.environ.get("SHARDLAB_CORE_DIR"):
     # Developer hook: use a _core built in a private build directory (see CONTRIBUTING in docs/).
     __path__.append(_os.environ["SHARDLAB_CORE_DIR"])  # noqa: F821
 
-from . import _core  # noqa: E402
+from . import _core  # noqa: E402,F401  (loads the extension, or fails with the reason)
 from .config import config  # noqa: E402
 from .mesh import Device, Mesh, devices, get_mesh, make_mesh, set_mesh  # noqa: E402
 from .sharding import DuplicateSpecError, NamedSharding, P, PartitionSpec  # noqa: E402
@@ -28,7 +28,8 @@ from .ledger import Ledger  # noqa: E402
 from .shard_map import shard_map  # noqa: E402
 from .eager import block_until_ready, jit  # noqa: E402
 from . import cost, debug, hardware, kernels, lax, nn, numpy  # noqa: E402
-from .planner import Plan, plan_einsum  # noqa: E402
+from .plan import Plan  # noqa: E402
+from .planner import plan_einsum  # noqa: E402
 from .global_ops import einsum, matmul, reshard  # noqa: E402
 
 __version__ = "0.1.0"

@@ -23,7 +23,8 @@ import numpy as np
 from . import lax
 from . import numpy as jnp
 from .local_array import LocalArray, lift
-from .planner import Plan, plan_einsum, plan_reshard
+from .plan import Plan
+from .planner import plan_einsum, plan_reshard
 from .sharded_array import ShardedArray, device_put
 from .sharding import NamedSharding, P
 from .shard_map import shard_map

@@ -1,6 +1,5 @@
 """shardlab.kernels.flash_attention against float64 numpy, the C++ reference and itself."""
 
-import itertools
 
 import ml_dtypes
 import numpy as np

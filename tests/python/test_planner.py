@@ -1,6 +1,5 @@
 """shardlab.plan_einsum: the book's four cases, problems 4 and 9, rejections and rendering."""
 
-import numpy as np
 import pytest
 
 import shardlab as sl

@@ -2,3 +2,5 @@
 
 from .gemm import gemm
 from .attention import flash_attention, flash_attention_backward
+
+__all__ = ["flash_attention", "flash_attention_backward", "gemm"]
