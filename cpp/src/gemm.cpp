@@ -49,13 +49,7 @@ KernelSet kernels_scalar(GemmType type) {
   ks.kc = 256;
   ks.nc = 2048;
   ks.kernel = kernel_scalar;
-  if (type == GemmType::f32) {
-    ks.pack_a = pack_a_f32<kScalarMr, float>;
-    ks.pack_b = pack_b_f32<kScalarNr, float>;
-  } else {
-    ks.pack_a = pack_a_f32<kScalarMr, uint16_t>;
-    ks.pack_b = pack_b_f32<kScalarNr, uint16_t>;
-  }
+  set_f32_packers<kScalarMr, kScalarNr>(ks, type);
   return ks;
 }
 

@@ -311,6 +311,15 @@ def _group_bytes(op, shape, dtype, spec, mshape, axes, *, axes_must_shard: bool)
     return math.prod(dims) * itemsize(dtype) / other, axes_t
 
 
+def _group_collective_time(op, shape, dtype, spec, axes, axes_must_shard, mesh_shape, hardware, mesh,
+                           physical_axes, topology) -> CollectiveCost:
+    """The what-if functions' shared body: the group's bytes V from the spec, then the time."""
+    mshape = _mesh_shape(op, mesh_shape, mesh)
+    v, axes_t = _group_bytes(op, shape, dtype, spec, mshape, axes, axes_must_shard=axes_must_shard)
+    return collective_time(op, v, axes=axes_t, mesh_shape=mshape, hardware=hardware, mesh=mesh,
+                           physical_axes=physical_axes, topology=topology)
+
+
 def all_gather_time(shape, dtype, spec=None, *, mesh_shape=None, hardware=None, mesh=None, axes=None,
                     physical_axes=None, topology=None) -> CollectiveCost:
     """AllGather of a global ``shape``/``dtype`` array sharded as ``spec``, over ``axes``.
@@ -324,19 +333,15 @@ def all_gather_time(shape, dtype, spec=None, *, mesh_shape=None, hardware=None, 
         >>> round(t.book_seconds * 1e6, 1)
         23.3
     """
-    mshape = _mesh_shape("all_gather", mesh_shape, mesh)
-    v, axes_t = _group_bytes("all_gather", shape, dtype, spec, mshape, axes, axes_must_shard=True)
-    return collective_time("all_gather", v, axes=axes_t, mesh_shape=mshape, hardware=hardware, mesh=mesh,
-                           physical_axes=physical_axes, topology=topology)
+    return _group_collective_time("all_gather", shape, dtype, spec, axes, True, mesh_shape, hardware, mesh,
+                                  physical_axes, topology)
 
 
 def reduce_scatter_time(shape, dtype, spec=None, *, axes, mesh_shape=None, hardware=None, mesh=None,
                         physical_axes=None, topology=None) -> CollectiveCost:
     """ReduceScatter over ``axes`` of an array unreduced along them, sharded as ``spec`` elsewhere."""
-    mshape = _mesh_shape("reduce_scatter", mesh_shape, mesh)
-    v, axes_t = _group_bytes("reduce_scatter", shape, dtype, spec, mshape, axes, axes_must_shard=False)
-    return collective_time("reduce_scatter", v, axes=axes_t, mesh_shape=mshape, hardware=hardware, mesh=mesh,
-                           physical_axes=physical_axes, topology=topology)
+    return _group_collective_time("reduce_scatter", shape, dtype, spec, axes, False, mesh_shape, hardware, mesh,
+                                  physical_axes, topology)
 
 
 def all_reduce_time(shape, dtype, spec=None, *, axes, mesh_shape=None, hardware=None, mesh=None,
@@ -349,10 +354,8 @@ def all_reduce_time(shape, dtype, spec=None, *, axes, mesh_shape=None, hardware=
         >>> round(t.book_seconds * 1e6, 1)
         11.7
     """
-    mshape = _mesh_shape("all_reduce", mesh_shape, mesh)
-    v, axes_t = _group_bytes("all_reduce", shape, dtype, spec, mshape, axes, axes_must_shard=False)
-    return collective_time("all_reduce", v, axes=axes_t, mesh_shape=mshape, hardware=hardware, mesh=mesh,
-                           physical_axes=physical_axes, topology=topology)
+    return _group_collective_time("all_reduce", shape, dtype, spec, axes, False, mesh_shape, hardware, mesh,
+                                  physical_axes, topology)
 
 
 psum_time = all_reduce_time
@@ -364,10 +367,8 @@ def all_to_all_time(shape, dtype, spec=None, *, mesh_shape=None, hardware=None, 
 
     V is the whole array of one group; the book's 1-D form is V / (4 W_bidi).
     """
-    mshape = _mesh_shape("all_to_all", mesh_shape, mesh)
-    v, axes_t = _group_bytes("all_to_all", shape, dtype, spec, mshape, axes, axes_must_shard=True)
-    return collective_time("all_to_all", v, axes=axes_t, mesh_shape=mshape, hardware=hardware, mesh=mesh,
-                           physical_axes=physical_axes, topology=topology)
+    return _group_collective_time("all_to_all", shape, dtype, spec, axes, True, mesh_shape, hardware, mesh,
+                                  physical_axes, topology)
 
 
 def ppermute_time(shape, dtype, spec=None, *, axes, mesh_shape=None, hardware=None, mesh=None, perm=None,

@@ -64,13 +64,7 @@ KernelSet kernels_avx512(GemmType type) {
   ks.kc = 512;
   ks.nc = 1024;
   ks.kernel = kernel_f32<kMr>;
-  if (type == GemmType::f32) {
-    ks.pack_a = pack_a_f32<kMr, float>;
-    ks.pack_b = pack_b_f32<kNr, float>;
-  } else {
-    ks.pack_a = pack_a_f32<kMr, uint16_t>;
-    ks.pack_b = pack_b_f32<kNr, uint16_t>;
-  }
+  set_f32_packers<kMr, kNr>(ks, type);
   return ks;
 }
 

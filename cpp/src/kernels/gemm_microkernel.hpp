@@ -168,6 +168,18 @@ void pack_b_f32(const GemmOperand& b, int64_t p0, int64_t kc, int64_t j0, int64_
   }
 }
 
+// Packers for kernels that multiply in fp32: bf16 operands are widened while packing.
+template <int MR, int NR>
+void set_f32_packers(KernelSet& ks, GemmType type) {
+  if (type == GemmType::f32) {
+    ks.pack_a = pack_a_f32<MR, float>;
+    ks.pack_b = pack_b_f32<NR, float>;
+  } else {
+    ks.pack_a = pack_a_f32<MR, uint16_t>;
+    ks.pack_b = pack_b_f32<NR, uint16_t>;
+  }
+}
+
 // bf16 pair panels for dot-product instructions (VDPBF16PS): k is grouped in pairs, each
 // (row, pair) is one 32-bit word {x[2p], x[2p+1]}. A panel is [k/2][MR][2], B panel is
 // [k/2][NR][2]; an odd kc is padded with a zero k.
