@@ -90,6 +90,17 @@ void init_collectives(py::module_& m) {
     return run(x, scatter_shape(mesh, as_ref(x).shape, axes, root, dim, tiled),
                [&](const ArrayRef& in, const ArrayRef& o) { return scatter(mesh, in, o, axes, root, dim, tiled); });
   });
+  // Shape rules alone (no data): the primitives' shape/validation rule for every backend.
+  m.def("all_gather_shape", &all_gather_shape);
+  m.def("all_reduce_shape", &all_reduce_shape);
+  m.def("psum_scatter_shape", &psum_scatter_shape);
+  m.def("all_to_all_shape", &all_to_all_shape);
+  m.def("ppermute_shape", &ppermute_shape);
+  m.def("axis_index_shape", &axis_index_shape);
+  m.def("broadcast_shape", &broadcast_shape);
+  m.def("reduce_shape", &reduce_shape);
+  m.def("gather_shape", &gather_shape);
+  m.def("scatter_shape", &scatter_shape);
   // jnp.where on storages already broadcast to one shape (x, y of the result dtype).
   m.def("select", [](const py::array& cond, const py::array& x, const py::array& y) {
     const ArrayRef c = as_ref(cond), xr = as_ref(x), yr = as_ref(y);

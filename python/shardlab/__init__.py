@@ -2,6 +2,8 @@
 
 Every virtual device holds its real shard, collectives really move and reduce the data,
 and each one is written into a ledger with exact bytes (and, given hardware, time).
+Gradients (``grad``, ``vjp``, ``checkpoint``) run through shard_map and record the backward
+pass's collectives too; ``eval_shape`` runs the same program shape-only, at any scale.
 
 Example:
     >>> import numpy as np, shardlab as sl
@@ -15,29 +17,37 @@ Example:
 import os as _os
 
 if _os.environ.get("SHARDLAB_CORE_DIR"):
-    # Developer hook: use a _core built in a private build directory (see CONTRIBUTING in docs/).
+    # Developer hook: use a _core built in a private build directory (see README, Developing).
     __path__.append(_os.environ["SHARDLAB_CORE_DIR"])  # noqa: F821
 
 from . import _core  # noqa: E402,F401  (loads the extension, or fails with the reason)
-from .config import config  # noqa: E402
-from .mesh import Device, Mesh, devices, get_mesh, make_mesh, set_mesh  # noqa: E402
-from .sharding import DuplicateSpecError, NamedSharding, P, PartitionSpec  # noqa: E402
-from .sharded_array import Shard, ShardedArray, device_put  # noqa: E402
-from .local_array import LocalArray  # noqa: E402
-from .ledger import Ledger  # noqa: E402
-from .shard_map import shard_map  # noqa: E402
-from .eager import block_until_ready, jit  # noqa: E402
-from . import cost, debug, hardware, kernels, lax, nn, numpy  # noqa: E402
-from .plan import Plan  # noqa: E402
-from .planner import plan_einsum  # noqa: E402
-from .global_ops import einsum, matmul, reshard  # noqa: E402
+from ._src import backends as _backends  # noqa: E402,F401  (registers the primitives' implementations)
+from ._src import planning as _planning  # noqa: E402,F401  (registers the global-view handlers)
+from ._src.arrays.local_array import LocalArray  # noqa: E402
+from ._src.arrays.sharded_array import Shard, ShardedArray, device_put  # noqa: E402
+from ._src.core.config import config  # noqa: E402
+from ._src.core.context import named_scope  # noqa: E402
+from ._src.core.mesh import Device, Mesh, devices, get_mesh, make_mesh, set_mesh  # noqa: E402
+from ._src.core.sharding import DuplicateSpecError, NamedSharding, P, PartitionSpec  # noqa: E402
+from ._src.ledger.ledger import Ledger  # noqa: E402
+from ._src.planning.global_ops import einsum, matmul, reshard, run_plan  # noqa: E402
+from ._src.planning.plan import Plan  # noqa: E402
+from ._src.planning.planner import plan_einsum, plan_reshard  # noqa: E402
+from ._src.transforms.autodiff import grad, value_and_grad, vjp  # noqa: E402
+from ._src.transforms.checkpoint import checkpoint  # noqa: E402
+from ._src.transforms.eval_shape import ShapeDtypeStruct, eval_shape  # noqa: E402
+from ._src.transforms.jit import block_until_ready, jit  # noqa: E402
+from ._src.transforms.shard_map import shard_map  # noqa: E402
+from . import cost, debug, dtypes, hardware, kernels, lax, nn, numpy, sharding, units  # noqa: E402
 
-__version__ = "0.1.0"
+remat = checkpoint
+
+__version__ = "0.2.0"
 
 __all__ = [
-    "block_until_ready", "config", "cost", "debug", "Device", "device_put", "devices",
-    "DuplicateSpecError", "einsum", "get_mesh", "hardware", "jit", "kernels", "lax", "Ledger",
-    "LocalArray", "make_mesh", "matmul", "Mesh", "NamedSharding", "nn", "numpy", "P",
-    "PartitionSpec", "Plan", "plan_einsum", "reshard", "set_mesh", "Shard", "shard_map",
-    "ShardedArray",
+    "block_until_ready", "checkpoint", "config", "cost", "debug", "Device", "device_put", "devices", "dtypes",
+    "DuplicateSpecError", "einsum", "eval_shape", "get_mesh", "grad", "hardware", "jit", "kernels", "lax",
+    "Ledger", "LocalArray", "make_mesh", "matmul", "Mesh", "named_scope", "NamedSharding", "nn", "numpy", "P",
+    "PartitionSpec", "Plan", "plan_einsum", "plan_reshard", "remat", "reshard", "run_plan", "set_mesh", "Shard",
+    "shard_map", "ShapeDtypeStruct", "ShardedArray", "sharding", "units", "value_and_grad", "vjp",
 ]

@@ -9,7 +9,7 @@ Example:
     (4,)
 """
 
-from ..shard_map import shard_map as _shard_map
+from .._src.transforms.shard_map import shard_map as _shard_map
 
 
 def shard_map(f, mesh, in_specs, out_specs, check_rep: bool = True, auto=frozenset()):

@@ -32,8 +32,13 @@ import math
 
 import numpy as np
 
+from ..arrays.sharded_array import ShardedArray
+from ..core.dtypes import bfloat16
+from ..core.mesh import get_mesh
+from ..core.sharding import DuplicateSpecError, NamedSharding, P, PartitionSpec
+from ..cost import model as cost
+from ..cost.formulas import collective_bytes
 from .plan import Layout, Plan, Step, Term
-from .sharding import DuplicateSpecError, NamedSharding, P, PartitionSpec
 
 
 # -- costs ------------------------------------------------------------------------------------
@@ -49,20 +54,14 @@ class _Costs:
 
     def collective(self, op: str, axes: tuple, bytes_in: int) -> tuple[float, float | None]:
         n = math.prod(self.mesh.shape[a] for a in axes)
-        if op == "all_gather":
-            sent, out = (n - 1) * bytes_in, n * bytes_in
-        elif op == "psum":
-            sent, out = 2 * (n - 1) / n * bytes_in, bytes_in
-        elif op in ("psum_scatter", "all_to_all"):
-            sent, out = (n - 1) / n * bytes_in, bytes_in // n if op == "psum_scatter" else bytes_in
-        else:
+        if op not in ("all_gather", "psum", "psum_scatter", "all_to_all"):
             raise ValueError(f"[plan_einsum] no cost for {op!r}")
+        out, _, sent = collective_bytes(op, n, bytes_in)
+        out = int(out)
         if not self.hw:
             return float(sent), None
         key = (op, axes, bytes_in)
         if key not in self._memo:
-            from . import cost
-
             self._memo[key] = float(cost.event_seconds(
                 {"op": op, "axes": axes, "group_size": n, "bytes_in": bytes_in, "bytes_out": out}, self.mesh))
         return float(sent), self._memo[key]
@@ -70,8 +69,6 @@ class _Costs:
     def compute(self, flops: float, hbm_bytes: float, dtype) -> float | None:
         if not self.hw:
             return None
-        from . import cost
-
         return float(cost.event_seconds({"op": "einsum", "flops": flops, "hbm_bytes": hbm_bytes,
                                          "dtype": np.dtype(dtype).name}, self.mesh))
 
@@ -217,15 +214,12 @@ def layout_of(spec: PartitionSpec, rank: int, mesh, unreduced=(), op: str = "pla
 
 def _operand(x, op: str):
     """(shape, dtype, NamedSharding, unreduced) of a ShardedArray or a (shape, sharding[, dtype]) tuple."""
-    from .sharded_array import ShardedArray
-
     if isinstance(x, ShardedArray):
         return x.shape, x.dtype, x.sharding, x.unreduced
     if isinstance(x, tuple) and len(x) in (2, 3) and isinstance(x[0], (tuple, list)):
         dtype = np.dtype(x[2]) if len(x) == 3 else np.dtype(np.float32)
         if len(x) == 3 and isinstance(x[2], str) and x[2] == "bfloat16":
-            import ml_dtypes
-            dtype = np.dtype(ml_dtypes.bfloat16)
+            dtype = bfloat16
         return tuple(int(s) for s in x[0]), dtype, x[1], frozenset()
     raise TypeError(f"[{op}] operands must be ShardedArrays or (shape, sharding[, dtype]) tuples, "
                     f"got {type(x).__name__}")
@@ -438,7 +432,6 @@ def plan_einsum(subscripts: str, *operands, out_sharding=None, unreduced=(), mes
     meshes = [s.mesh for _, _, s, _ in infos if isinstance(s, NamedSharding)]
     if mesh is None:
         if not meshes:
-            from .mesh import get_mesh
             mesh = get_mesh()
         else:
             mesh = meshes[0]

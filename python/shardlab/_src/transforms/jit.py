@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import functools
 
-from . import _tree
-from .sharded_array import ShardedArray, device_put
-from .sharding import NamedSharding, PartitionSpec
+from ..core import tree as _tree
+from ..arrays.sharded_array import ShardedArray, device_put
+from ..core.sharding import NamedSharding, PartitionSpec
 
 
 def _is_sharding(x) -> bool:

@@ -17,10 +17,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _core
-from .dtypes import canonicalize
-from .mesh import Device
-from .sharding import NamedSharding, as_sharding
+from shardlab import _core
+
+from ..core import views
+from ..core.dtypes import canonicalize
+from ..core.mesh import Device
+from ..core.sharding import NamedSharding, as_sharding
+from .layout import from_storage, storage_shape, to_storage
+from .storage import AbstractStorage, host_nbytes, is_abstract
+
+# [handler(ufunc, inputs, kwargs)] for global-view ufuncs (set by the planning layer).
+GLOBAL_UFUNC: list = [None]
 
 
 @dataclass(frozen=True)
@@ -31,43 +38,6 @@ class Shard:
     index: tuple
     data: np.ndarray
     replica_id: int
-
-
-def host_nbytes(storage: np.ndarray) -> int:
-    """Bytes of host memory behind a (possibly broadcast) view: stride-0 dims count once."""
-    n = math.prod(s for s, st in zip(storage.shape, storage.strides) if st != 0)
-    return int(n) * storage.dtype.itemsize if storage.size else 0
-
-
-def to_storage(x: np.ndarray, sharding: NamedSharding) -> np.ndarray:
-    """Global array → mesh-factorized storage (a view where possible, see ``from_storage``)."""
-    mesh = sharding.mesh
-    shard = sharding.shard_shape(x.shape)
-    split, axis_pos, local_pos = [], {}, []
-    for d in range(x.ndim):
-        for name in sharding.spec.axes_of(d):
-            axis_pos[name] = len(split)
-            split.append(mesh.shape[name])
-        local_pos.append(len(split))
-        split.append(shard[d])
-    v = x.reshape(split)
-    used = [n for n in mesh.axis_names if n in axis_pos]
-    v = v.transpose([axis_pos[n] for n in used] + local_pos)
-    missing = [i for i, n in enumerate(mesh.axis_names) if n not in axis_pos]
-    return np.expand_dims(v, missing) if missing else v
-
-
-def from_storage(storage: np.ndarray, sharding: NamedSharding, global_shape: tuple) -> np.ndarray:
-    """Mesh-factorized storage → the global array (a new contiguous array)."""
-    mesh = sharding.mesh
-    k = mesh.ndim
-    order = []  # storage dims in split order: per global dim, its axes then its local dim
-    for d in range(len(global_shape)):
-        order += [mesh.axis_names.index(n) for n in sharding.spec.axes_of(d)] + [k + d]
-    unused = [i for i, n in enumerate(mesh.axis_names) if n not in sharding.spec.mesh_axes()]
-    v = storage.transpose(order + unused)
-    v = v.reshape(v.shape[: len(order)]) if unused else v  # unused dims have size 1
-    return _core.copy(v).reshape(global_shape)
 
 
 class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
@@ -116,6 +86,9 @@ class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
 
     def __array__(self, dtype=None, copy=None):
         storage = self._storage
+        if is_abstract(storage):
+            raise TypeError(f"[ShardedArray] this array of shape {self.shape} is abstract (from an "
+                            f"abstract mesh or eval_shape): it has a shape and dtype but no data")
         if self.unreduced:
             dims = tuple(self.sharding.mesh.axis_names.index(a) for a in self.unreduced)
             storage = storage.sum(axis=dims, keepdims=True, dtype=storage.dtype)
@@ -127,23 +100,11 @@ class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
         run shard by shard; ``@`` is planned and run by ``shardlab.matmul``."""
         if method != "__call__" or kwargs.get("out") is not None:
             return NotImplemented
-        if ufunc is np.matmul:
-            from .global_ops import matmul
+        return GLOBAL_UFUNC[0](ufunc, inputs, kwargs)
 
-            return matmul(*inputs)
-        arrays = [x for x in inputs if isinstance(x, ShardedArray)]
-        first = arrays[0]
-        scalar = lambda x: isinstance(x, (int, float, bool, complex, np.generic))  # noqa: E731
-        if all(x.sharding == first.sharding and x.shape == first.shape and not x.unreduced for x in arrays) \
-                and all(isinstance(x, ShardedArray) or scalar(x) for x in inputs):
-            # Same layout everywhere: the storages line up element for element.
-            out = ufunc(*[x._storage if isinstance(x, ShardedArray) else x for x in inputs], **kwargs)
-            return ShardedArray(out, first.sharding, first.shape)
-        # Different layouts or broadcasting: compute globally, lay out like the first operand.
-        out = ufunc(*[np.asarray(x) for x in inputs], **kwargs)
-        if out.shape != first.shape:
-            return out
-        return device_put(out, first.sharding)
+    @property
+    def is_abstract(self) -> bool:
+        return is_abstract(self._storage)
 
     def __len__(self):
         if not self.shape:
@@ -152,6 +113,9 @@ class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
 
     # -- shards ----------------------------------------------------------------------------
     def _local(self, pos: int) -> np.ndarray:
+        if is_abstract(self._storage):
+            raise TypeError(f"[ShardedArray] this array of shape {self.shape} is abstract: its shards "
+                            f"have shapes ({self.sharding.shard_shape(self.shape)}) but no data")
         coords = np.unravel_index(pos, self.sharding.mesh.devices.shape)
         idx = tuple(int(c) if s != 1 else 0 for c, s in zip(coords, self._storage.shape))
         v = self._storage[idx + (Ellipsis,)]  # Ellipsis: a 0-d view, not a scalar, for rank-0 arrays
@@ -189,17 +153,15 @@ class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
         return host_nbytes(self._storage)
 
     def __repr__(self):
+        if is_abstract(self._storage):
+            return f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype}, sharding={self.sharding!r})"
         u = f", unreduced={set(sorted(self.unreduced))}" if self.unreduced else ""
         return (f"ShardedArray(shape={self.shape}, dtype={self.dtype}, "
                 f"spec={self.sharding.spec!r}{u}, mesh={self.sharding.mesh!r})")
 
     def _repr_html_(self):
-        from .debug import sharding_diagram
-
-        head = html.escape(repr(self))
-        if self.ndim <= 2:
-            return f"<div><code>{head}</code>{sharding_diagram(self.shape, self.sharding)._repr_html_()}</div>"
-        return f"<code>{head}</code>"
+        view = views.html_view(self)
+        return view if view is not None else f"<code>{html.escape(repr(self))}</code>"
 
 
 def device_put(x, device=None, *, may_alias=None, donate=None) -> ShardedArray:
@@ -231,3 +193,10 @@ def device_put(x, device=None, *, may_alias=None, donate=None) -> ShardedArray:
     sharding.check_shape(arr.shape, "device_put")
     storage = _core.copy(to_storage(arr, sharding))
     return ShardedArray(storage, sharding, arr.shape)
+
+
+def abstract_array(shape, dtype, sharding: NamedSharding) -> ShardedArray:
+    """A ShardedArray with shape, dtype and sharding but no data (abstract mode)."""
+    shape = tuple(int(s) for s in shape)
+    sharding.check_shape(shape, "ShapeDtypeStruct")
+    return ShardedArray(AbstractStorage(storage_shape(shape, sharding), dtype), sharding, shape)

@@ -20,27 +20,20 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import lax
-from . import numpy as jnp
-from .local_array import LocalArray, lift
+from ..arrays.local_array import LocalArray, lift
+from ..arrays.sharded_array import GLOBAL_UFUNC, ShardedArray, device_put
+from ..core.sharding import NamedSharding, P
+from ..ops import lax
+from ..ops import numpy as jnp
+from ..transforms.shard_map import shard_map
 from .plan import Plan
 from .planner import plan_einsum, plan_reshard
-from .sharded_array import ShardedArray, device_put
-from .sharding import NamedSharding, P
-from .shard_map import shard_map
 
 
-def _dynamic_slice(v: LocalArray, mesh, axis: str, dim: int) -> LocalArray:
+def _dynamic_slice(v: LocalArray, axis: str, dim: int) -> LocalArray:
     """Device i along ``axis`` keeps chunk i of local dim ``dim``: no data moves."""
-    s, k = v.storage, mesh.ndim
-    a, n = mesh.axis_names.index(axis), mesh.shape[axis]
-    d = k + dim
-    s2 = s.reshape(s.shape[:d] + (n, s.shape[d] // n) + s.shape[d + 1:])
-    if s.shape[a] == 1:
-        out = np.moveaxis(s2.squeeze(a), d - 1, a)
-    else:  # already varying along the axis (same values): take chunk i on device i
-        out = np.moveaxis(np.diagonal(s2, axis1=a, axis2=d), -1, a)
-    return LocalArray(np.ascontiguousarray(out), mesh)
+    size = v.shape[dim] // lax.axis_size(axis)
+    return lax.dynamic_slice_in_dim(v, lax.axis_index(axis) * size, size, axis=dim)
 
 
 def _apply(step, env: dict, mesh) -> LocalArray:
@@ -58,7 +51,7 @@ def _apply(step, env: dict, mesh) -> LocalArray:
     if step.op == "all_to_all":
         return lax.all_to_all(v, axes, step.dim2, step.dim, tiled=True)
     if step.op == "dynamic_slice":
-        return _dynamic_slice(v, mesh, step.axes[0], step.dim)
+        return _dynamic_slice(v, step.axes[0], step.dim)
     raise ValueError(f"[run_plan] unknown step {step.op!r}")
 
 
@@ -93,7 +86,7 @@ def run_plan(plan: Plan, *arrays) -> ShardedArray:
     res = shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_spec)(*arrays)
     sharding = NamedSharding(mesh, lay.spec())
     if not u:
-        return ShardedArray(res._storage, sharding, plan.output.shape)
+        return res  # laid out as out_spec already (and known to a gradient tape)
     return ShardedArray(res._storage.squeeze(mesh.ndim), sharding, plan.output.shape, frozenset(u))
 
 
@@ -187,3 +180,35 @@ def reshard(x: ShardedArray, sharding, *, unreduced=()) -> ShardedArray:
     if not isinstance(x, ShardedArray):
         raise TypeError(f"[reshard] x must be a ShardedArray, got {type(x).__name__}")
     return run_plan(plan_reshard(x, sharding, unreduced=unreduced), x)
+
+
+def _global_ufunc(ufunc, inputs, kwargs):
+    """Global-view arithmetic, as on a jax.Array: elementwise ufuncs on arrays of one layout
+    keep it and run shard by shard (inside a shard_map, so they are differentiable); ``@`` is
+    planned and run by ``shardlab.matmul``; anything else is computed on the global values
+    and laid out like the first operand."""
+    if ufunc is np.matmul:
+        return matmul(*inputs)
+    arrays = [x for x in inputs if isinstance(x, ShardedArray)]
+    first = arrays[0]
+    scalar = lambda x: isinstance(x, (int, float, bool, complex, np.generic))  # noqa: E731
+    if all(x.sharding == first.sharding and x.shape == first.shape and not x.unreduced for x in arrays) \
+            and all(isinstance(x, ShardedArray) or scalar(x) for x in inputs):
+        spec = first.sharding.spec
+        pos = [i for i, x in enumerate(inputs) if isinstance(x, ShardedArray)]
+
+        def body(*local):
+            args = list(inputs)
+            for i, v in zip(pos, local):
+                args[i] = v
+            return ufunc(*args, **kwargs)
+
+        return shard_map(body, mesh=first.sharding.mesh, in_specs=(spec,) * len(pos), out_specs=spec,
+                         check_vma=False)(*arrays)
+    out = ufunc(*[np.asarray(x) for x in inputs], **kwargs)
+    if out.shape != first.shape:
+        return out
+    return device_put(out, first.sharding)
+
+
+GLOBAL_UFUNC[0] = _global_ufunc

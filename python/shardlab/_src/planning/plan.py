@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .sharding import NamedSharding, P, PartitionSpec
+from ..core import units, views
+from ..core.sharding import NamedSharding, P, PartitionSpec
 
 _OP_NAMES = {"all_gather": "AllGather", "all_to_all": "AllToAll", "dynamic_slice": "DynamicSlice",
              "psum": "AllReduce", "psum_scatter": "ReduceScatter"}
@@ -229,12 +230,10 @@ class Plan:
         return "; ".join(s.render(fmt) for s in self.steps) or "(nothing to do)"
 
     def _cost_str(self) -> str:
-        from .ledger import _fmt_bytes, _fmt_seconds
-
-        s = f"{_fmt_bytes(self.bytes_sent)} sent/device, {self.flops:.4g} FLOPs/device"
+        s = f"{units.fmt_bytes(self.bytes_sent)} sent/device, {self.flops:.4g} FLOPs/device"
         if self.mesh.hardware is not None:
-            s += (f", {_fmt_seconds(self.seconds)} ({_fmt_seconds(self.comm_seconds)} comm, "
-                  f"{_fmt_seconds(self.compute_seconds)} compute, {self.mesh.hardware.name})")
+            s += (f", {units.fmt_seconds(self.seconds)} ({units.fmt_seconds(self.comm_seconds)} comm, "
+                  f"{units.fmt_seconds(self.compute_seconds)} compute, {self.mesh.hardware.name})")
         return s
 
     def text(self) -> str:
@@ -265,11 +264,9 @@ class Plan:
         return rf"$\begin{{array}}{{l}} {body} \end{{array}}$"
 
     def _repr_html_(self) -> str:
-        from .ledger import _fmt_bytes, _fmt_seconds
-
         rows = "".join(
-            f"<tr><td>{i}</td><td><code>{s.render('html')}</code></td><td>{_fmt_bytes(s.bytes_sent)}</td>"
-            f"<td>{s.flops:.4g}</td><td>{_fmt_seconds(s.seconds)}</td></tr>"
+            f"<tr><td>{i}</td><td><code>{s.render('html')}</code></td><td>{units.fmt_bytes(s.bytes_sent)}</td>"
+            f"<td>{s.flops:.4g}</td><td>{units.fmt_seconds(s.seconds)}</td></tr>"
             for i, s in enumerate(self.steps, 1))
         cases = "".join(f"<li>{html.escape(c)}</li>" for c in self.cases)
         alts = "".join(f"<li><code>{a.summary('html')}</code> ({html.escape(a._cost_str())})</li>"

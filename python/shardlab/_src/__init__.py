@@ -1,0 +1,1 @@
+"""shardlab internals, in layers that import one way (see docs/concepts.md)."""

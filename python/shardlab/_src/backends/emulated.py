@@ -1,0 +1,393 @@
+"""The emulated backend: every primitive on real mesh-factorized storage, with the C++ core
+for collectives, GEMM and flash attention and numpy for the rest.
+
+An implementation takes storages (numpy arrays, or Python scalars where a primitive allows
+constants) and returns the list of output storages. Work on an invariant value is done once:
+mesh dims of size 1 broadcast like any other dim.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from shardlab import _core
+
+from ..core.dtypes import bfloat16, float32, float64, int8, int32
+from ..core.einsum_spec import free_letters
+from ..kernels.attention import run_backward, run_forward
+from ..kernels.einsum import einsum_arrays
+from ..primitives import attention as att
+from ..primitives import broadcasting as bc
+from ..primitives import collectives as col
+from ..primitives import contractions as con
+from ..primitives import elementwise as ew
+from ..primitives import reductions as red
+from ..primitives import structural as st
+from ..primitives.fallback import FALLBACK, mesh_dims
+from ..primitives.shapes import align
+
+_SELECT_DTYPES = (float32, float64, bfloat16, int32, int8)
+
+
+def _impl(prim):
+    def register(fn):
+        prim.impl["emulated"] = fn
+        return fn
+
+    return register
+
+
+def _local(k, axes):
+    return tuple(k + a for a in axes)
+
+
+# -- elementwise -----------------------------------------------------------------------------
+def _ufunc_impl(ufunc):
+    def impl(storages, mesh):
+        return [np.asarray(ufunc(*align(storages, mesh.ndim)))]
+
+    return impl
+
+
+for _name, _prim in ew.PRIMS.items():
+    _prim.impl["emulated"] = _ufunc_impl(ew.UFUNC_OF[_name])
+
+
+@_impl(ew.SELECT)
+def _select(storages, mesh):
+    c, a, b = align(storages, mesh.ndim)
+    dt = np.result_type(a, b)
+    shape = np.broadcast_shapes(np.shape(c), np.shape(a), np.shape(b))
+    if dt in _SELECT_DTYPES and math.prod(shape) >= 4096:
+        # Branchless C++ select: numpy's where branches per element (5x slower on random masks).
+        views = [np.broadcast_to(np.asarray(v, dtype=t), shape) for v, t in ((c, np.bool_), (a, dt), (b, dt))]
+        return [_core.select(*views)]
+    return [np.asarray(np.where(c, a, b))]
+
+
+@_impl(ew.CONVERT)
+def _convert(storages, mesh, *, dtype):
+    return [storages[0].astype(dtype)]
+
+
+# -- reductions ------------------------------------------------------------------------------
+def _reduction_impl(np_fn, dtype_rule=None):
+    def impl(storages, mesh, *, axes, keepdims=False):
+        x = storages[0]
+        kw = {} if dtype_rule is None else {"dtype": dtype_rule(x.dtype)}
+        return [np.asarray(np_fn(x, axis=_local(mesh.ndim, axes), keepdims=keepdims, **kw))]
+
+    return impl
+
+
+bc.REDUCE_SUM.impl["emulated"] = _reduction_impl(np.sum, bc._sum_dtype)
+red.REDUCE_PROD.impl["emulated"] = _reduction_impl(np.prod, bc._sum_dtype)
+red.REDUCE_MAX.impl["emulated"] = _reduction_impl(np.max)
+red.REDUCE_MIN.impl["emulated"] = _reduction_impl(np.min)
+red.REDUCE_ANY.impl["emulated"] = _reduction_impl(np.any)
+red.REDUCE_ALL.impl["emulated"] = _reduction_impl(np.all)
+
+
+def _arg_impl(np_fn):
+    def impl(storages, mesh, *, axes, keepdims=False):
+        (axis,) = axes
+        return [np_fn(storages[0], axis=mesh.ndim + axis, keepdims=keepdims).astype(np.int32)]
+
+    return impl
+
+
+red.ARGMAX.impl["emulated"] = _arg_impl(np.argmax)
+red.ARGMIN.impl["emulated"] = _arg_impl(np.argmin)
+
+
+@_impl(red.CUMSUM)
+def _cumsum(storages, mesh, *, axis, reverse=False):
+    x = storages[0]
+    ax = mesh.ndim + axis
+    dt = bc._sum_dtype(x.dtype)
+    if reverse:
+        return [np.flip(np.cumsum(np.flip(x, ax), axis=ax, dtype=dt), ax)]
+    return [np.cumsum(x, axis=ax, dtype=dt)]
+
+
+@_impl(bc.BROADCAST)
+def _broadcast(storages, mesh, *, local_shape):
+    k = mesh.ndim
+    x = storages[0]
+    r = len(local_shape)
+    x = x.reshape(tuple(x.shape[:k]) + (1,) * (r - (x.ndim - k)) + tuple(x.shape[k:]))
+    return [np.broadcast_to(x, tuple(x.shape[:k]) + tuple(local_shape))]
+
+
+# -- structural ------------------------------------------------------------------------------
+@_impl(st.RESHAPE)
+def _reshape(storages, mesh, *, local_shape):
+    x = storages[0]
+    return [x.reshape(tuple(x.shape[:mesh.ndim]) + tuple(local_shape))]
+
+
+@_impl(st.TRANSPOSE)
+def _transpose(storages, mesh, *, perm):
+    k = mesh.ndim
+    return [storages[0].transpose(tuple(range(k)) + tuple(k + p for p in perm))]
+
+
+@_impl(st.CONCATENATE)
+def _concatenate(storages, mesh, *, axis):
+    k = mesh.ndim
+    dims = mesh_dims(storages, k)
+    return [np.concatenate([np.broadcast_to(s, dims + tuple(s.shape[k:])) for s in storages], axis=k + axis)]
+
+
+@_impl(st.GETITEM)
+def _getitem(storages, mesh, *, key):
+    return [np.asarray(storages[0][(slice(None),) * mesh.ndim + tuple(key)])]
+
+
+def _is_basic(key) -> bool:
+    return all(isinstance(i, (slice, int, np.integer, type(None), type(Ellipsis))) for i in key)
+
+
+@_impl(st.SCATTER_ADD)
+def _scatter_add(storages, mesh, *, key, local_shape):
+    ct = storages[0]
+    k = mesh.ndim
+    out = np.zeros(tuple(ct.shape[:k]) + tuple(local_shape), ct.dtype)
+    idx = (slice(None),) * k + tuple(key)
+    if _is_basic(key):
+        out[idx] += ct
+    else:
+        np.add.at(out, idx, ct)
+    return [out]
+
+
+@_impl(st.TAKE_ALONG_AXIS)
+def _take(storages, mesh, *, axis):
+    x, i = storages
+    k = mesh.ndim
+    dims = mesh_dims(storages, k)
+    x = np.broadcast_to(x, dims + tuple(x.shape[k:]))
+    i = np.broadcast_to(i, dims + tuple(i.shape[k:]))
+    return [np.take_along_axis(x, i, axis=k + axis)]
+
+
+@_impl(st.PUT_ALONG_ADD)
+def _put_add(storages, mesh, *, axis, local_shape):
+    ct, i = storages
+    k = mesh.ndim
+    dims = mesh_dims(storages, k)
+    i = np.broadcast_to(i, dims + tuple(i.shape[k:]))
+    ct = np.broadcast_to(ct, i.shape)
+    out = np.zeros(dims + tuple(local_shape), ct.dtype)
+    grid = list(np.ogrid[tuple(slice(n) for n in i.shape)])
+    grid[k + axis] = i
+    np.add.at(out, tuple(grid), ct)
+    return [out]
+
+
+def _per_device(x_shape, starts, sizes, k):
+    """Per device coordinate: the clamped slices of a dynamic slice (as JAX clamps)."""
+    dims = tuple(np.broadcast_shapes(tuple(x_shape[:k]), *(np.shape(s)[:k] for s in starts if np.ndim(s))))
+    local = x_shape[k:]
+    starts = [np.broadcast_to(np.asarray(s).reshape(np.shape(s)[:k] or (1,) * k), dims) for s in starts]
+    for coords in np.ndindex(*dims):
+        yield coords, tuple(slice(b, b + n) for b, n in
+                            ((int(min(max(int(s[coords]), 0), dim - n)), n)
+                             for s, n, dim in zip(starts, sizes, local)))
+
+
+def _src(coords, shape, k):
+    return tuple(c if d != 1 else 0 for c, d in zip(coords, shape[:k]))
+
+
+@_impl(st.DYNAMIC_SLICE)
+def _dynamic_slice(storages, mesh, *, sizes):
+    x, *starts = storages
+    k = mesh.ndim
+    dims = mesh_dims(storages, k)
+    out = np.empty(dims + tuple(sizes), dtype=x.dtype)
+    for coords, idx in _per_device(x.shape, starts, sizes, k):
+        out[coords] = x[_src(coords, x.shape, k)][idx]
+    return [out]
+
+
+@_impl(st.DYNAMIC_UPDATE_SLICE)
+def _dynamic_update_slice(storages, mesh):
+    x, u, *starts = storages
+    k = mesh.ndim
+    dims = mesh_dims(storages, k)
+    out = np.array(np.broadcast_to(x, dims + tuple(x.shape[k:])))
+    for coords, idx in _per_device(out.shape, starts, u.shape[k:], k):
+        out[coords][idx] = u[_src(coords, u.shape, k)]
+    return [out]
+
+
+@_impl(st.ZEROS)
+def _zeros(storages, mesh):
+    x = storages[0]
+    return [np.broadcast_to(np.zeros((), x.dtype), x.shape)]
+
+
+# -- contractions ----------------------------------------------------------------------------
+@_impl(con.EINSUM)
+def _einsum(storages, mesh, *, terms, out, op_name="einsum", preferred_element_type=None):
+    k = mesh.ndim
+    mesh_letters = free_letters("".join(terms) + out, k)
+    arrays, full_terms, varying = [], [], [False] * k
+    for s, t in zip(storages, terms):
+        keep = [j for j in range(k) if s.shape[j] != 1]
+        for j in keep:
+            varying[j] = True
+        arrays.append(s.reshape(tuple(s.shape[j] for j in keep) + tuple(s.shape[k:])))
+        full_terms.append("".join(mesh_letters[j] for j in keep) + t)
+    out_mesh = "".join(mesh_letters[j] for j in range(k) if varying[j])
+    res = einsum_arrays(full_terms, out_mesh + out, arrays)
+    res = res.reshape(tuple(mesh.axis_sizes[j] if varying[j] else 1 for j in range(k)) + res.shape[len(out_mesh):])
+    if preferred_element_type is not None:
+        res = res.astype(preferred_element_type)
+    return [res]
+
+
+# -- attention -------------------------------------------------------------------------------
+def _fold(storages, k):
+    """Mesh dims broadcast to one shape and folded into the batch dim, so one kernel call
+    serves every device's block."""
+    dims = mesh_dims(storages, k)
+    n = math.prod(dims)
+    out = []
+    for s in storages:
+        s = np.broadcast_to(s, dims + tuple(s.shape[k:]))
+        out.append(s.reshape((n * s.shape[k],) + tuple(s.shape[k + 1:])))
+    return dims, out
+
+
+@_impl(att.ATTENTION)
+def _attention(storages, mesh, *, is_causal, scale, has_mask):
+    k = mesh.ndim
+    dims, (q, kk, v) = _fold(storages[:3], k)
+    mask = None
+    if has_mask:
+        mask = _fold_mask(storages[3], dims, storages[0].shape[k], k)
+    out, lse = run_forward("dot_product_attention", q, kk, v, is_causal, scale, mask)
+    b = storages[0].shape[k]
+    return [out.reshape(dims + (b,) + out.shape[1:]), lse.reshape(dims + (b,) + lse.shape[1:])]
+
+
+def _fold_mask(m, dims, batch, k):
+    m = np.broadcast_to(m, dims + tuple(m.shape[k:]))
+    if m.shape[k] == 1 and batch != 1:
+        m = np.broadcast_to(m, dims + (batch,) + tuple(m.shape[k + 1:]))
+    return m.reshape((math.prod(dims) * m.shape[k],) + tuple(m.shape[k + 1:]))
+
+
+@_impl(att.ATTENTION_BWD)
+def _attention_bwd(storages, mesh, *, is_causal, scale, has_mask, recompute):
+    k = mesh.ndim
+    n = 4 if recompute else 6
+    op = "dot_product_attention_vjp" if recompute else "dot_product_attention"
+    dims, folded = _fold(storages[:n], k)
+    mask = _fold_mask(storages[n], dims, storages[0].shape[k], k) if has_mask else None
+    if recompute:
+        q, kk, v, do = folded
+        o, lse = run_forward(op, q, kk, v, is_causal, scale, mask)
+    else:
+        q, kk, v, o, lse, do = folded
+    grads = run_backward(op, q, kk, v, o, lse, do, is_causal, scale, mask)
+    b = storages[0].shape[k]
+    return [g.reshape(dims + (b,) + g.shape[1:]) for g in grads]
+
+
+# -- collectives -----------------------------------------------------------------------------
+@_impl(col.PSUM)
+def _psum(storages, mesh, *, axes, reduction):
+    x = storages[0]
+    if reduction == "mean" and x.dtype.kind in "iub":
+        x = x.astype(np.float32)
+    return [_core.all_reduce(mesh._core, x, list(axes), reduction)[0]]
+
+
+@_impl(col.ALL_GATHER)
+def _all_gather(storages, mesh, *, axes, axis, tiled):
+    return [_core.all_gather(mesh._core, storages[0], list(axes), axis, tiled)[0]]
+
+
+@_impl(col.PSUM_SCATTER)
+def _psum_scatter(storages, mesh, *, axes, dim, tiled):
+    return [_core.psum_scatter(mesh._core, storages[0], list(axes), dim, tiled)[0]]
+
+
+@_impl(col.ALL_TO_ALL)
+def _all_to_all(storages, mesh, *, axes, split, concat, tiled):
+    return [_core.all_to_all(mesh._core, storages[0], list(axes), split, concat, tiled)[0]]
+
+
+@_impl(col.PPERMUTE)
+def _ppermute(storages, mesh, *, axes, perm):
+    return [_core.ppermute(mesh._core, storages[0], list(axes), list(perm))[0]]
+
+
+@_impl(col.AXIS_INDEX)
+def _axis_index(storages, mesh, *, axes):
+    return [_core.axis_index(mesh._core, list(axes))]
+
+
+@_impl(col.PBROADCAST)
+def _pbroadcast(storages, mesh, *, axes, root):
+    return [_core.broadcast(mesh._core, storages[0], list(axes), root)[0]]
+
+
+@_impl(col.REDUCE)
+def _reduce(storages, mesh, *, axes, root, reduction):
+    x = storages[0]
+    if reduction == "mean" and x.dtype.kind in "iub":
+        x = x.astype(np.float32)
+    return [_core.reduce(mesh._core, x, list(axes), root, reduction)[0]]
+
+
+@_impl(col.GATHER)
+def _gather(storages, mesh, *, axes, root, axis, tiled):
+    return [_core.gather(mesh._core, storages[0], list(axes), root, axis, tiled)[0]]
+
+
+@_impl(col.SCATTER)
+def _scatter(storages, mesh, *, axes, root, dim, tiled):
+    return [_core.scatter(mesh._core, storages[0], list(axes), root, dim, tiled)[0]]
+
+
+@_impl(col.PCAST)
+def _pcast(storages, mesh, *, axes, to):
+    s = storages[0]
+    k = mesh.ndim
+    idx = col.axis_indices(mesh, axes)
+    if to == "varying":
+        shape = tuple(mesh.axis_sizes[a] if a in idx else d for a, d in enumerate(s.shape[:k]))
+        return [np.broadcast_to(s, shape + tuple(s.shape[k:]))]
+    for a in idx:
+        first = s[(slice(None),) * a + (slice(0, 1),)]
+        if s.shape[a] != 1 and not (s.strides[a] == 0 or (s == first).all()):
+            raise ValueError(f"[pcast] the value differs between devices along "
+                             f"{mesh.axis_names[a]!r}; psum or all_gather it first")
+        s = first
+    return [s]
+
+
+# -- fallback --------------------------------------------------------------------------------
+@_impl(FALLBACK)
+def _fallback(storages, mesh, *, fn, kwargs):
+    k = mesh.ndim
+    dims = mesh_dims(storages, k)
+    kw = dict(kwargs)
+    blocks = {}
+    results = None
+    for coords in np.ndindex(*dims):
+        args = [s[_src(coords, s.shape, k)] if hasattr(s, "shape") and np.ndim(s) >= k else s for s in storages]
+        key = tuple(_src(coords, s.shape, k) if hasattr(s, "shape") else None for s in storages)
+        r = blocks.get(key)
+        if r is None:
+            r = blocks[key] = np.asarray(fn(*args, **kw))
+        if results is None:
+            results = np.empty(dims + r.shape, r.dtype)
+        results[coords] = r
+    return [results]

@@ -1,0 +1,1 @@
+"""shardlab internals: the core layer."""

@@ -1,0 +1,1 @@
+"""The cost layer: byte and FLOP formulas, collective times, the roofline."""

@@ -1,0 +1,1 @@
+"""The ledger layer: events and the Ledger that collects them."""

@@ -1,0 +1,319 @@
+"""Collectives inside shard_map, as ``jax.lax``, plus MPI-style rooted ones.
+
+`axis_name` is a mesh axis name or a tuple of names (flattened major-to-minor). Every call
+really moves the data between the virtual devices and is recorded in the ledger; every
+call is differentiable (the transposes are JAX's).
+
+Example:
+    >>> import numpy as np, shardlab as sl
+    >>> from shardlab import P
+    >>> mesh = sl.make_mesh((4,), ("x",))
+    >>> f = sl.shard_map(lambda a: sl.lax.all_gather(a, "x", tiled=True), mesh=mesh,
+    ...                  in_specs=P("x"), out_specs=P())
+    >>> np.asarray(f(np.arange(8.0))).tolist()
+    [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+
+import numpy as np
+
+from ..arrays.local_array import LocalArray, lift
+from ..core import tree
+from ..core.context import current_shard_map_mesh
+from ..core.dtypes import canonicalize
+from ..primitives import collectives as col
+from ..primitives import structural as st
+from ..primitives.primitive import bind
+from . import numpy as jnp
+
+
+def _axes(axis_name, op: str):
+    names = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
+    mesh = current_shard_map_mesh(op, names[0] if names else None)
+    if not names:
+        raise ValueError(f"[{op}] axis_name is empty; name at least one mesh axis")
+    for n in names:
+        if not isinstance(n, str):
+            raise TypeError(f"[{op}] axis names must be strings, got {n!r}")
+        if n not in mesh.shape:
+            raise NameError(f"unbound axis name: {n!r}. [{op}] the mesh has axes {mesh.axis_names}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"[{op}] axis name repeated in {names}")
+    return mesh, names
+
+
+def _no_groups(axis_index_groups, op):
+    if axis_index_groups is not None:
+        raise NotImplementedError(f"[{op}] axis_index_groups is not supported; use a mesh axis")
+
+
+def _int(value, name: str, op: str) -> int:
+    """`value` as an int; floats, strings and bools are rejected (as JAX rejects them)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"[{op}] {name} must be an int, got {value!r}")
+    return int(value)
+
+
+def _lift(v, mesh, op: str) -> LocalArray:
+    """`v` as a LocalArray of a supported dtype (int64 → int32 as JAX with x64 off)."""
+    if isinstance(v, LocalArray):
+        if v.dtype.kind in "iu" and v.dtype.itemsize > 4:
+            return jnp.astype(v, np.int32)
+        if not v.dtype.isnative:
+            return jnp.astype(v, v.dtype.newbyteorder("="))
+        return v
+    arr = np.asarray(v)
+    if not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    return lift(canonicalize(arr, op), mesh)
+
+
+def _tree_map(fn, x):
+    if isinstance(x, LocalArray):
+        return fn(x)
+    leaves, treedef = tree.flatten(x, lambda v: isinstance(v, LocalArray))
+    return tree.unflatten(treedef, [fn(v) for v in leaves])
+
+
+def axis_size(axis_name) -> int:
+    """Number of devices along `axis_name` (product over a tuple of names)."""
+    mesh, names = _axes(axis_name, "axis_size")
+    return int(math.prod(mesh.shape[n] for n in names))
+
+
+def axis_index(axis_name) -> LocalArray:
+    """Each device's int32 index along `axis_name` (major-to-minor over a tuple)."""
+    mesh, names = _axes(axis_name, "axis_index")
+    return bind(col.AXIS_INDEX, [], mesh, axes=names)
+
+
+def _reduce_collective(x, axis_name, op: str, reduction: str):
+    mesh, names = _axes(axis_name, op)
+    n = math.prod(mesh.shape[a] for a in names)
+
+    def one(v):
+        if not isinstance(v, LocalArray) and isinstance(v, (int, float)) and not isinstance(v, bool):
+            # A constant is invariant: psum multiplies by the group size, with no communication.
+            return v * n if reduction == "sum" else v  # stays weakly typed, as in JAX
+        return bind(col.PSUM, [_lift(v, mesh, op)], mesh, axes=names, reduction=reduction)
+
+    return _tree_map(one, x)
+
+
+def psum(x, axis_name, *, axis_index_groups=None):
+    """All-reduce sum over `axis_name`: every device gets the sum of all devices' values."""
+    _no_groups(axis_index_groups, "psum")
+    return _reduce_collective(x, axis_name, "psum", "sum")
+
+
+def pmean(x, axis_name, *, axis_index_groups=None):
+    """All-reduce mean over `axis_name` (integers give float32, as JAX)."""
+    _no_groups(axis_index_groups, "pmean")
+    return _reduce_collective(x, axis_name, "pmean", "mean")
+
+
+def pmax(x, axis_name, *, axis_index_groups=None):
+    """All-reduce max over `axis_name`."""
+    _no_groups(axis_index_groups, "pmax")
+    return _reduce_collective(x, axis_name, "pmax", "max")
+
+
+def pmin(x, axis_name, *, axis_index_groups=None):
+    """All-reduce min over `axis_name`."""
+    _no_groups(axis_index_groups, "pmin")
+    return _reduce_collective(x, axis_name, "pmin", "min")
+
+
+def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False):
+    """Gathers every device's value along `axis` (a new dim of the axis size unless tiled)."""
+    _no_groups(axis_index_groups, "all_gather")
+    mesh, names = _axes(axis_name, "all_gather")
+    axis = _int(axis, "axis", "all_gather")
+    return _tree_map(lambda v: bind(col.ALL_GATHER, [_lift(v, mesh, "all_gather")], mesh, axes=names,
+                                    axis=axis, tiled=bool(tiled)), x)
+
+
+def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, tiled=False):
+    """Reduce-scatter: sums over `axis_name` and leaves device i with chunk i of
+    `scatter_dimension` (which must equal the axis size unless tiled)."""
+    _no_groups(axis_index_groups, "psum_scatter")
+    mesh, names = _axes(axis_name, "psum_scatter")
+    dim = _int(scatter_dimension, "scatter_dimension", "psum_scatter")
+    return _tree_map(lambda v: bind(col.PSUM_SCATTER, [_lift(v, mesh, "psum_scatter")], mesh, axes=names,
+                                    dim=dim, tiled=bool(tiled)), x)
+
+
+def all_to_all(x, axis_name, split_axis, concat_axis, *, axis_index_groups=None, tiled=False):
+    """Splits `split_axis` into axis-size chunks, sends chunk j to device j, and concatenates
+    the received chunks along `concat_axis` (shapes exactly as ``jax.lax.all_to_all``)."""
+    _no_groups(axis_index_groups, "all_to_all")
+    mesh, names = _axes(axis_name, "all_to_all")
+    split = _int(split_axis, "split_axis", "all_to_all")
+    concat = _int(concat_axis, "concat_axis", "all_to_all")
+    return _tree_map(lambda v: bind(col.ALL_TO_ALL, [_lift(v, mesh, "all_to_all")], mesh, axes=names,
+                                    split=split, concat=concat, tiled=bool(tiled)), x)
+
+
+def ppermute(x, axis_name, perm):
+    """Sends device src's value to device dst for each (src, dst) in `perm`; devices that
+    receive nothing get zeros."""
+    mesh, names = _axes(axis_name, "ppermute")
+    try:
+        pairs = tuple((_int(s, "a source", "ppermute"), _int(d, "a destination", "ppermute")) for s, d in perm)
+    except (TypeError, ValueError):
+        raise TypeError(f"[ppermute] perm must be a sequence of (source, destination) int pairs, "
+                        f"got {perm!r}") from None
+    return _tree_map(lambda v: bind(col.PPERMUTE, [_lift(v, mesh, "ppermute")], mesh, axes=names, perm=pairs), x)
+
+
+def pshuffle(x, axis_name, perm):
+    """Device i receives the value of device perm[i] (perm must be a permutation)."""
+    if sorted(perm) != list(range(len(perm))):
+        raise ValueError(f"[pshuffle] perm {perm!r} is not a permutation of range({len(perm)})")
+    return ppermute(x, axis_name, [(src, dst) for dst, src in enumerate(perm)])
+
+
+def pvary(x, axis_name):
+    """Marks `x` as varying along `axis_name` (no data moves; the values are unchanged)."""
+    return pcast(x, axis_name, to="varying")
+
+
+def pcast(x, axis_name, *, to="varying"):
+    """Changes how `x` is typed along `axis_name`: to="varying" (as pvary) or "invariant"
+    (which requires the value to already be the same on every device along the axes)."""
+    mesh, names = _axes(axis_name, "pcast")
+    if to not in ("varying", "invariant"):
+        raise ValueError(f"[pcast] to={to!r}; use 'varying' or 'invariant'")
+    return _tree_map(lambda v: bind(col.PCAST, [_lift(v, mesh, "pcast")], mesh, axes=names, to=to), x)
+
+
+# -- MPI-style rooted collectives ------------------------------------------------------------
+
+def broadcast(x, axis_name, root: int = 0):
+    """Every device along `axis_name` gets device `root`'s value (MPI_Bcast)."""
+    mesh, names = _axes(axis_name, "broadcast")
+    root = _int(root, "root", "broadcast")
+    return _tree_map(lambda v: bind(col.PBROADCAST, [_lift(v, mesh, "broadcast")], mesh, axes=names, root=root), x)
+
+
+def reduce(x, axis_name, root: int = 0, op: str = "sum"):
+    """Device `root` gets the reduction (op: sum, max, min, mean); the others hold zeros (MPI_Reduce)."""
+    mesh, names = _axes(axis_name, "reduce")
+    root = _int(root, "root", "reduce")
+    if op not in ("sum", "max", "min", "mean"):
+        raise ValueError(f"[reduce] op={op!r}; use sum, max, min or mean")
+    return _tree_map(lambda v: bind(col.REDUCE, [_lift(v, mesh, "reduce")], mesh, axes=names, root=root,
+                                    reduction=op), x)
+
+
+def gather(x, axis_name, root: int = 0, *, axis=0, tiled=False):
+    """Device `root` gets every device's value (as all_gather); the others hold zeros (MPI_Gather)."""
+    mesh, names = _axes(axis_name, "gather")
+    root, axis = _int(root, "root", "gather"), _int(axis, "axis", "gather")
+    return _tree_map(lambda v: bind(col.GATHER, [_lift(v, mesh, "gather")], mesh, axes=names, root=root,
+                                    axis=axis, tiled=bool(tiled)), x)
+
+
+def scatter(x, axis_name, root: int = 0, *, scatter_dimension=0, tiled=False):
+    """Device i gets chunk i of device `root`'s value along `scatter_dimension` (MPI_Scatter)."""
+    mesh, names = _axes(axis_name, "scatter")
+    root, dim = _int(root, "root", "scatter"), _int(scatter_dimension, "scatter_dimension", "scatter")
+    return _tree_map(lambda v: bind(col.SCATTER, [_lift(v, mesh, "scatter")], mesh, axes=names, root=root,
+                                    dim=dim, tiled=bool(tiled)), x)
+
+
+# -- per-device slicing (jax.lax.dynamic_slice family) ----------------------------------------
+
+def _starts(start_indices, operand: LocalArray, op: str) -> list:
+    if len(start_indices) != operand.ndim:
+        raise ValueError(f"[{op}] {len(start_indices)} start indices for an operand of local rank {operand.ndim}")
+    starts = []
+    for s in start_indices:
+        v = lift(s, operand.mesh)
+        if v.ndim != 0 or v.dtype.kind not in "iu":
+            raise TypeError(f"[{op}] start indices must be integer scalars, got {v.dtype} of shape {v.shape}")
+        starts.append(jnp.astype(v, np.int32))
+    return starts
+
+
+def _sizes(slice_sizes, x: LocalArray, op: str) -> tuple:
+    sizes = tuple(_int(n, "a slice size", op) for n in slice_sizes)
+    if len(sizes) != x.ndim:
+        raise ValueError(f"[{op}] {len(sizes)} slice sizes for an operand of local rank {x.ndim}")
+    for size, dim in zip(sizes, x.shape):
+        if not 0 <= size <= dim:
+            raise ValueError(f"[{op}] slice size {size} does not fit in a dimension of size {dim} "
+                             f"(local shape {x.shape})")
+    return sizes
+
+
+def dynamic_slice(operand, start_indices, slice_sizes):
+    """``operand[start : start + size]`` per dimension, where starts may differ per device
+    (LocalArray scalars, e.g. from axis_index); starts are clamped so the slice fits, as JAX.
+
+    Example:
+        >>> import numpy as np, shardlab as sl
+        >>> from shardlab import P
+        >>> mesh = sl.make_mesh((4,), ("x",))
+        >>> f = sl.shard_map(lambda a: sl.lax.dynamic_slice(a, (sl.lax.axis_index("x") * 2,), (2,)),
+        ...                  mesh=mesh, in_specs=P(), out_specs=P("x"))
+        >>> np.asarray(f(np.arange(8))).tolist()
+        [0, 1, 2, 3, 4, 5, 6, 7]
+    """
+    mesh = current_shard_map_mesh("dynamic_slice")
+    x = _lift(operand, mesh, "dynamic_slice")
+    starts = _starts(start_indices, x, "dynamic_slice")
+    return bind(st.DYNAMIC_SLICE, [x, *starts], mesh, sizes=_sizes(slice_sizes, x, "dynamic_slice"))
+
+
+def dynamic_update_slice(operand, update, start_indices):
+    """A copy of `operand` with `update` written at `start_indices` (per device, clamped)."""
+    mesh = current_shard_map_mesh("dynamic_update_slice")
+    x, u = _lift(operand, mesh, "dynamic_update_slice"), _lift(update, mesh, "dynamic_update_slice")
+    if u.ndim != x.ndim:
+        raise ValueError(f"[dynamic_update_slice] update of local rank {u.ndim} for an operand of local rank {x.ndim}")
+    _sizes(u.shape, x, "dynamic_update_slice")
+    starts = _starts(start_indices, x, "dynamic_update_slice")
+    return bind(st.DYNAMIC_UPDATE_SLICE, [x, jnp.astype(u, x.dtype), *starts], mesh)
+
+
+def _in_dim(axis, x: LocalArray, op: str) -> int:
+    axis = _int(axis, "axis", op)
+    if not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"[{op}] axis {axis} is out of range for local rank {x.ndim} (local shape {x.shape})")
+    return axis % x.ndim
+
+
+def dynamic_slice_in_dim(operand, start_index, slice_size, axis=0):
+    """dynamic_slice along one axis."""
+    mesh = current_shard_map_mesh("dynamic_slice_in_dim")
+    x = _lift(operand, mesh, "dynamic_slice_in_dim")
+    axis = _in_dim(axis, x, "dynamic_slice_in_dim")
+    starts = [0] * x.ndim
+    starts[axis] = start_index
+    sizes = list(x.shape)
+    sizes[axis] = slice_size
+    return dynamic_slice(x, starts, sizes)
+
+
+def dynamic_update_slice_in_dim(operand, update, start_index, axis):
+    """dynamic_update_slice along one axis."""
+    mesh = current_shard_map_mesh("dynamic_update_slice_in_dim")
+    x = _lift(operand, mesh, "dynamic_update_slice_in_dim")
+    axis = _in_dim(axis, x, "dynamic_update_slice_in_dim")
+    starts = [0] * x.ndim
+    starts[axis] = start_index
+    return dynamic_update_slice(x, update, starts)
+
+
+def fori_loop(lower, upper, body_fun, init_val):
+    """``for i in range(lower, upper): val = body_fun(i, val)``, as jax.lax.fori_loop (values
+    are concrete here, so this is a Python loop; every collective inside is still recorded)."""
+    val = init_val
+    for i in range(operator.index(lower), operator.index(upper)):
+        val = body_fun(i, val)
+    return val

@@ -1,0 +1,742 @@
+"""``shardlab.numpy``: jax.numpy on per-device values (import as ``jnp``).
+
+Each function takes numpy arrays, scalars or LocalArrays (per-device values inside
+shard_map); axes and shapes are LOCAL. On LocalArrays every function is a composition of
+primitives (``shardlab._src.primitives``), so it runs on any backend, is recorded in the
+ledger (contractions and attention as compute events) and is differentiable. On plain numpy
+arrays it is numpy itself (matmul / einsum on shardlab's GEMM).
+
+Example:
+    >>> import shardlab.numpy as jnp
+    >>> jnp.einsum("ij,jk->ik", jnp.ones((2, 3)), jnp.ones((3, 4))).shape
+    (2, 4)
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+import operator
+
+import numpy as np
+
+from ..arrays.local_array import HANDLED, UFUNC, LocalArray, lift, local_axes, mesh_of, register_method
+from ..arrays.sharded_array import ShardedArray
+from ..arrays.storage import AbstractStorage, is_abstract
+from ..core.dtypes import bfloat16, float32, float64, int8, int32  # noqa: F401  (jnp.float32, ...)
+from ..core.einsum_spec import parse
+from ..kernels.einsum import einsum_arrays, gemm_batched
+from ..primitives import broadcasting as bc
+from ..primitives import contractions as con
+from ..primitives import elementwise as ew
+from ..primitives import reductions as red
+from ..primitives import structural as st
+from ..primitives.fallback import FALLBACK
+from ..primitives.primitive import bind
+
+bool_ = np.bool_
+ndarray = np.ndarray
+int16, int64, uint8, uint16, uint32, uint64, float16 = (np.int16, np.int64, np.uint8, np.uint16, np.uint32,
+                                                       np.uint64, np.float16)
+pi, e, inf, nan, newaxis = np.pi, np.e, np.inf, np.nan, np.newaxis
+
+# Elementwise functions are numpy's ufuncs: they dispatch on LocalArray themselves.
+(abs, absolute, add, subtract, multiply, divide, true_divide, negative, positive, exp, exp2, expm1, log,
+ log1p, log2, log10, sqrt, square, tanh, sin, cos, tan, arcsin, arccos, arctan, arctan2, sinh, cosh,
+ arcsinh, maximum, minimum, fmax, fmin, power, sign, floor, ceil, rint, trunc, equal, not_equal, less,
+ less_equal, greater, greater_equal, logical_and, logical_or, logical_xor, logical_not, isnan, isfinite,
+ isinf, reciprocal, floor_divide, mod, remainder, hypot, logaddexp, copysign, signbit, bitwise_and,
+ bitwise_or, bitwise_xor, invert) = (
+    np.abs, np.absolute, np.add, np.subtract, np.multiply, np.divide, np.true_divide, np.negative,
+    np.positive, np.exp, np.exp2, np.expm1, np.log, np.log1p, np.log2, np.log10, np.sqrt, np.square, np.tanh,
+    np.sin, np.cos, np.tan, np.arcsin, np.arccos, np.arctan, np.arctan2, np.sinh, np.cosh, np.arcsinh,
+    np.maximum, np.minimum, np.fmax, np.fmin, np.power, np.sign, np.floor, np.ceil, np.rint, np.trunc,
+    np.equal, np.not_equal, np.less, np.less_equal, np.greater, np.greater_equal, np.logical_and,
+    np.logical_or, np.logical_xor, np.logical_not, np.isnan, np.isfinite, np.isinf, np.reciprocal,
+    np.floor_divide, np.mod, np.remainder, np.hypot, np.logaddexp, np.copysign, np.signbit,
+    np.bitwise_and, np.bitwise_or, np.bitwise_xor, np.invert)
+pow = power  # noqa: A001
+
+
+# numpy function → implementation on global ShardedArrays (filled by the planning layer).
+GLOBAL: dict = {}
+
+
+def _global(np_fn, x, **kw):
+    impl = GLOBAL.get(np_fn)
+    if impl is None:
+        raise TypeError(f"[{np_fn.__name__}] on a global ShardedArray is not supported yet; use it inside "
+                        f"shard_map, or np.asarray(x) for the global value")
+    return impl(x, **kw)
+
+
+def _implements(*np_funcs):
+    def register(fn):
+        for f in np_funcs:
+            HANDLED[f] = fn
+        return fn
+
+    return register
+
+
+def _is_local(*values) -> bool:
+    return builtins.any(isinstance(v, LocalArray) for v in values)
+
+
+def _scalar(v) -> bool:
+    return isinstance(v, (int, float, complex, bool)) and not isinstance(v, np.generic)
+
+
+def _operand(v, mesh):
+    """A bind operand: LocalArrays as they are, Python scalars as weakly typed constants,
+    anything else lifted to an invariant LocalArray."""
+    if isinstance(v, LocalArray) or _scalar(v):
+        return v
+    return lift(v, mesh)
+
+
+def _jax_promotion(args, mesh) -> list:
+    """JAX's rule for integer and floating arrays together: the result has the floating type
+    (int32 * float32 is float32 and int32 * bfloat16 is bfloat16, where numpy would give
+    float64 or refuse). Python scalars stay weak, as in JAX."""
+    arrays = [a for a in args if isinstance(a, LocalArray)]
+    floats = [a.dtype for a in arrays if a.dtype.kind == "f" or a.dtype == bfloat16]
+    if not floats or builtins.all(a.dtype.kind not in "iub" for a in arrays):
+        return args
+    target = np.result_type(*floats)
+    return [astype(a, target) if isinstance(a, LocalArray) and a.dtype.kind in "iub" else a for a in args]
+
+
+def _ufunc(ufunc, method, inputs, kwargs):
+    """numpy ufuncs on LocalArrays: each a primitive."""
+    if kwargs.get("out") is not None:
+        raise TypeError(f"[{ufunc.__name__}] LocalArrays are immutable; out= is not supported")
+    if method == "__call__":
+        if ufunc is np.matmul:
+            return matmul(*inputs)
+        prim = ew.PRIMS.get(ufunc.__name__)
+        if prim is None:
+            raise TypeError(f"[{ufunc.__name__}] is not supported on per-device values "
+                            f"(it returns {ufunc.nout} arrays)")
+        dtype = kwargs.pop("dtype", None)
+        if kwargs:
+            raise TypeError(f"[{ufunc.__name__}] keyword arguments {sorted(kwargs)} are not supported "
+                            f"on per-device values")
+        mesh = mesh_of(inputs)
+        args = [_operand(v, mesh) for v in inputs]
+        if ufunc is not np.ldexp:
+            args = _jax_promotion(args, mesh)
+        out = bind(prim, args, mesh)
+        return out if dtype is None else astype(out, dtype)
+    if method == "reduce" and len(inputs) == 1:
+        fn = {"add": sum, "multiply": prod, "maximum": max, "minimum": min, "logical_and": all,
+              "logical_or": any}.get(ufunc.__name__)
+        if fn is not None:
+            return fn(inputs[0], axis=kwargs.pop("axis", 0), keepdims=kwargs.pop("keepdims", False))
+    return NotImplemented
+
+
+UFUNC[0] = _ufunc
+
+
+# -- constants and creation ------------------------------------------------------------------
+array, asarray, zeros, ones, full, empty, arange, linspace, eye, identity, tri = (
+    np.array, np.asarray, np.zeros, np.ones, np.full, np.zeros, np.arange, np.linspace, np.eye,
+    np.identity, np.tri)
+
+
+def _const_like(x: LocalArray, fill, dtype=None) -> LocalArray:
+    """A constant with `x`'s storage shape (varying axes included), held once (stride 0)."""
+    dt = np.dtype(x.dtype if dtype is None else dtype)
+    if is_abstract(x.storage):
+        return LocalArray(AbstractStorage(x.storage.shape, dt), x.mesh)
+    return LocalArray(np.broadcast_to(np.full((), fill, dt), x.storage.shape), x.mesh)
+
+
+@_implements(np.zeros_like)
+def zeros_like(x, dtype=None, shape=None):
+    if isinstance(x, LocalArray) and shape is None:
+        return _const_like(x, 0, dtype)
+    return np.zeros_like(x, dtype=dtype, shape=shape)
+
+
+@_implements(np.ones_like)
+def ones_like(x, dtype=None, shape=None):
+    if isinstance(x, LocalArray) and shape is None:
+        return _const_like(x, 1, dtype)
+    return np.ones_like(x, dtype=dtype, shape=shape)
+
+
+@_implements(np.full_like)
+def full_like(x, fill_value, dtype=None, shape=None):
+    if isinstance(x, LocalArray) and shape is None:
+        return _const_like(x, fill_value, dtype)
+    return np.full_like(x, fill_value, dtype=dtype, shape=shape)
+
+
+@_implements(np.empty_like)
+def empty_like(x, dtype=None, shape=None):
+    return zeros_like(x, dtype=dtype, shape=shape)
+
+
+@_implements(np.ndim)
+def ndim(x) -> int:
+    """Rank (the LOCAL rank of a per-device value)."""
+    return x.ndim if isinstance(x, LocalArray) else np.ndim(x)
+
+
+@_implements(np.shape)
+def shape(x) -> tuple:
+    """Shape (the LOCAL shape of a per-device value)."""
+    return x.shape if isinstance(x, LocalArray) else np.shape(x)
+
+
+@_implements(np.size)
+def size(x, axis=None) -> int:
+    if isinstance(x, LocalArray):
+        return x.size if axis is None else x.shape[axis]
+    return np.size(x, axis)
+
+
+def astype(x, dtype, copy=False):
+    """``x`` converted to `dtype` (a primitive: differentiable for float to float)."""
+    if not isinstance(x, LocalArray):
+        return np.asarray(x).astype(dtype)
+    dtype = np.dtype(dtype)
+    return x if dtype == x.dtype else bind(ew.CONVERT, [x], x.mesh, dtype=dtype)
+
+
+# -- reductions ------------------------------------------------------------------------------
+def _axes(axis, x: LocalArray, op: str) -> tuple:
+    try:
+        st_axes = local_axes(axis, x)
+    except (np.exceptions.AxisError, TypeError) as e:
+        raise type(e)(f"[{op}] {e}") from None
+    st_axes = st_axes if isinstance(st_axes, tuple) else (st_axes,)
+    k = x.mesh.ndim
+    axes = tuple(sorted(a - k for a in st_axes))
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"[{op}] axis {axis!r} repeats a dimension")
+    return axes
+
+
+def _reducer(prim, np_fn, *, takes_dtype=True):
+    def fn(x, axis=None, dtype=None, keepdims=False, **kw):
+        if isinstance(x, ShardedArray):
+            return _global(np_fn, x, axis=axis, dtype=dtype, keepdims=keepdims)
+        if not isinstance(x, LocalArray):
+            extra = {"dtype": dtype} if dtype is not None and takes_dtype else {}
+            return np_fn(x, axis=axis, keepdims=keepdims, **extra, **kw)
+        if kw:
+            raise TypeError(f"[{np_fn.__name__}] keyword arguments {sorted(kw)} are not supported on "
+                            f"per-device values")
+        if dtype is not None:
+            x = astype(x, dtype)
+        return bind(prim, [x], x.mesh, axes=_axes(axis, x, np_fn.__name__), keepdims=bool(keepdims))
+
+    fn.__name__ = np_fn.__name__
+    fn.__doc__ = f"``numpy.{np_fn.__name__}`` over the local axes."
+    HANDLED[np_fn] = fn
+    return fn
+
+
+sum = _reducer(bc.REDUCE_SUM, np.sum)  # noqa: A001
+prod = _reducer(red.REDUCE_PROD, np.prod)
+
+
+def _nodtype(prim, np_fn):
+    def fn(x, axis=None, keepdims=False, **kw):
+        if isinstance(x, ShardedArray):
+            return _global(np_fn, x, axis=axis, keepdims=keepdims)
+        if not isinstance(x, LocalArray):
+            return np_fn(x, axis=axis, keepdims=keepdims, **kw)
+        return bind(prim, [x], x.mesh, axes=_axes(axis, x, np_fn.__name__), keepdims=bool(keepdims))
+
+    fn.__name__ = np_fn.__name__
+    fn.__doc__ = f"``numpy.{np_fn.__name__}`` over the local axes."
+    HANDLED[np_fn] = fn
+    return fn
+
+
+max = _nodtype(red.REDUCE_MAX, np.max)  # noqa: A001
+min = _nodtype(red.REDUCE_MIN, np.min)  # noqa: A001
+amax, amin = max, min
+any = _nodtype(red.REDUCE_ANY, np.any)  # noqa: A001
+all = _nodtype(red.REDUCE_ALL, np.all)  # noqa: A001
+
+
+def _inexact(x: LocalArray) -> LocalArray:
+    return x if x.dtype.kind in "fc" or x.dtype == bfloat16 else astype(x, np.float32)
+
+
+def _count(x: LocalArray, axes: tuple) -> int:
+    return math.prod(x.shape[a] for a in axes)
+
+
+@_implements(np.mean)
+def mean(x, axis=None, dtype=None, keepdims=False):
+    """Mean over the local axes (integers give float32, as jax.numpy with x64 off)."""
+    if isinstance(x, ShardedArray):
+        return _global(np.mean, x, axis=axis, dtype=dtype, keepdims=keepdims)
+    if not isinstance(x, LocalArray):
+        return np.mean(x, axis=axis, dtype=dtype, keepdims=keepdims)
+    x = _inexact(x) if dtype is None else astype(x, dtype)
+    s = sum(x, axis=axis, keepdims=keepdims)
+    return divide(s, x.dtype.type(builtins.max(_count(x, _axes(axis, x, "mean")), 1)))
+
+
+@_implements(np.var)
+def var(x, axis=None, dtype=None, ddof=0, keepdims=False):
+    if not isinstance(x, LocalArray):
+        return np.var(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+    x = _inexact(x) if dtype is None else astype(x, dtype)
+    d = subtract(x, mean(x, axis=axis, keepdims=True))
+    s = sum(multiply(d, d), axis=axis, keepdims=keepdims)
+    return divide(s, x.dtype.type(builtins.max(_count(x, _axes(axis, x, "var")) - ddof, 0)))
+
+
+@_implements(np.std)
+def std(x, axis=None, dtype=None, ddof=0, keepdims=False):
+    if not isinstance(x, LocalArray):
+        return np.std(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+    return sqrt(var(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims))
+
+
+def _arg(prim, np_fn):
+    def fn(x, axis=None, keepdims=False):
+        if not isinstance(x, LocalArray):
+            return np_fn(x, axis=axis, keepdims=keepdims)
+        if axis is None:
+            x = reshape(x, (-1,))
+            axis = 0
+        return bind(prim, [x], x.mesh, axes=_axes(axis, x, np_fn.__name__), keepdims=bool(keepdims))
+
+    fn.__name__ = np_fn.__name__
+    HANDLED[np_fn] = fn
+    return fn
+
+
+argmax = _arg(red.ARGMAX, np.argmax)
+argmin = _arg(red.ARGMIN, np.argmin)
+
+
+@_implements(np.cumsum)
+def cumsum(x, axis=None, dtype=None):
+    if not isinstance(x, LocalArray):
+        return np.cumsum(x, axis=axis, dtype=dtype)
+    if axis is None:
+        x, axis = reshape(x, (-1,)), 0
+    if dtype is not None:
+        x = astype(x, dtype)
+    (ax,) = _axes(axis, x, "cumsum")
+    return bind(red.CUMSUM, [x], x.mesh, axis=ax)
+
+
+# -- shape -----------------------------------------------------------------------------------
+def _new_shape(x: LocalArray, shape, op: str) -> tuple:
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    for s in shape:
+        if not isinstance(s, (int, np.integer)) or isinstance(s, bool) or s < -1:
+            raise ValueError(f"[{op}] shape {shape} must hold non-negative ints (and at most one -1)")
+    if list(shape).count(-1) > 1:
+        raise ValueError(f"[{op}] shape {shape} has more than one -1")
+    known = math.prod(s for s in shape if s != -1)
+    if -1 in shape:
+        if known == 0 or x.size % known:
+            raise ValueError(f"[{op}] cannot reshape local shape {x.shape} ({x.size} elements) into {shape}")
+        shape = tuple(x.size // known if s == -1 else int(s) for s in shape)
+    if math.prod(shape) != x.size:
+        raise ValueError(f"[{op}] cannot reshape local shape {x.shape} ({x.size} elements) into "
+                         f"{tuple(shape)} ({math.prod(shape)} elements)")
+    return tuple(int(s) for s in shape)
+
+
+@_implements(np.reshape)
+def reshape(x, shape, order="C"):
+    if not isinstance(x, LocalArray):
+        return np.reshape(x, shape, order=order)
+    if order != "C":
+        raise NotImplementedError(f"[reshape] order={order!r}: per-device values reshape in C order only")
+    shape = _new_shape(x, shape, "reshape")
+    return x if shape == x.shape else bind(st.RESHAPE, [x], x.mesh, local_shape=shape)
+
+
+@_implements(np.ravel)
+def ravel(x, order="C"):
+    return reshape(x, (-1,), order=order)
+
+
+@_implements(np.transpose)
+def transpose(x, axes=None):
+    if not isinstance(x, LocalArray):
+        return np.transpose(x, axes)
+    r = x.ndim
+    if axes is None:
+        perm = tuple(range(r))[::-1]
+    else:
+        perm = tuple(a for a in axes)
+        if sorted(p % r if r else p for p in perm) != list(range(r)) or len(perm) != r:
+            raise ValueError(f"[transpose] axes {tuple(axes)} are not a permutation of the local rank {r}")
+        perm = tuple(p % r for p in perm)
+    return x if perm == tuple(range(r)) else bind(st.TRANSPOSE, [x], x.mesh, perm=perm)
+
+
+@_implements(np.swapaxes)
+def swapaxes(x, a, b):
+    if not isinstance(x, LocalArray):
+        return np.swapaxes(x, a, b)
+    (a,), (b,) = _axes(a, x, "swapaxes"), _axes(b, x, "swapaxes")
+    perm = list(range(x.ndim))
+    perm[a], perm[b] = perm[b], perm[a]
+    return transpose(x, perm)
+
+
+@_implements(np.moveaxis)
+def moveaxis(x, source, destination):
+    if not isinstance(x, LocalArray):
+        return np.moveaxis(x, source, destination)
+    src = source if isinstance(source, (tuple, list)) else (source,)
+    dst = destination if isinstance(destination, (tuple, list)) else (destination,)
+    src = [_axes(s, x, "moveaxis")[0] for s in src]
+    dst = [d % x.ndim for d in dst]
+    order = [n for n in range(x.ndim) if n not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return transpose(x, order)
+
+
+@_implements(np.expand_dims)
+def expand_dims(x, axis):
+    if not isinstance(x, LocalArray):
+        return np.expand_dims(x, axis)
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    r = x.ndim + len(axes)
+    axes = sorted(a % r for a in axes)
+    shape = list(x.shape)
+    for a in axes:
+        shape.insert(a, 1)
+    return reshape(x, shape)
+
+
+@_implements(np.squeeze)
+def squeeze(x, axis=None):
+    if not isinstance(x, LocalArray):
+        return np.squeeze(x, axis)
+    axes = tuple(i for i, s in enumerate(x.shape) if s == 1) if axis is None else _axes(axis, x, "squeeze")
+    for a in axes:
+        if x.shape[a] != 1:
+            raise ValueError(f"[squeeze] local axis {a} has size {x.shape[a]}, not 1 (local shape {x.shape})")
+    return reshape(x, tuple(s for i, s in enumerate(x.shape) if i not in axes))
+
+
+@_implements(np.broadcast_to)
+def broadcast_to(x, shape):
+    if not isinstance(x, LocalArray):
+        return np.broadcast_to(x, shape)
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+    try:
+        np.broadcast_shapes(x.shape, shape)
+        ok = len(shape) >= x.ndim and np.broadcast_shapes(x.shape, shape) == shape
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(f"[broadcast_to] cannot broadcast local shape {x.shape} to {shape}")
+    return x if shape == x.shape else bind(bc.BROADCAST, [x], x.mesh, local_shape=shape)
+
+
+@_implements(np.concatenate)
+def concatenate(arrays, axis=0, dtype=None):
+    arrays = list(arrays)
+    if not _is_local(*arrays):
+        return np.concatenate(arrays, axis=axis, dtype=dtype)
+    mesh = mesh_of(arrays)
+    xs = [lift(a, mesh) for a in arrays]
+    r = xs[0].ndim
+    if r == 0:
+        raise ValueError("[concatenate] zero-dimensional values cannot be concatenated")
+    (ax,) = _axes(axis, xs[0], "concatenate")
+    for i, x in enumerate(xs):
+        if x.ndim != r or builtins.any(a != b for d, (a, b) in enumerate(zip(x.shape, xs[0].shape)) if d != ax):
+            raise ValueError(f"[concatenate] local shapes {[v.shape for v in xs]} differ outside axis {ax}")
+    dt = np.result_type(*[x.dtype for x in xs]) if dtype is None else np.dtype(dtype)
+    xs = [astype(x, dt) for x in xs]
+    return bind(st.CONCATENATE, xs, mesh, axis=ax)
+
+
+@_implements(np.stack)
+def stack(arrays, axis=0):
+    arrays = list(arrays)
+    if not _is_local(*arrays):
+        return np.stack(arrays, axis=axis)
+    mesh = mesh_of(arrays)
+    return concatenate([expand_dims(lift(a, mesh), axis) for a in arrays], axis=axis)
+
+
+@_implements(np.split)
+def split(x, indices_or_sections, axis=0):
+    if not isinstance(x, LocalArray):
+        return np.split(x, indices_or_sections, axis=axis)
+    (ax,) = _axes(axis, x, "split")
+    n = x.shape[ax]
+    if isinstance(indices_or_sections, (int, np.integer)):
+        if indices_or_sections <= 0 or n % indices_or_sections:
+            raise ValueError(f"[split] local axis {ax} of size {n} does not split into {indices_or_sections} "
+                             f"equal parts")
+        step = n // indices_or_sections
+        bounds = list(range(0, n + 1, step))
+    else:
+        bounds = [0] + [builtins.min(int(i), n) for i in indices_or_sections] + [n]
+    return [x[(slice(None),) * ax + (slice(a, b),)] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+@_implements(np.tile)
+def tile(x, reps):
+    """``numpy.tile`` on the local value (the JAX docs' collective matmul uses it)."""
+    if not isinstance(x, LocalArray):
+        return np.tile(x, reps)
+    reps = (reps,) if isinstance(reps, (int, np.integer)) else tuple(reps)
+    r = builtins.max(x.ndim, len(reps))
+    x = reshape(x, (1,) * (r - x.ndim) + x.shape)
+    reps = (1,) * (r - len(reps)) + reps
+    for d, n in enumerate(reps):
+        if n != 1:
+            x = concatenate([x] * int(n), axis=d)
+    return x
+
+
+@_implements(np.repeat)
+def repeat(x, repeats, axis=None):
+    if not isinstance(x, LocalArray):
+        return np.repeat(x, repeats, axis=axis)
+    if not isinstance(repeats, (int, np.integer)):
+        raise NotImplementedError("[repeat] per-element repeat counts are not supported on per-device values")
+    if axis is None:
+        x, axis = ravel(x), 0
+    (ax,) = _axes(axis, x, "repeat")
+    y = expand_dims(x, ax + 1)
+    y = broadcast_to(y, x.shape[:ax + 1] + (int(repeats),) + x.shape[ax + 1:])
+    return reshape(y, x.shape[:ax] + (x.shape[ax] * int(repeats),) + x.shape[ax + 1:])
+
+
+def _tri_mask(shape, k: int, lower: bool) -> np.ndarray:
+    n, m = shape[-2:]
+    return np.tri(n, m, k, dtype=bool) if lower else ~np.tri(n, m, k - 1, dtype=bool)
+
+
+@_implements(np.tril)
+def tril(x, k=0):
+    if not isinstance(x, LocalArray):
+        return np.tril(x, k)
+    return where(_tri_mask(x.shape, k, True), x, x.dtype.type(0))
+
+
+@_implements(np.triu)
+def triu(x, k=0):
+    if not isinstance(x, LocalArray):
+        return np.triu(x, k)
+    return where(_tri_mask(x.shape, k, False), x, x.dtype.type(0))
+
+
+@_implements(np.where)
+def where(condition, x=None, y=None):
+    """``numpy.where(condition, x, y)`` (the three-argument form)."""
+    if x is None or y is None:
+        raise NotImplementedError("[where] the one-argument form has a data-dependent shape; "
+                                  "pass x and y")
+    if not _is_local(condition, x, y):
+        return np.where(condition, x, y)
+    mesh = mesh_of((condition, x, y))
+    c = _operand(condition, mesh)
+    if isinstance(c, LocalArray) and c.dtype != np.bool_:
+        c = astype(c, np.bool_)
+    args = _jax_promotion([_operand(x, mesh), _operand(y, mesh)], mesh)
+    return bind(ew.SELECT, [c, *args], mesh)
+
+
+@_implements(np.clip)
+def clip(x, a_min=None, a_max=None):
+    if not _is_local(x, a_min, a_max):
+        return np.clip(x, a_min, a_max)
+    out = x
+    if a_min is not None:
+        out = maximum(out, a_min)
+    if a_max is not None:
+        out = minimum(out, a_max)
+    return out
+
+
+@_implements(np.take_along_axis)
+def take_along_axis(x, indices, axis):
+    if not _is_local(x, indices):
+        return np.take_along_axis(x, indices, axis)
+    mesh = mesh_of((x, indices))
+    x, indices = lift(x, mesh), lift(indices, mesh)
+    (ax,) = _axes(axis, x, "take_along_axis")
+    if indices.ndim != x.ndim:
+        raise ValueError(f"[take_along_axis] indices of local rank {indices.ndim} for a value of local rank "
+                         f"{x.ndim}")
+    return bind(st.TAKE_ALONG_AXIS, [x, astype(indices, np.int32)], mesh, axis=ax)
+
+
+def _getitem(x: LocalArray, key):
+    key = key if isinstance(key, tuple) else (key,)
+    if builtins.any(isinstance(k, LocalArray) for k in key):
+        raise TypeError("[getitem] indexing with a per-device index is not supported; "
+                        "use jnp.take_along_axis, lax.dynamic_slice or one-hot arithmetic")
+    key = tuple(np.asarray(k) if isinstance(k, list) else k for k in key)
+    probe = np.broadcast_to(np.zeros((), np.int8), x.shape)
+    try:
+        probe[key]
+    except IndexError as e:
+        raise IndexError(f"[getitem] {e} (local shape {x.shape})") from None
+    adv = [i for i, k in enumerate(key) if isinstance(k, np.ndarray)]
+    if adv and adv != list(range(adv[0], adv[-1] + 1)):
+        raise NotImplementedError("[getitem] array indices separated by slices are not supported on "
+                                  "per-device values; index in two steps")
+    return bind(st.GETITEM, [x], x.mesh, key=key)
+
+
+register_method("__getitem__", _getitem)
+
+
+# -- contractions ----------------------------------------------------------------------------
+def _contract(terms, out, ops, mesh, op_name, preferred_element_type):
+    dt = np.result_type(*[o.dtype for o in ops])
+    ops = [astype(o, dt) for o in ops]
+    return bind(con.EINSUM, ops, mesh, terms=tuple(terms), out=out, op_name=op_name,
+                preferred_element_type=None if preferred_element_type is None
+                else np.dtype(preferred_element_type))
+
+
+@_implements(np.matmul)
+def matmul(a, b, *, preferred_element_type=None):
+    """``a @ b`` with numpy's rules (1-D operands, broadcast batch dims) on local shapes."""
+    if not _is_local(a, b):
+        out = gemm_batched(np.asarray(a), np.asarray(b)) if np.ndim(a) >= 2 and np.ndim(b) >= 2 \
+            else np.matmul(a, b)
+        return out if preferred_element_type is None else out.astype(preferred_element_type)
+    mesh = mesh_of((a, b))
+    A, B = lift(a, mesh), lift(b, mesh)
+    if A.ndim == 0 or B.ndim == 0:
+        raise ValueError(f"[matmul] operands must have rank >= 1, got local shapes {A.shape} and {B.shape}")
+    kb = B.shape[-2 if B.ndim > 1 else 0]
+    if A.shape[-1] != kb:
+        raise ValueError(f"[matmul] local shapes {A.shape} and {B.shape}: contracting dims "
+                         f"{A.shape[-1]} and {kb} differ")
+    ra, rb = builtins.max(A.ndim - 2, 0), builtins.max(B.ndim - 2, 0)
+    batch_a, batch_b = A.shape[:ra], B.shape[:rb]
+    try:
+        batch = np.broadcast_shapes(batch_a, batch_b)
+    except ValueError:
+        raise ValueError(f"[matmul] batch dims of local shapes {A.shape} and {B.shape} do not broadcast") from None
+    letters = "abcdefghijklmnop"[:len(batch)]
+    ta = letters[len(batch) - ra:] + ("mk" if A.ndim > 1 else "k")
+    tb = letters[len(batch) - rb:] + ("kn" if B.ndim > 1 else "k")
+    if builtins.any(s == 1 and t != 1 for s, t in zip((1,) * (len(batch) - ra) + batch_a, batch)) or \
+            builtins.any(s == 1 and t != 1 for s, t in zip((1,) * (len(batch) - rb) + batch_b, batch)):
+        A = broadcast_to(A, batch + A.shape[-2:]) if A.ndim > 1 else A
+        B = broadcast_to(B, batch + B.shape[-2:]) if B.ndim > 1 else B
+        ta = letters + ("mk" if A.ndim > 1 else "k")
+        tb = letters + ("kn" if B.ndim > 1 else "k")
+    out = letters + ("m" if A.ndim > 1 else "") + ("n" if B.ndim > 1 else "")
+    return _contract([ta, tb], out, [A, B], mesh, "matmul", preferred_element_type)
+
+
+@_implements(np.dot)
+def dot(a, b, *, preferred_element_type=None):
+    """``numpy.dot`` for rank <= 2 operands (the cases sharded programs use)."""
+    if ndim(a) > 2 or ndim(b) > 2:
+        raise NotImplementedError("[dot] operands of rank > 2: use einsum or matmul")
+    if ndim(a) == 0 or ndim(b) == 0:
+        return multiply(a, b)
+    return matmul(a, b, preferred_element_type=preferred_element_type)
+
+
+@_implements(np.vdot)
+def vdot(a, b):
+    return sum(multiply(ravel(a), ravel(b)))
+
+
+@_implements(np.inner)
+def inner(a, b):
+    return einsum("...i,...i->...", a, b) if ndim(a) == ndim(b) == 1 else np.inner(a, b)
+
+
+@_implements(np.outer)
+def outer(a, b):
+    return einsum("i,j->ij", ravel(a), ravel(b))
+
+
+@_implements(np.einsum)
+def einsum(subscripts, *operands, optimize=True, preferred_element_type=None):
+    """``numpy.einsum`` on local shapes; two-operand contractions run as one batched GEMM."""
+    if not _is_local(*operands):
+        arrays = [np.asarray(o) for o in operands]
+        terms, out = parse(subscripts, [a.shape for a in arrays])
+        res = einsum_arrays(terms, out, arrays)
+        return res if preferred_element_type is None else res.astype(preferred_element_type)
+    mesh = mesh_of(operands)
+    ops = [lift(o, mesh) for o in operands]
+    terms, out = parse(subscripts, [o.shape for o in ops])
+    return _contract(terms, out, ops, mesh, "einsum", preferred_element_type)
+
+
+# -- methods of LocalArray -------------------------------------------------------------------
+def _method(fn):
+    return lambda self, *a, **k: fn(self, *a, **k)
+
+
+register_method("reshape", lambda self, *shape, order="C": reshape(
+    self, shape[0] if len(shape) == 1 else shape, order=order))
+register_method("transpose", lambda self, *axes: transpose(self, axes[0] if len(axes) == 1 else (axes or None)))
+register_method("astype", _method(astype))
+for _name, _fn in (("sum", sum), ("mean", mean), ("max", max), ("min", min), ("prod", prod), ("var", var),
+                   ("std", std), ("any", any), ("all", all), ("argmax", argmax), ("argmin", argmin),
+                   ("squeeze", squeeze), ("swapaxes", swapaxes), ("ravel", ravel), ("flatten", ravel),
+                   ("cumsum", cumsum), ("clip", clip), ("repeat", repeat)):
+    register_method(_name, _method(_fn))
+
+# JAX arrays are immutable: `x += y` rebinds x instead of writing into shared storage.
+for _op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or", "xor", "lshift",
+            "rshift"):
+    register_method(f"__i{_op}__", getattr(LocalArray, f"__{_op}__"))
+
+
+# -- everything else: numpy's function on each device's block ----------------------------------
+def fallback(np_fn):
+    """``np_fn`` applied to each device's local block (not differentiable; see
+    docs/numpy_coverage.md)."""
+
+    def fn(*args, **kwargs):
+        if not _is_local(*args, *kwargs.values()):
+            return np_fn(*args, **kwargs)
+        if _is_local(*kwargs.values()):
+            raise TypeError(f"[{np_fn.__name__}] per-device values as keyword arguments are not supported")
+        mesh = mesh_of(args)
+        ops = [lift(a, mesh) if isinstance(a, (LocalArray, np.ndarray)) else a for a in args]
+        return bind(FALLBACK, ops, mesh, fn=np_fn, kwargs=tuple(sorted(kwargs.items())))
+
+    fn.__name__ = np_fn.__name__
+    fn.__doc__ = f"``numpy.{np_fn.__name__}`` on each device's local block (a per-device fallback)."
+    return fn
+
+
+FALLBACK_NAMES = ("sort", "argsort", "flip", "fliplr", "flipud", "roll", "rot90", "diff", "cumprod",
+                  "nancumsum", "nansum", "nanmean", "nanmax", "nanmin", "median", "percentile", "quantile",
+                  "searchsorted", "diag", "diagonal", "trace", "kron", "cross", "convolve", "pad", "round",
+                  "around", "nan_to_num", "isclose", "allclose", "array_equal", "histogram", "bincount",
+                  "count_nonzero", "ptp", "average", "interp", "polyval", "unwrap", "atleast_1d",
+                  "atleast_2d", "atleast_3d", "meshgrid", "digitize", "lexsort", "partition", "argpartition",
+                  "tensordot", "heaviside", "sinc", "i0", "deg2rad", "rad2deg", "degrees", "radians",
+                  "cbrt", "fabs", "logaddexp2", "nextafter", "spacing", "gcd", "lcm", "float_power",
+                  "fmod", "frexp", "ldexp", "modf", "divmod", "real", "imag", "conj", "conjugate", "angle")
+for _name in FALLBACK_NAMES:
+    _np_fn = getattr(np, _name, None)
+    if _np_fn is None or _name in globals():
+        continue
+    globals()[_name] = fallback(_np_fn)
+    if not isinstance(_np_fn, np.ufunc):
+        HANDLED[_np_fn] = globals()[_name]
+round_ = globals()["round"]
+
+_ = operator  # keep the import list honest for linters that check usage

@@ -1,0 +1,190 @@
+"""Elementwise primitives: one per numpy ufunc, plus select (where) and convert_element_type.
+
+Inputs are LocalArrays or Python scalars (weakly typed, as in JAX). Storages of different
+local rank are aligned inside the primitive (local dims right-aligned, mesh dims leading), so
+the tape sees the caller's own values. The result varies along every mesh axis an input
+varies along.
+
+Example:
+    >>> import numpy as np
+    >>> from shardlab._src.primitives.elementwise import PRIMS
+    >>> PRIMS["tanh"].name, PRIMS["multiply"].name
+    ('tanh', 'multiply')
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..arrays.local_array import LocalArray
+from .primitive import Primitive, bind
+from .shapes import align, broadcast_avals
+from .broadcasting import unbroadcast
+
+# -- vjp rules (ct: cotangent of the output; xs: inputs; out: the output) --------------------
+
+
+def _ew(name, *args):
+    mesh = next(a.mesh for a in args if isinstance(a, LocalArray))
+    return bind(PRIMS[name], list(args), mesh)
+
+
+def _neg(x):
+    return _ew("negative", x)
+
+
+_RULES = {
+    "add": lambda ct, x, y, out: (ct, ct),
+    "subtract": lambda ct, x, y, out: (ct, _neg(ct)),
+    "multiply": lambda ct, x, y, out: (_ew("multiply", ct, y), _ew("multiply", ct, x)),
+    "divide": lambda ct, x, y, out: (_ew("divide", ct, y), _neg(_ew("divide", _ew("multiply", ct, out), y))),
+    "true_divide": lambda ct, x, y, out: (_ew("divide", ct, y),
+                                          _neg(_ew("divide", _ew("multiply", ct, out), y))),
+    "negative": lambda ct, x, out: (_neg(ct),),
+    "positive": lambda ct, x, out: (ct,),
+    "exp": lambda ct, x, out: (_ew("multiply", ct, out),),
+    "exp2": lambda ct, x, out: (_ew("multiply", ct, _ew("multiply", out, float(np.log(2.0)))),),
+    "expm1": lambda ct, x, out: (_ew("multiply", ct, _ew("add", out, 1.0)),),
+    "log": lambda ct, x, out: (_ew("divide", ct, x),),
+    "log2": lambda ct, x, out: (_ew("divide", ct, _ew("multiply", x, float(np.log(2.0)))),),
+    "log10": lambda ct, x, out: (_ew("divide", ct, _ew("multiply", x, float(np.log(10.0)))),),
+    "log1p": lambda ct, x, out: (_ew("divide", ct, _ew("add", x, 1.0)),),
+    "sqrt": lambda ct, x, out: (_ew("divide", ct, _ew("multiply", out, 2.0)),),
+    "square": lambda ct, x, out: (_ew("multiply", ct, _ew("multiply", x, 2.0)),),
+    "reciprocal": lambda ct, x, out: (_neg(_ew("multiply", ct, _ew("multiply", out, out))),),
+    "tanh": lambda ct, x, out: (_ew("multiply", ct, _ew("subtract", 1.0, _ew("multiply", out, out))),),
+    "sin": lambda ct, x, out: (_ew("multiply", ct, _ew("cos", x)),),
+    "cos": lambda ct, x, out: (_neg(_ew("multiply", ct, _ew("sin", x))),),
+    "tan": lambda ct, x, out: (_ew("multiply", ct, _ew("add", 1.0, _ew("multiply", out, out))),),
+    "sinh": lambda ct, x, out: (_ew("multiply", ct, _ew("cosh", x)),),
+    "cosh": lambda ct, x, out: (_ew("multiply", ct, _ew("sinh", x)),),
+    "arctan": lambda ct, x, out: (_ew("divide", ct, _ew("add", 1.0, _ew("multiply", x, x))),),
+    "arcsin": lambda ct, x, out: (_ew("divide", ct, _ew("sqrt", _ew("subtract", 1.0, _ew("multiply", x, x)))),),
+    "arccos": lambda ct, x, out: (_neg(_ew("divide", ct, _ew("sqrt", _ew("subtract", 1.0, _ew("multiply", x, x))))),),
+    "arcsinh": lambda ct, x, out: (_ew("divide", ct, _ew("sqrt", _ew("add", _ew("multiply", x, x), 1.0))),),
+    "absolute": lambda ct, x, out: (_ew("multiply", ct, _ew("sign", x)),),
+    "maximum": lambda ct, x, y, out: _select_rule(ct, _ew("greater_equal", x, y)),
+    "minimum": lambda ct, x, y, out: _select_rule(ct, _ew("less_equal", x, y)),
+    "fmax": lambda ct, x, y, out: _select_rule(ct, _ew("greater_equal", x, y)),
+    "fmin": lambda ct, x, y, out: _select_rule(ct, _ew("less_equal", x, y)),
+    "power": lambda ct, x, y, out: _power_rule(ct, x, y, out),
+    "arctan2": lambda ct, y, x, out: (
+        _ew("divide", _ew("multiply", ct, x), _ew("add", _ew("multiply", x, x), _ew("multiply", y, y))),
+        _neg(_ew("divide", _ew("multiply", ct, y), _ew("add", _ew("multiply", x, x), _ew("multiply", y, y))))),
+    "hypot": lambda ct, x, y, out: (_ew("divide", _ew("multiply", ct, x), out),
+                                    _ew("divide", _ew("multiply", ct, y), out)),
+    "logaddexp": lambda ct, x, y, out: (_ew("multiply", ct, _ew("exp", _ew("subtract", x, out))),
+                                        _ew("multiply", ct, _ew("exp", _ew("subtract", y, out)))),
+    "copysign": lambda ct, x, y, out: (_ew("multiply", ct, _ew("multiply", _ew("sign", x), _ew("sign", out))), None),
+}
+
+# Piecewise-constant functions: their derivative is zero almost everywhere (as JAX).
+_ZERO_GRAD = ("sign", "floor", "ceil", "rint", "trunc", "round", "floor_divide", "mod", "remainder", "fmod")
+
+# Functions whose output is boolean or integer: not differentiable, no cotangent flows.
+_NO_GRAD = ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and",
+            "logical_or", "logical_xor", "logical_not", "isnan", "isfinite", "isinf", "signbit",
+            "bitwise_and", "bitwise_or", "bitwise_xor", "invert", "left_shift", "right_shift")
+
+
+def _power_rule(ct, x, y, out):
+    ym1 = _ew("subtract", y, 1) if isinstance(y, LocalArray) else y - 1
+    gx = None if not isinstance(x, LocalArray) else _ew("multiply", ct, _ew("multiply", y, _ew("power", x, ym1)))
+    gy = None if not isinstance(y, LocalArray) else \
+        _ew("multiply", ct, _ew("multiply", out, _ew("log", _ew("where_positive", x))))
+    return gx, gy
+
+
+def _select_rule(ct, cond):
+    zero = 0.0
+    return (bind(SELECT, [cond, ct, zero], ct.mesh), bind(SELECT, [cond, zero, ct], ct.mesh))
+
+
+def _shape_rule_for(ufunc):
+    cache: dict = {}
+
+    def shape_rule(avals, mesh):
+        shape = broadcast_avals(avals, mesh.ndim)
+        key = tuple(a.dtype if hasattr(a, "dtype") and not isinstance(a, (int, float, complex, bool))
+                    else type(a) for a in avals)
+        dt = cache.get(key)
+        if dt is None:
+            probes = [np.zeros((), k) if isinstance(k, np.dtype) else k(0) for k in key]
+            with np.errstate(all="ignore"):
+                dt = cache[key] = np.asarray(ufunc(*probes)).dtype
+        return [(shape, dt)]
+
+    return shape_rule
+
+
+def _vjp_for(name: str, nin: int):
+    rule = _RULES.get(name)
+
+    def vjp(cts, ins, outs, mesh):
+        ct = cts[0]
+        if name in _ZERO_GRAD:
+            return [None] * nin
+        if rule is None:
+            raise NotImplementedError(f"[grad] {name} has no derivative rule in shardlab; "
+                                      f"write the function with differentiable primitives")
+        raw = rule(ct, *ins, outs[0])
+        return [None if not isinstance(x, LocalArray) or g is None else unbroadcast(g, x)
+                for x, g in zip(ins, raw)]
+
+    return vjp if name not in _NO_GRAD else None
+
+
+def _make(ufunc) -> Primitive:
+    return Primitive(ufunc.__name__, shape_rule=_shape_rule_for(ufunc), vjp=_vjp_for(ufunc.__name__, ufunc.nin))
+
+
+_UFUNCS = [getattr(np, n) for n in dir(np) if isinstance(getattr(np, n), np.ufunc)]
+PRIMS: dict = {u.__name__: _make(u) for u in _UFUNCS if u.nout == 1}
+UFUNC_OF: dict = {u.__name__: u for u in _UFUNCS}
+
+
+# "where_positive": x where x > 0 else 1, so d/dy x**y = x**y log x is finite where x <= 0
+# (those entries' cotangent is multiplied by out = 0 anyway, as in JAX).
+def _where_positive(x):
+    return np.where(x > 0, x, np.ones((), x.dtype))
+
+
+PRIMS["where_positive"] = Primitive("where_positive", shape_rule=lambda avals, mesh: [
+    (tuple(avals[0].shape), avals[0].dtype)])
+UFUNC_OF["where_positive"] = _where_positive
+
+
+# -- select: where(cond, x, y) ----------------------------------------------------------------
+def _select_shape(avals, mesh):
+    shape = broadcast_avals(avals, mesh.ndim)
+    dts = [a.dtype if hasattr(a, "dtype") and not isinstance(a, (int, float, bool)) else type(a) for a in avals[1:]]
+    probes = [np.zeros((), d) if isinstance(d, np.dtype) else d(0) for d in dts]
+    return [(shape, np.result_type(*probes))]
+
+
+def _select_vjp(cts, ins, outs, mesh):
+    cond, x, y = ins
+    ct = cts[0]
+    zero = 0.0
+    gx = unbroadcast(bind(SELECT, [cond, ct, zero], mesh), x) if isinstance(x, LocalArray) else None
+    gy = unbroadcast(bind(SELECT, [cond, zero, ct], mesh), y) if isinstance(y, LocalArray) else None
+    return [None, gx, gy]
+
+
+SELECT = Primitive("select", shape_rule=_select_shape, vjp=_select_vjp)
+
+
+# -- convert_element_type (astype) ------------------------------------------------------------
+def _convert_vjp(cts, ins, outs, mesh, *, dtype):
+    x = ins[0]
+    if x.dtype.kind not in "fc" and x.dtype.name != "bfloat16":
+        return [None]
+    return [bind(CONVERT, [cts[0]], mesh, dtype=x.dtype)]
+
+
+CONVERT = Primitive("convert_element_type",
+                    shape_rule=lambda avals, mesh, *, dtype: [(tuple(avals[0].shape), np.dtype(dtype))],
+                    vjp=_convert_vjp)
+
+
+__all__ = ["PRIMS", "SELECT", "CONVERT", "UFUNC_OF", "align"]

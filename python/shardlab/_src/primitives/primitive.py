@@ -1,0 +1,119 @@
+"""Primitive and bind: the one path every operation on per-device values takes.
+
+A Primitive carries its rules, as JAX's do:
+
+- ``shape_rule(avals, mesh, **params) -> [(shape, dtype), ...]``: output storage shapes and
+  dtypes (mesh dims + local dims, so varying axes come with the shape); it raises the op's
+  errors, in local terms, before anything runs;
+- ``impl[backend](storages, mesh, **params) -> [storage, ...]``: registered by the backends
+  (``emulated`` runs the C++ core and numpy; ``abstract`` only applies the shape rule);
+- ``cost(in_avals, out_avals, mesh, **params) -> Event | None``: the ledger event, the one
+  place bytes and FLOPs are counted, so a real run and an abstract run record equal events;
+- ``vjp(cts, ins, outs, mesh, **params) -> [ct or None per input]``: the reverse-mode rule,
+  written with primitives, so gradients run on every backend and are recorded too.
+
+``bind`` checks, picks the backend, runs, records the event (stamped with the current phase
+and named scope) and pushes a tape entry when a gradient is being taken. Nothing else
+touches storage.
+
+Example:
+    >>> import numpy as np, shardlab as sl
+    >>> from shardlab._src.primitives import elementwise
+    >>> from shardlab._src.primitives.primitive import bind
+    >>> mesh = sl.make_mesh((2,), ("x",))
+    >>> x = sl.LocalArray(np.arange(4.0).reshape(2, 2), mesh)
+    >>> bind(elementwise.PRIMS["exp"], [x], mesh).shape
+    (2,)
+"""
+
+from __future__ import annotations
+
+from ..arrays.local_array import LocalArray
+from ..arrays.storage import AbstractStorage
+from ..core.context import CTX
+from ..ledger.ledger import record
+
+BACKENDS = ("emulated", "abstract")
+REGISTRY: list = []  # every Primitive ever made, for the backends to register their impls
+
+
+class Primitive:
+    """An operation with its rules (see the module docstring)."""
+
+    __slots__ = ("name", "shape_rule", "cost", "vjp", "impl", "multiple_results")
+
+    def __init__(self, name: str, *, shape_rule, cost=None, vjp=None, multiple_results: bool = False):
+        self.name = name
+        self.shape_rule = shape_rule
+        self.cost = cost
+        self.vjp = vjp
+        self.impl: dict = {}
+        self.multiple_results = multiple_results
+        REGISTRY.append(self)
+
+    def __repr__(self):
+        return f"Primitive({self.name!r})"
+
+
+def backend_of(storages) -> str:
+    for s in storages:
+        if type(s) is AbstractStorage:
+            return "abstract"
+    return "emulated"
+
+
+def bind(prim: Primitive, args, mesh, **params):
+    """Runs `prim` on LocalArrays `args` (all of `mesh`); returns a LocalArray, or a list of
+    them for primitives with several results."""
+    storages = [a.storage if type(a) is LocalArray else a for a in args]
+    backend = "abstract" if mesh.abstract else backend_of(storages)
+    impl = prim.impl.get(backend)
+    if impl is None:
+        raise NotImplementedError(f"[{prim.name}] has no {backend} implementation")
+    replay = CTX.remat_replay
+    if replay is not None and prim in replay[0] and replay[1]:
+        # A checkpoint's re-run: this output was kept by its policy, so it is not recomputed.
+        results = replay[1].pop(0)
+        for tape in CTX.tapes:
+            tape.push(prim, params, args, results, mesh)
+        return results if prim.multiple_results else results[0]
+    outs = impl(storages, mesh, **params)
+    if prim.cost is not None:
+        event = prim.cost(storages, outs, mesh, **params)
+        if event is not None:
+            record(event, mesh)
+    results = [LocalArray(o, mesh) for o in outs]
+    if CTX.remat_saving is not None and prim in CTX.remat_saving[0]:
+        CTX.remat_saving[1].append(results)
+    if CTX.tapes:
+        for tape in CTX.tapes:
+            tape.push(prim, params, args, results, mesh)
+    return results if prim.multiple_results else results[0]
+
+
+class Tape:
+    """The reverse-mode record: one entry per bind while a gradient is being taken.
+
+    An entry is (rule, params, inputs, outputs, mesh): `rule` is a Primitive (its ``vjp``
+    runs) or any object with a ``vjp`` of the same signature (shard_map's boundary,
+    checkpoint). Inputs and outputs are kept alive by the tape, so ``id()`` names them.
+    """
+
+    __slots__ = ("entries",)
+
+    def __init__(self):
+        self.entries: list = []
+
+    def push(self, rule, params, inputs, outputs, mesh) -> None:
+        self.entries.append((rule, params, tuple(inputs), tuple(outputs), mesh))
+
+
+def push_entry(rule, params, inputs, outputs, mesh) -> None:
+    """Records a non-primitive step (a boundary, a remat block) on every active tape."""
+    for tape in CTX.tapes:
+        tape.push(rule, params, inputs, outputs, mesh)
+
+
+def avals_shape_rule(prim: Primitive, storages, mesh, **params):
+    """The shape rule's outputs as AbstractStorage (what the abstract backend returns)."""
+    return [AbstractStorage(s, d) for s, d in prim.shape_rule(storages, mesh, **params)]

@@ -1,0 +1,1 @@
+"""shardlab internals: the transforms layer."""
