@@ -23,16 +23,16 @@ OUT = pathlib.Path(__file__).resolve().parent / "api.md"
 
 # Order of the page; any other module a top-level name comes from is appended after these.
 MODULES = [
-    "shardlab.mesh", "shardlab.sharding", "shardlab.sharded_array", "shardlab.shard_map",
-    "shardlab.experimental.shard_map", "shardlab.local_array", "shardlab.lax", "shardlab.numpy",
-    "shardlab.ledger", "shardlab.debug", "shardlab.config", "shardlab.nn", "shardlab.kernels",
-    "shardlab.hardware", "shardlab.cost", "shardlab.eager", "shardlab.plan", "shardlab.planner",
+    "shardlab.sharding", "shardlab.experimental.shard_map", "shardlab.lax", "shardlab.numpy",
+    "shardlab.nn", "shardlab.debug", "shardlab.kernels", "shardlab.hardware", "shardlab.cost",
 ]
 
 # Names without an underscore that other shardlab modules use but users need not.
 INTERNAL = {
     "as_sharding", "host_nbytes", "to_storage", "from_storage", "current_mesh", "event_dict",
-    "record", "lift", "aligned", "mesh_of", "local_axes", "HANDLED",
+    "record", "lift", "aligned", "mesh_of", "local_axes", "HANDLED", "UFUNC", "GLOBAL", "GLOBAL_UFUNC",
+    "register_method", "fallback", "FALLBACK_NAMES", "abstract_array", "event_cost", "event_seconds",
+    "formulas",
 }
 
 # One-liners for public members that have no docstring of their own.

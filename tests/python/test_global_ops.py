@@ -39,7 +39,7 @@ def test_exhaustive_2d_matmul(shape):
         for so in specs + [None]:
             plan = sl.plan_einsum("ij,jk->ik", a, b, out_sharding=so)
             with sl.Ledger() as ledger:
-                c = sl.global_ops.run_plan(plan, a, b)
+                c = sl.run_plan(plan, a, b)
             np.testing.assert_allclose(np.asarray(c), want, rtol=1e-4, atol=1e-4)
             if so is not None:
                 assert c.sharding == sl.NamedSharding(mesh, so), (sa, sb, so)
@@ -64,7 +64,7 @@ def test_ledger_seconds_match_plan_on_hardware():
     for out in (P(), P("x"), P(None, "y")):
         plan = sl.plan_einsum("ij,jk->ik", a, b, out_sharding=out)
         with sl.Ledger() as ledger:
-            c = sl.global_ops.run_plan(plan, a, b)
+            c = sl.run_plan(plan, a, b)
         np.testing.assert_allclose(np.asarray(c), 128.0)
         comm = sum(e["seconds"] for e in ledger.events if e["op"] != "einsum")
         assert comm == pytest.approx(plan.comm_seconds)
@@ -102,7 +102,7 @@ def test_reshard_every_pair_on_2x2():
     specs = _specs(["x", "y"])
     for s, t in itertools.product(specs, specs):
         x = sl.device_put(x_np, sl.NamedSharding(mesh, s))
-        plan = sl.planner.plan_reshard(x, t)
+        plan = sl.plan_reshard(x, t)
         with sl.Ledger() as ledger:
             y = sl.reshard(x, t)
         assert y.sharding == sl.NamedSharding(mesh, t)
@@ -115,9 +115,9 @@ def test_reshard_every_pair_on_2x2():
 def test_reshard_prefers_all_to_all_and_slicing():
     mesh = _mesh((4, 2))
     x = sl.device_put(np.zeros((8, 8), np.float32), sl.NamedSharding(mesh, P("x")))
-    assert sl.planner.plan_reshard(x, P(None, "x")).ops == ("all_to_all",)
-    assert sl.planner.plan_reshard(x, P("x", "y")).ops == ()  # a free dynamic slice
-    assert sl.planner.plan_reshard(x, P()).ops == ("all_gather",)
+    assert sl.plan_reshard(x, P(None, "x")).ops == ("all_to_all",)
+    assert sl.plan_reshard(x, P("x", "y")).ops == ()  # a free dynamic slice
+    assert sl.plan_reshard(x, P()).ops == ("all_gather",)
 
 
 def test_batch_dims_multi_axis_and_three_operands():

@@ -53,7 +53,7 @@ def test_text_and_html_rendering():
     with sl.Ledger() as ledger:
         _program(mesh)(np.ones((8, 8), np.float32), np.ones((8, 16), np.float32))
     text = ledger.table()
-    assert "all_gather" in text and "psum" in text and "512B" in text and " us" in text
+    assert "all_gather" in text and "psum" in text and "512 B" in text and " µs" in text
     assert str(ledger) == text and "3 events" in repr(ledger)
     html = ledger._repr_html_()
     assert html.startswith("<table>") and html.count("<tr>") == 4   # header + 3 events

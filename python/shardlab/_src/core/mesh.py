@@ -236,6 +236,8 @@ def make_mesh(axis_shapes: Sequence[int], axis_names: Sequence[str], *, devices=
     if isinstance(axis_names, str):
         axis_names = (axis_names,)
     shape = tuple(axis_shapes) if isinstance(axis_shapes, (tuple, list)) else (axis_shapes,)
+    if not shape:
+        raise ValueError("[make_mesh] a mesh needs at least one axis, got axis sizes ()")
     for s in shape:
         if not isinstance(s, (int, np.integer)) or isinstance(s, bool) or s <= 0:
             raise ValueError(f"[make_mesh] axis sizes must be positive ints, got {shape}")

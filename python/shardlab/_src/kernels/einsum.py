@@ -6,7 +6,7 @@ reshape, gemm, reshape, transpose); anything else is numpy's einsum.
 Example:
     >>> import numpy as np
     >>> from shardlab._src.kernels.einsum import einsum_arrays
-    >>> einsum_arrays(["ij", "jk"], "ik", [np.ones((2, 3), np.float32), np.ones((3, 4), np.float32)]).sum()
+    >>> float(einsum_arrays(["ij", "jk"], "ik", [np.ones((2, 3), np.float32), np.ones((3, 4), np.float32)]).sum())
     24.0
 """
 

@@ -230,7 +230,8 @@ def scatter(x, axis_name, root: int = 0, *, scatter_dimension=0, tiled=False):
 
 def _starts(start_indices, operand: LocalArray, op: str) -> list:
     if len(start_indices) != operand.ndim:
-        raise ValueError(f"[{op}] {len(start_indices)} start indices for an operand of local rank {operand.ndim}")
+        raise ValueError(f"[{op}] {len(start_indices)} start indices for an operand of rank {operand.ndim} "
+                         f"(local shape {operand.shape})")
     starts = []
     for s in start_indices:
         v = lift(s, operand.mesh)
@@ -243,7 +244,7 @@ def _starts(start_indices, operand: LocalArray, op: str) -> list:
 def _sizes(slice_sizes, x: LocalArray, op: str) -> tuple:
     sizes = tuple(_int(n, "a slice size", op) for n in slice_sizes)
     if len(sizes) != x.ndim:
-        raise ValueError(f"[{op}] {len(sizes)} slice sizes for an operand of local rank {x.ndim}")
+        raise ValueError(f"[{op}] {len(sizes)} slice sizes for an operand of rank {x.ndim} (local shape {x.shape})")
     for size, dim in zip(sizes, x.shape):
         if not 0 <= size <= dim:
             raise ValueError(f"[{op}] slice size {size} does not fit in a dimension of size {dim} "

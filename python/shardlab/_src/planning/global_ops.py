@@ -64,7 +64,7 @@ def run_plan(plan: Plan, *arrays) -> ShardedArray:
         >>> mesh = sl.make_mesh((2,), ("X",))
         >>> a = sl.device_put(np.eye(4, dtype=np.float32), sl.NamedSharding(mesh, P("X")))
         >>> plan = sl.plan_einsum("ij,jk->ik", a, a, out_sharding=P())
-        >>> np.allclose(np.asarray(sl.global_ops.run_plan(plan, a, a)), np.eye(4))
+        >>> np.allclose(np.asarray(sl.run_plan(plan, a, a)), np.eye(4))
         True
     """
     mesh = plan.mesh

@@ -511,7 +511,7 @@ def plan_reshard(x, sharding, *, unreduced=(), name: str = "A") -> Plan:
         >>> import shardlab as sl
         >>> from shardlab import P
         >>> mesh = sl.make_mesh((4,), ("X",))
-        >>> sl.planner.plan_reshard(((8, 8), sl.NamedSharding(mesh, P("X"))), P(None, "X")).summary()
+        >>> sl.plan_reshard(((8, 8), sl.NamedSharding(mesh, P("X"))), P(None, "X")).summary()
         'AllToAll_{X,J}(A[I_X, J]) -> A[I, J_X]'
     """
     op = "reshard"

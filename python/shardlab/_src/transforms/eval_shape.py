@@ -9,13 +9,13 @@ Example:
     >>> import numpy as np, shardlab as sl
     >>> from shardlab import P
     >>> mesh = sl.make_mesh((16, 20, 28), ("x", "y", "z"), hardware="tpu-v5p", abstract=True)
-    >>> w = sl.ShapeDtypeStruct((8192, 28672), np.float32, sharding=sl.NamedSharding(mesh, P("x", "y")))
+    >>> w = sl.ShapeDtypeStruct((8192, 28672), np.float32, sharding=sl.NamedSharding(mesh, P("x", "z")))
     >>> f = sl.shard_map(lambda a: sl.lax.all_gather(a, "x", tiled=True), mesh=mesh,
-    ...                  in_specs=P("x", "y"), out_specs=P(None, "y"))
+    ...                  in_specs=P("x", "z"), out_specs=P(None, "z"))
     >>> with sl.Ledger() as ledger:
     ...     out = sl.eval_shape(f, w)
     >>> out.shape, ledger.events[0]["op"], ledger.events[0]["bytes_out"]
-    ((8192, 28672), 'all_gather', 46964736.0)
+    ((8192, 28672), 'all_gather', 33554432.0)
 """
 
 from __future__ import annotations
