@@ -183,32 +183,36 @@ def reshard(x: ShardedArray, sharding, *, unreduced=()) -> ShardedArray:
 
 
 def _global_ufunc(ufunc, inputs, kwargs):
-    """Global-view arithmetic, as on a jax.Array: elementwise ufuncs on arrays of one layout
-    keep it and run shard by shard (inside a shard_map, so they are differentiable); ``@`` is
-    planned and run by ``shardlab.matmul``; anything else is computed on the global values
-    and laid out like the first operand."""
+    """Global-view arithmetic, as on a jax.Array: elementwise ufuncs keep the first array's
+    sharding and run shard by shard (inside a shard_map, so they are differentiable and any
+    resharding is a recorded collective); ``@`` is planned and run by ``shardlab.matmul``;
+    operands that do not line up element for element are computed on the global values."""
     if ufunc is np.matmul:
         return matmul(*inputs)
-    arrays = [x for x in inputs if isinstance(x, ShardedArray)]
-    first = arrays[0]
+    first = next(x for x in inputs if isinstance(x, ShardedArray))
     scalar = lambda x: isinstance(x, (int, float, bool, complex, np.generic))  # noqa: E731
-    if all(x.sharding == first.sharding and x.shape == first.shape and not x.unreduced for x in arrays) \
-            and all(isinstance(x, ShardedArray) or scalar(x) for x in inputs):
-        spec = first.sharding.spec
-        pos = [i for i, x in enumerate(inputs) if isinstance(x, ShardedArray)]
+    aligned = []
+    for x in inputs:
+        if isinstance(x, ShardedArray) and x.shape == first.shape:
+            aligned.append(x if x.sharding == first.sharding and not x.unreduced else reshard(x, first.sharding))
+        elif scalar(x):
+            aligned.append(x)
+        elif not isinstance(x, ShardedArray) and np.shape(x) == first.shape:
+            aligned.append(device_put(np.asarray(x), first.sharding))
+        else:
+            out = ufunc(*[np.asarray(v) for v in inputs], **kwargs)
+            return out if out.shape != first.shape else device_put(out, first.sharding)
+    spec = first.sharding.spec
+    pos = [i for i, x in enumerate(aligned) if isinstance(x, ShardedArray)]
 
-        def body(*local):
-            args = list(inputs)
-            for i, v in zip(pos, local):
-                args[i] = v
-            return ufunc(*args, **kwargs)
+    def body(*local):
+        args = list(aligned)
+        for i, v in zip(pos, local):
+            args[i] = v
+        return ufunc(*args, **kwargs)
 
-        return shard_map(body, mesh=first.sharding.mesh, in_specs=(spec,) * len(pos), out_specs=spec,
-                         check_vma=False)(*arrays)
-    out = ufunc(*[np.asarray(x) for x in inputs], **kwargs)
-    if out.shape != first.shape:
-        return out
-    return device_put(out, first.sharding)
+    return shard_map(body, mesh=first.sharding.mesh, in_specs=(spec,) * len(pos), out_specs=spec,
+                     check_vma=False)(*[aligned[i] for i in pos])
 
 
 GLOBAL_UFUNC[0] = _global_ufunc

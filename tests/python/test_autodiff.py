@@ -1,0 +1,321 @@
+"""shardlab.grad / vjp / value_and_grad / checkpoint: against jax.grad of the same shard_map
+programs (8 CPU devices), against finite differences, and the backward pass's ledger."""
+
+import types
+
+import numpy as np
+import pytest
+
+import shardlab as sl
+import shardlab.numpy as jnp
+from shardlab import P
+
+jax = pytest.importorskip("jax")
+
+
+def namespace(lib: str):
+    if lib == "jax":
+        return types.SimpleNamespace(lax=jax.lax, jnp=jax.numpy, shard_map=jax.shard_map, P=jax.sharding.PartitionSpec,
+                                     NamedSharding=jax.sharding.NamedSharding, make_mesh=jax.make_mesh,
+                                     device_put=jax.device_put, grad=jax.grad, nn=jax.nn, checkpoint=jax.checkpoint,
+                                     set_mesh=jax.set_mesh)
+    return types.SimpleNamespace(lax=sl.lax, jnp=sl.numpy, shard_map=sl.shard_map, P=sl.P,
+                                 NamedSharding=sl.NamedSharding, make_mesh=sl.make_mesh, device_put=sl.device_put,
+                                 grad=sl.grad, nn=sl.nn, checkpoint=sl.checkpoint,
+                                 set_mesh=sl.set_mesh)
+
+
+def rand(rng, *shape):
+    return (rng.standard_normal(shape) * 0.5).astype(np.float32)
+
+
+# Each program: (mesh shape, axis names, build(m, rng) -> (body, in_specs, out_spec, args)).
+PROGRAMS = {}
+
+
+def program(mesh_shape, names):
+    def register(build):
+        PROGRAMS[build.__name__] = (mesh_shape, names, build)
+        return build
+
+    return register
+
+
+@program((8,), ("x",))
+def fsdp_mlp(m, rng):
+    def body(x, w1, w2):
+        h = m.jnp.tanh(x @ m.lax.all_gather(w1, "x", tiled=True))
+        return h @ m.lax.all_gather(w2, "x", tiled=True)
+
+    return body, (m.P("x"), m.P("x"), m.P("x")), m.P("x"), [rand(rng, 16, 32), rand(rng, 32, 64), rand(rng, 64, 32)]
+
+
+@program((8,), ("x",))
+def data_parallel(m, rng):
+    def body(x, w1, b):
+        return m.jnp.tanh(x @ w1 + b)
+
+    return body, (m.P("x"), m.P(), m.P()), m.P("x"), [rand(rng, 16, 8), rand(rng, 8, 12), rand(rng, 12)]
+
+
+@program((2, 4), ("data", "model"))
+def megatron_mlp(m, rng):
+    def body(x, w1, w2):
+        h = m.jnp.maximum(x @ w1, 0.0)
+        return m.lax.psum(h @ w2, "model")
+
+    return body, (m.P("data"), m.P(None, "model"), m.P("model")), m.P("data"), \
+        [rand(rng, 8, 16), rand(rng, 16, 32), rand(rng, 32, 16)]
+
+
+@program((8,), ("x",))
+def sequence_parallel_mlp(m, rng):
+    def body(x, w1, w2):
+        full = m.lax.all_gather(x, "x", axis=0, tiled=True)
+        h = m.jnp.tanh(full @ w1)
+        return m.lax.psum_scatter(h @ w2, "x", scatter_dimension=0, tiled=True)
+
+    return body, (m.P("x"), m.P(None, "x"), m.P("x")), m.P("x"), \
+        [rand(rng, 16, 8), rand(rng, 8, 16), rand(rng, 16, 8)]
+
+
+@program((4,), ("x",))
+def all_to_all_and_ppermute(m, rng):
+    def body(x):
+        y = m.lax.all_to_all(x, "x", 0, 1, tiled=True)
+        z = m.lax.ppermute(y * y, "x", [(i, (i + 1) % 4) for i in range(4)])
+        return m.lax.pmean(z + m.jnp.sin(y).sum(), "x")
+
+    return body, (m.P("x"),), m.P(None), [rand(rng, 16, 4)]
+
+
+@program((4,), ("x",))
+def untiled_collectives(m, rng):
+    def body(x):
+        g = m.lax.all_gather(x, "x")                      # (4, 2, 3), invariant
+        s = m.lax.psum_scatter(m.jnp.exp(g), "x")         # back to (2, 3), varying
+        return s * x
+
+    return body, (m.P("x"),), m.P("x"), [rand(rng, 8, 3)]
+
+
+@program((2, 2), ("x", "y"))
+def collective_matmul(m, rng):
+    def body(a, b):
+        n = 2
+        acc = a @ b
+        for _ in range(n - 1):
+            a = m.lax.ppermute(a, "x", [(0, 1), (1, 0)])
+            acc = acc + a @ b
+        return m.lax.psum(acc, "y")
+
+    return body, (m.P("x", "y"), m.P("y")), m.P("x"), [rand(rng, 8, 8), rand(rng, 8, 6)]
+
+
+@program((2, 2), ("data", "heads"))
+def attention(m, rng):
+    def body(q, k, v):
+        return m.nn.dot_product_attention(q, k, v, is_causal=True)
+
+    spec = m.P("data", None, "heads")
+    return body, (spec, spec, spec), spec, [rand(rng, 2, 8, 4, 16), rand(rng, 2, 8, 2, 16), rand(rng, 2, 8, 2, 16)]
+
+
+def run_grad(lib, name):
+    mesh_shape, names, build = PROGRAMS[name]
+    m = namespace(lib)
+    mesh = m.make_mesh(mesh_shape, names)
+    body, in_specs, out_spec, args = build(m, np.random.default_rng(len(name)))
+    f = m.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_spec)
+    placed = [m.device_put(a, m.NamedSharding(mesh, s)) for a, s in zip(args, in_specs)]
+    weight = np.random.default_rng(1).standard_normal(np.asarray(f(*placed)).shape).astype(np.float32)
+
+    def loss(*xs):
+        return m.jnp.sum(f(*xs) * weight)
+
+    with m.set_mesh(mesh):
+        grads = m.grad(loss, argnums=tuple(range(len(args))))(*placed)
+    return [np.asarray(g) for g in grads]
+
+
+@pytest.mark.jax
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_grad_equals_jax(name):
+    if len(jax.devices()) < 8:
+        pytest.skip("JAX started with fewer than 8 CPU devices")
+    ours, theirs = run_grad("shardlab", name), run_grad("jax", name)
+    for a, b in zip(ours, theirs):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        np.testing.assert_allclose(a, b, rtol=2e-4, atol=2e-5)
+
+
+def test_grad_returns_the_inputs_sharding():
+    mesh = sl.make_mesh((8,), ("x",))
+    w = sl.device_put(np.ones((16, 4), np.float32), sl.NamedSharding(mesh, P("x")))
+    f = sl.shard_map(lambda w: w * 3.0, mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+    g = sl.grad(lambda w: jnp.sum(f(w)))(w)
+    assert isinstance(g, sl.ShardedArray) and g.sharding == w.sharding
+    np.testing.assert_array_equal(np.asarray(g), np.full((16, 4), 3.0, np.float32))
+
+
+# -- the backward pass in the ledger ----------------------------------------------------------
+
+def _ledger_of_grad(name, hardware=None):
+    mesh_shape, names, build = PROGRAMS[name]
+    mesh = sl.make_mesh(mesh_shape, names, hardware=hardware)
+    body, in_specs, out_spec, args = build(namespace("shardlab"), np.random.default_rng(0))
+    f = sl.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_spec)
+    with sl.Ledger() as ledger:
+        sl.grad(lambda *xs: jnp.sum(f(*xs) ** 2), argnums=tuple(range(len(args))))(*args)
+    return ledger
+
+
+def test_fsdp_backward_reduce_scatters_where_the_forward_all_gathered():
+    ledger = _ledger_of_grad("fsdp_mlp")
+    fwd = [(e["op"], e["bytes_sent"]) for e in ledger.events if e["phase"] == "forward" and e["axes"]]
+    bwd = [(e["op"], e["bytes_sent"]) for e in ledger.events if e["phase"] == "backward" and e["axes"]]
+    gathers = [b for op, b in fwd if op == "all_gather"]
+    scatters = [b for op, b in bwd if op == "psum_scatter"]
+    assert len(gathers) == 2 and sorted(scatters) == sorted(gathers)  # same V, (n-1)/n each way
+    assert not any(op == "all_gather" for op, _ in bwd)  # the gathered weights were kept
+
+
+def test_data_parallel_gradient_is_one_all_reduce_per_replicated_parameter():
+    ledger = _ledger_of_grad("data_parallel")
+    bwd = [e for e in ledger.events if e["phase"] == "backward" and e["axes"]]
+    assert sorted(e["op"] for e in bwd) == ["psum", "psum"]
+    # w1 (8x12) and b (12) float32: 2 (n-1)/n V each
+    assert sorted(e["bytes_sent"] for e in bwd) == [2 * 7 / 8 * 12 * 4, 2 * 7 / 8 * 96 * 4]
+
+
+def test_backward_matmul_flops_are_twice_the_forward():
+    ledger = _ledger_of_grad("data_parallel")
+    flops = {p: sum(e["flops"] for e in ledger.events if e["op"] == "matmul" and e["phase"] == p)
+             for p in ("forward", "backward")}
+    assert flops["backward"] == 2 * flops["forward"] > 0
+
+
+def test_backward_events_get_book_seconds_on_hardware():
+    ledger = _ledger_of_grad("fsdp_mlp", hardware="tpu-v5e")
+    comm = [e for e in ledger.events if e["axes"]]
+    assert comm and all(e["seconds"] > 0 and e["book_seconds"] is not None and e["hops"] >= 1 for e in comm)
+
+
+def test_named_scope_labels_events():
+    mesh = sl.make_mesh((2,), ("x",))
+
+    def body(x):
+        with sl.named_scope("layer0"), sl.named_scope("mlp"):
+            return sl.lax.psum(x @ x.T, "x")
+
+    with sl.Ledger() as ledger:
+        sl.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P())(np.ones((4, 4), np.float32))
+    assert [e["label"] for e in ledger.events] == ["layer0/mlp", "layer0/mlp"]
+    assert len(ledger.filter(label="layer0")) == 2 and len(ledger.filter(label="layer1")) == 0
+
+
+# -- plain functions: finite differences --------------------------------------------------------
+
+FUNCTIONS = {
+    "tanh_sum": lambda x: jnp.sum(jnp.tanh(x) * x),
+    "softmax": lambda x: jnp.sum(sl.nn.softmax(x, axis=-1) * np.arange(x.shape[-1], dtype=np.float32)),
+    "logsumexp": lambda x: jnp.sum(sl.nn.logsumexp(x, axis=0)),
+    "norms": lambda x: jnp.sum(sl.nn.layer_norm(x) ** 2 + sl.nn.rms_norm(x)),
+    "max_mean": lambda x: jnp.max(x, axis=1).sum() + jnp.mean(x ** 3),
+    "reshape_transpose": lambda x: jnp.sum(jnp.reshape(x.T, (-1,))[::2] ** 2),
+    "matmul_chain": lambda x: jnp.sum((x @ x.T) @ jnp.exp(x * 0.1)),
+    "where_concat": lambda x: jnp.sum(jnp.where(x > 0, x, 0.1 * x) + jnp.concatenate([x, x * 2], axis=1).mean()),
+    "activations": lambda x: jnp.sum(sl.nn.gelu(x) + sl.nn.silu(x) + sl.nn.relu(x) + sl.nn.softplus(x)),
+    "power_divide": lambda x: jnp.sum((x * x + 1.0) ** 1.5 / (jnp.abs(x) + 2.0)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_grad_matches_finite_differences(name):
+    f = FUNCTIONS[name]
+    x = np.random.default_rng(3).standard_normal((4, 5)).astype(np.float32)
+    g = sl.grad(f)(x)
+    assert g.shape == x.shape and g.dtype == np.float32
+    x64 = x.astype(np.float64)
+    eps = 1e-3
+    num = np.zeros_like(x64)
+    for i in np.ndindex(*x.shape):
+        d = np.zeros_like(x64)
+        d[i] = eps
+        num[i] = (float(f((x64 + d).astype(np.float32))) - float(f((x64 - d).astype(np.float32)))) / (2 * eps)
+    np.testing.assert_allclose(g, num, rtol=3e-2, atol=3e-2)
+
+
+def test_vjp_and_value_and_grad_with_pytrees_and_aux():
+    params = {"w": np.ones((3, 2), np.float32), "b": np.zeros(2, np.float32)}
+    x = np.arange(6.0, dtype=np.float32).reshape(2, 3)
+
+    def loss(p, x):
+        y = x @ p["w"] + p["b"]
+        return jnp.sum(y * y), y.shape
+
+    (value, aux), g = sl.value_and_grad(loss, has_aux=True)(params, x)
+    y = x @ params["w"]
+    assert float(value) == pytest.approx(float((y * y).sum())) and aux == (2, 2)
+    np.testing.assert_allclose(g["w"], x.T @ (2 * y), rtol=1e-6)
+    np.testing.assert_allclose(g["b"], (2 * y).sum(0), rtol=1e-6)
+    out, f_vjp = sl.vjp(lambda a: a * 2.0 + 1.0, x)
+    (ct,) = f_vjp(np.ones_like(x))
+    np.testing.assert_array_equal(out, x * 2 + 1)
+    np.testing.assert_array_equal(ct, np.full_like(x, 2.0))
+
+
+def test_unused_input_gets_zero_gradient():
+    g = sl.grad(lambda a, b: jnp.sum(a * 2.0), argnums=(0, 1))(np.ones(3, np.float32), np.ones(2, np.float32))
+    np.testing.assert_array_equal(g[1], np.zeros(2, np.float32))
+
+
+# -- checkpoint ------------------------------------------------------------------------------------
+
+def _mlp_with_remat(policy):
+    mesh = sl.make_mesh((2,), ("x",))
+    block = sl.checkpoint(lambda x, w: jnp.tanh(x @ w) @ w.T, policy=policy)
+    f = sl.shard_map(lambda x, w: block(x, w), mesh=mesh, in_specs=(P("x"), P()), out_specs=P("x"))
+    x, w = np.random.default_rng(0).standard_normal((8, 6)).astype(np.float32), \
+        np.random.default_rng(1).standard_normal((6, 5)).astype(np.float32)
+    with sl.Ledger() as ledger:
+        g = sl.grad(lambda x, w: jnp.sum(f(x, w) ** 2), argnums=1)(x, w)
+    return g, ledger
+
+
+def test_checkpoint_recomputes_the_forward_and_keeps_gradients():
+    g0, plain = _mlp_with_remat("dots_saveable")
+    g1, remat = _mlp_with_remat(None)
+    np.testing.assert_allclose(g0, g1, rtol=1e-5, atol=1e-6)
+    recompute = [e for e in remat.events if e["phase"] == "recompute"]
+    assert [e["op"] for e in recompute] == ["matmul", "matmul"]
+    assert sum(e["flops"] for e in recompute) == sum(e["flops"] for e in remat.events if e["phase"] == "forward")
+    assert not [e for e in plain.events if e["phase"] == "recompute"]  # dots kept: nothing recomputed
+
+
+def test_checkpoint_rejects_an_unknown_policy():
+    with pytest.raises(ValueError, match=r"\[checkpoint\] policy 'everything'"):
+        sl.checkpoint(lambda x: x, policy="everything")
+
+
+# -- bad input -----------------------------------------------------------------------------------
+
+def test_grad_errors_name_the_problem():
+    x = np.ones(3, np.float32)
+    with pytest.raises(TypeError, match=r"\[grad\] the function must return a scalar, got an output of shape \(3,\)"):
+        sl.grad(lambda x: x * 2.0)(x)
+    with pytest.raises(ValueError, match=r"\[grad\] argnums 2 is out of range for 1 positional"):
+        sl.grad(lambda x: jnp.sum(x), argnums=2)(x)
+    with pytest.raises(TypeError, match=r"\[grad\] argument 0 has dtype int32; grad needs float inputs"):
+        sl.grad(lambda x: jnp.sum(x))(np.ones(3, np.int32))
+    with pytest.raises(NotImplementedError, match=r"\[grad\] pmax has no transpose"):
+        mesh = sl.make_mesh((2,), ("x",))
+        f = sl.shard_map(lambda a: sl.lax.pmax(a, "x"), mesh=mesh, in_specs=P("x"), out_specs=P())
+        sl.grad(lambda a: jnp.sum(f(a)))(np.ones(4, np.float32))
+    with pytest.raises(NotImplementedError, match=r"\[grad\] numpy_fallback is not differentiable"):
+        sl.grad(lambda a: jnp.sum(jnp.sort(a)))(np.ones(4, np.float32))
+
+
+def test_collective_outside_shard_map_under_grad_is_an_unbound_axis():
+    with pytest.raises(NameError, match="unbound axis name: 'x'"):
+        sl.grad(lambda a: jnp.sum(sl.lax.psum(a, "x")))(np.ones(2, np.float32))
