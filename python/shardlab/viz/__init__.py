@@ -13,7 +13,8 @@ Example:
 """
 
 from . import colors
+from .collective import collective, group_bytes
 from .sharding import device_list, sharding
 from .view import View
 
-__all__ = ["colors", "device_list", "sharding", "View"]
+__all__ = ["collective", "colors", "group_bytes", "device_list", "sharding", "View"]
