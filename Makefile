@@ -44,7 +44,9 @@ cpp-test-sanitize: system-deps
 py-test:
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests/python --doctest-modules --pyargs shardlab
 
+# The benchmarks with their extra (torch for SDPA, threadpoolctl for the OpenBLAS kernel name).
 bench: install
+	$(PYTHON) -m pip install -q --no-build-isolation ".[bench]"
 	$(PYTHON) benchmarks/bench_collectives.py
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PYTHON) benchmarks/bench_gemm.py
 	$(PYTHON) benchmarks/bench_attention.py
