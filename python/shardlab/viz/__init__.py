@@ -14,7 +14,8 @@ Example:
 
 from . import colors
 from .collective import collective, group_bytes
+from .link_traffic import link_traffic
 from .sharding import device_list, sharding
 from .view import View
 
-__all__ = ["collective", "colors", "group_bytes", "device_list", "sharding", "View"]
+__all__ = ["collective", "colors", "group_bytes", "link_traffic", "device_list", "sharding", "View"]
