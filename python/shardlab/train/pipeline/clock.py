@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 from . import timeline as _timeline
 from .durations import Durations
-from .schedule import ACTIVATION, BACKWARD, BACKWARD_WEIGHT, FORWARD, RECV, SEND, Action, Schedule
+from .schedule import ACTIVATION, BACKWARD, BACKWARD_WEIGHT, FORWARD, GRADIENT, RECV, SEND, Action, Schedule
 from .validate import ScheduleError, validate
 
 __all__ = ["Event", "Timeline", "clock", "bubble_formula"]
@@ -72,14 +72,21 @@ class Timeline:
             chunk) alive at once.
     """
 
-    def __init__(self, schedule: Schedule, durations: dict, events, source: str = "given"):
+    def __init__(self, schedule: Schedule, durations: dict, raw_events, busy, peak, source: str = "given"):
         self.schedule = schedule
         self.durations = durations
         self.source = source
-        self.events = tuple(tuple(e) for e in events)
-        self.step_time = max((e.end for ev in self.events for e in ev), default=0.0)
-        self.busy = tuple(sum(e.end - e.start for e in ev if e.action.payload is None) for ev in self.events)
-        self.peak_activations = tuple(_peak(schedule.compute(s)) for s in range(schedule.p))
+        self._raw = raw_events  # per device: (action, start, end) tuples, in the order they ran
+        self._events = None
+        self.step_time = max((e[2] for ev in raw_events for e in ev), default=0.0)
+        self.busy = tuple(busy)
+        self.peak_activations = tuple(peak)
+
+    @property
+    def events(self) -> tuple[tuple[Event, ...], ...]:
+        if self._events is None:
+            self._events = tuple(tuple(Event(*e) for e in ev) for ev in self._raw)
+        return self._events
 
     @property
     def p(self) -> int:
@@ -99,11 +106,11 @@ class Timeline:
 
     def compute_events(self, stage: int) -> list[Event]:
         """Device ``stage``'s forward / backward / weight-gradient events, in order."""
-        return [e for e in self.events[stage] if e.action.payload is None]
+        return [Event(*e) for e in self._raw[stage] if e[0].payload is None]
 
     def send_events(self, stage: int) -> list[Event]:
         """Device ``stage``'s sends (each occupies a link, not the compute stream)."""
-        return [e for e in self.events[stage] if e.action.kind == SEND]
+        return [Event(*e) for e in self._raw[stage] if e[0].kind == SEND]
 
     def idle_intervals(self, stage: int) -> list[tuple[float, float]]:
         """The gaps in device ``stage``'s compute stream between 0 and step_time."""
@@ -136,17 +143,6 @@ class Timeline:
         return _timeline.plot(self, ax=ax, **kwargs)
 
 
-def _peak(compute: list[Action]) -> int:
-    live = peak = 0
-    for a in compute:
-        if a.kind == FORWARD:
-            live += 1
-            peak = max(peak, live)
-        elif a.kind in (BACKWARD, BACKWARD_WEIGHT):
-            live -= 1
-    return peak
-
-
 def clock(schedule: Schedule, durations: Durations | None = None, *, check: bool = True) -> Timeline:
     """Times ``schedule`` with ``durations`` (default: forward 1, backward 2, weight 1, free sends).
 
@@ -176,8 +172,11 @@ def clock(schedule: Schedule, durations: Durations | None = None, *, check: bool
     send_act, send_grad = d["send"], d["grad_send"]
 
     t_dev = [0.0] * p
+    busy = [0.0] * p
+    live = [0] * p
+    peak = [0] * p
     ptr = [0] * p
-    events: list[list[Event]] = [[] for _ in range(p)]
+    events: list[list[tuple]] = [[] for _ in range(p)]
     produced: dict = {}   # (payload, virtual stage, mb) -> end of the compute that produced it
     arrived: dict = {}    # (payload, source virtual stage, mb) -> end of its send
     link_free: dict = {}  # (src device, dst device) -> when the link is next free
@@ -185,8 +184,10 @@ def clock(schedule: Schedule, durations: Durations | None = None, *, check: bool
     ready = deque(range(p))
     while ready:
         s = ready.popleft()
-        acts, i, t, ev, vss = schedule.actions[s], ptr[s], t_dev[s], events[s], vs_of[s]
-        while i < len(acts):
+        acts, i, t, vss = schedule.actions[s], ptr[s], t_dev[s], vs_of[s]
+        emit = events[s].append
+        n_acts = len(acts)
+        while i < n_acts:
             a = acts[i]
             kind = a.kind
             vs = vss[a.chunk]
@@ -197,30 +198,39 @@ def clock(schedule: Schedule, durations: Durations | None = None, *, check: bool
                     waiting[key] = s
                     break
                 end = end if end > t else t
-                ev.append(Event(a, t, end))
+                emit((a, t, end))
                 t = end
             elif kind == SEND:
                 act = a.payload == ACTIVATION
                 dst = dev_of[vs + 1] if act else dev_of[vs - 1]
-                start = produced[(a.payload, vs, a.microbatch)]
+                key = (a.payload, vs, a.microbatch)
+                start = produced[key]
                 free = link_free.get((s, dst), 0.0)
                 start = free if free > start else start
                 end = start + (send_act[vs] if act else send_grad[vs])
                 link_free[(s, dst)] = end
-                key = (a.payload, vs, a.microbatch)
                 arrived[key] = end
-                ev.append(Event(a, start, end))
+                emit((a, start, end))
                 w = waiting.pop(key, None)
                 if w is not None:
                     ready.append(w)
             else:
-                end = t + compute_time[kind][vs]
-                ev.append(Event(a, t, end))
+                dt = compute_time[kind][vs]
+                end = t + dt
+                emit((a, t, end))
+                busy[s] += dt
                 t = end
                 if kind == FORWARD:
                     produced[(ACTIVATION, vs, a.microbatch)] = end
-                elif kind != BACKWARD_WEIGHT:
-                    produced[("gradient", vs, a.microbatch)] = end
+                    live[s] += 1
+                    if live[s] > peak[s]:
+                        peak[s] = live[s]
+                elif kind == BACKWARD_WEIGHT:
+                    live[s] -= 1
+                else:
+                    produced[(GRADIENT, vs, a.microbatch)] = end
+                    if kind == BACKWARD:
+                        live[s] -= 1
             i += 1
         ptr[s], t_dev[s] = i, t
     stuck = [s for s in range(p) if ptr[s] < len(schedule.actions[s])]
@@ -229,4 +239,4 @@ def clock(schedule: Schedule, durations: Durations | None = None, *, check: bool
         raise ScheduleError(f"{schedule.name}: deadlock, no device can proceed: {parts}. Reorder the receives so "
                             f"each is preceded on the sender by its send", schedule.actions[stuck[0]][ptr[stuck[0]]],
                             op="pipeline.clock")
-    return Timeline(schedule, d, events, durations.source)
+    return Timeline(schedule, d, events, busy, peak, durations.source)

@@ -192,19 +192,24 @@ def with_comms(sched_name: str, p: int, m: int, v: int, compute: Sequence[Sequen
     """
     probe = Schedule(sched_name, p, m, v, tuple(() for _ in range(p)), layout)
     last = p * v - 1
+    vs_of = [[probe.virtual_stage(s, c) for c in range(v)] for s in range(p)]
+    dev_of = [probe.placement(k)[0] for k in range(p * v)]
     out = []
     for s, acts in enumerate(compute):
         lst: list[Action] = []
+        append = lst.append
         for a in acts:
-            vs = probe.virtual_stage(s, a.chunk)
-            if a.kind == FORWARD and vs > 0 and probe.placement(vs - 1)[0] != s:
-                lst.append(Action(RECV, s, a.microbatch, a.chunk, ACTIVATION))
-            elif a.kind in (BACKWARD, BACKWARD_INPUT) and vs < last and probe.placement(vs + 1)[0] != s:
-                lst.append(Action(RECV, s, a.microbatch, a.chunk, GRADIENT))
-            lst.append(a)
-            if a.kind == FORWARD and vs < last and probe.placement(vs + 1)[0] != s:
-                lst.append(Action(SEND, s, a.microbatch, a.chunk, ACTIVATION))
-            elif a.kind in (BACKWARD, BACKWARD_INPUT) and vs > 0 and probe.placement(vs - 1)[0] != s:
-                lst.append(Action(SEND, s, a.microbatch, a.chunk, GRADIENT))
+            vs, kind = vs_of[s][a.chunk], a.kind
+            fwd = kind == FORWARD
+            bwd = kind == BACKWARD or kind == BACKWARD_INPUT
+            if fwd and vs > 0 and dev_of[vs - 1] != s:
+                append(Action(RECV, s, a.microbatch, a.chunk, ACTIVATION))
+            elif bwd and vs < last and dev_of[vs + 1] != s:
+                append(Action(RECV, s, a.microbatch, a.chunk, GRADIENT))
+            append(a)
+            if fwd and vs < last and dev_of[vs + 1] != s:
+                append(Action(SEND, s, a.microbatch, a.chunk, ACTIVATION))
+            elif bwd and vs > 0 and dev_of[vs - 1] != s:
+                append(Action(SEND, s, a.microbatch, a.chunk, GRADIENT))
         out.append(tuple(lst))
     return Schedule(sched_name, p, m, v, tuple(out), layout, layers)

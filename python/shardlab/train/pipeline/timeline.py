@@ -75,7 +75,7 @@ def to_svg(tl, *, width: int = 1100, lane: int = 26, send_lane: int = 7, title: 
                        f'fill="{microbatch_colour(a.microbatch, a.kind)}" stroke="#fff" stroke-width="0.6">'
                        f'<title>{html.escape(str(a))}: {e.start:.4g}-{e.end:.4g}</title></rect>')
             label = _label(a)
-            if w >= 7 * len(label) + 2:
+            if w >= 6.5 * len(label) + 2:
                 out.append(f'<text x="{x + w / 2:.2f}" y="{y + lane / 2 + 4}" text-anchor="middle" '
                            f'fill="{_text_colour(a.kind)}">{label}</text>')
         for e in tl.send_events(s):
@@ -112,10 +112,12 @@ def to_svg(tl, *, width: int = 1100, lane: int = 26, send_lane: int = 7, title: 
 
 def to_html(tl) -> str:
     """The SVG plus a small table of the measured figures, for Jupyter."""
-    rows = "".join(f"<tr><td>stage {s}</td><td>{tl.busy[s]:.6g}</td><td>{tl.step_time - tl.busy[s]:.6g}</td>"
-                   f"<td>{tl.peak_activations[s]}</td></tr>" for s in range(tl.p))
-    table = ("<table style='font-size:11px;border-collapse:collapse'><tr><th>device</th><th>busy</th><th>idle</th>"
-             f"<th>peak activations</th></tr>{rows}</table>")
+    td = "style='padding:1px 10px;text-align:right;border-bottom:1px solid #ddd'"
+    rows = "".join(f"<tr><td {td}>stage {s}</td><td {td}>{tl.busy[s]:.6g}</td><td {td}>{tl.step_time - tl.busy[s]:.6g}"
+                   f"</td><td {td}>{tl.peak_activations[s]}</td></tr>" for s in range(tl.p))
+    head = "".join(f"<th {td}>{h}</th>" for h in ("device", "busy", "idle", "peak activations"))
+    table = (f"<table style='font-family:sans-serif;font-size:11px;border-collapse:collapse'><tr>{head}</tr>"
+             f"{rows}</table>")
     return f"<div>{to_svg(tl)}<div style='margin-left:70px'>{table}</div></div>"
 
 
@@ -155,5 +157,6 @@ def plot(tl, ax=None, *, title: str | None = None, labels: bool = True):
                        Patch(color=microbatch_colour(0, "backward"), label="B / I"),
                        Patch(color=microbatch_colour(0, "backward_weight"), label="W"),
                        Patch(facecolor=_BUBBLE, hatch="//", edgecolor="#aaaaaa", label="bubble")],
-              loc="upper right", fontsize=7, ncol=4, framealpha=0.9)
+              loc="upper left", bbox_to_anchor=(0, -0.12 - 0.5 / p), fontsize=7, ncol=4, frameon=False)
+    fig.tight_layout()
     return fig
