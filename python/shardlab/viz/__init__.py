@@ -14,8 +14,10 @@ Example:
 
 from . import colors
 from .collective import collective, group_bytes
+from .ledger import event_rows, ledger_html, ledger_text, ledger_view
 from .link_traffic import link_traffic
+from .timeline import schedule_events, timeline
 from .sharding import device_list, sharding
 from .view import View
 
-__all__ = ["collective", "colors", "group_bytes", "link_traffic", "device_list", "sharding", "View"]
+__all__ = ["collective", "colors", "group_bytes", "event_rows", "ledger_html", "ledger_text", "ledger_view", "link_traffic", "schedule_events", "timeline", "device_list", "sharding", "View"]
