@@ -109,8 +109,11 @@ def test_result_type_every_triple_and_single(x64):
 
 
 def _jax_operands():
-    """JAX values: a strong 0-d array of each dtype, weak 0-d arrays, and Python scalars."""
-    return ([jnp.zeros((), n) for n in NAMES] + [jnp.asarray(3), jnp.asarray(2.5)] + PY_VALUES)
+    """JAX values: a strong 0-d array of each dtype, weak 0-d arrays (a comparison of weak
+    values is a weak bool), and Python scalars."""
+    weak = [jnp.asarray(3), jnp.asarray(2.5), jnp.asarray(3) > 2]
+    assert all(w.weak_type for w in weak)
+    return [jnp.zeros((), n) for n in NAMES] + weak + PY_VALUES
 
 
 def _add_dtype(a, b):
@@ -150,7 +153,7 @@ def test_result_type_of_numpy_arrays_is_the_dtype_jax_computes(x64):
 def test_traced_dtypes_are_what_jax_computes(x64):
     # eval_shape above traces; a sample run for real gives the same dtype and weak flag.
     ops = _jax_operands()
-    sample = [(ops[i], ops[(i * 5 + 3) % len(ops)]) for i in range(len(ops))]
+    sample = [(ops[i], ops[(i * 5 + 3) % len(ops)]) for i in range(0, len(ops), 2)]
     for a, b in sample:
         out = jnp.add(a, b)
         assert (out.dtype, out.weak_type) == _add_dtype(a, b) == dtypes.result_type(
