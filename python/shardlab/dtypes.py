@@ -122,7 +122,7 @@ _TO_INEXACT = {int64: float64, uint64: float64,
 # --- the x64 setting ---------------------------------------------------------------------
 
 class _Settings:
-    """The module's one switch; shardlab.config forwards "enable_x64" here."""
+    """The module's one switch, x64, read by every rule here (JAX's "jax_enable_x64")."""
 
     __slots__ = ("x64",)
 
@@ -253,17 +253,36 @@ def _canonical(dtype: np.dtype) -> np.dtype:
 
 
 def default_int_dtype() -> np.dtype:
-    """int64 with x64 on, else int32: the dtype of a Python int and of integer sums."""
+    """int64 with x64 on, else int32: the dtype of a Python int and of signed integer sums.
+
+    Example:
+        >>> from shardlab import dtypes
+        >>> dtypes.default_int_dtype()
+        dtype('int32')
+    """
     return _canonical(int64)
 
 
 def default_uint_dtype() -> np.dtype:
-    """uint64 with x64 on, else uint32."""
+    """uint64 with x64 on, else uint32: the dtype of unsigned integer sums.
+
+    Example:
+        >>> from shardlab import dtypes
+        >>> with dtypes.x64_scope(True):
+        ...     dtypes.default_uint_dtype()
+        dtype('uint64')
+    """
     return _canonical(uint64)
 
 
 def default_float_dtype() -> np.dtype:
-    """float64 with x64 on, else float32: the dtype of a Python float."""
+    """float64 with x64 on, else float32: the dtype of a Python float.
+
+    Example:
+        >>> from shardlab import dtypes
+        >>> dtypes.default_float_dtype()
+        dtype('float32')
+    """
     return _canonical(float64)
 
 
