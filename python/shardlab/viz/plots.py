@@ -25,8 +25,6 @@ __all__ = ["roofline_plot", "collective_sweep", "strategy_sweep"]
 
 def _plt():
     try:
-        import matplotlib
-
         import matplotlib.pyplot as plt
     except ImportError:
         raise ImportError("[viz] plots need matplotlib: pip install matplotlib (or shardlab[notebooks])") from None
@@ -71,7 +69,7 @@ def roofline_plot(roofline, *, ax=None):
     ax.set_ylabel("FLOP/s per device")
     _fmt_axis(ax, "y", "flop_rate")
     ax.set_ylim(top=peak * 2)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper left")
     ax.set_title(f"Roofline on {hw.description}", fontsize=10)
     ax.grid(True, which="major", alpha=0.3)
     return fig
@@ -134,6 +132,10 @@ def strategy_sweep(batches, *, d_model: int = 4096, d_ff: int = 16384, mesh=None
             i = list(batches).index(b)
             if series[key][i] is None or q.seconds < series[key][i]:
                 series[key][i] = q.seconds
+    def score(ys):  # the strategies that come closest to the best at some batch size
+        return min((y / best for y, best in zip(ys, chosen) if y is not None), default=math.inf)
+
+    series = dict(sorted(series.items(), key=lambda kv: score(kv[1]))[:5])
     fig, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
     for c, (k, ys) in zip(palette(len(series)), series.items()):
         xs = [b for b, y in zip(batches, ys) if y is not None]

@@ -57,13 +57,14 @@ def table_html(head, rows, *, numeric=(), row_classes=None) -> str:
         cls = ' class="num"' if i in numeric else ""
         return f"<{tag}{cls}>{c}</{tag}>"
 
-    h = "".join(cell("th", i, esc(c)) for i, c in enumerate(head))
+    h = "".join(cell("th", i, esc(c)) for i, c in enumerate(head)) if any(head) else ""
     body = []
     for k, r in enumerate(rows):
         cls = row_classes[k] if row_classes else ""
         attr = f' class="{cls}"' if cls else ""
         body.append(f"<tr{attr}>" + "".join(cell("td", i, c) for i, c in enumerate(r)) + "</tr>")
-    return f'<table class="sl-table"><thead><tr>{h}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    thead = f"<thead><tr>{h}</tr></thead>" if h else ""
+    return f'<table class="sl-table">{thead}<tbody>{"".join(body)}</tbody></table>'
 
 
 class View:
