@@ -186,7 +186,7 @@ def collective(op, mesh=None, axis=None, *, nbytes: float | None = None) -> View
 def _svg(group, rows_b, rows_a, vals_b, vals_a, links, topology, colors, prefix, link_bw):
     n = len(group)
     gap = 10 if n <= 16 else 3
-    bw = min(120.0, (_MAX_W - 60 - gap * (n - 1)) / n)
+    bw = min(120.0, (_MAX_W - 70 - gap * (n - 1)) / n)
     x0, label_w = 60.0, 60
     width = int(x0 + n * bw + (n - 1) * gap + 10)
     bh = 34
