@@ -75,9 +75,10 @@ def to_svg(tl, *, width: int = 1100, lane: int = 26, send_lane: int = 7, title: 
                        f'fill="{microbatch_colour(a.microbatch, a.kind)}" stroke="#fff" stroke-width="0.6">'
                        f'<title>{html.escape(str(a))}: {e.start:.4g}-{e.end:.4g}</title></rect>')
             label = _label(a)
-            if w >= 6.5 * len(label) + 2:
+            size = 11 if w >= 6.5 * len(label) + 2 else 8 if w >= 4.4 * len(label) + 1 else 0
+            if size:
                 out.append(f'<text x="{x + w / 2:.2f}" y="{y + lane / 2 + 4}" text-anchor="middle" '
-                           f'fill="{_text_colour(a.kind)}">{label}</text>')
+                           f'font-size="{size}" fill="{_text_colour(a.kind)}">{label}</text>')
         for e in tl.send_events(s):
             if e.end <= e.start:
                 continue
