@@ -86,8 +86,9 @@ _ALL = [
                        "DeepSeek-V3 technical report (671B total, 37B active)",
                 note="approximation: Multi-head Latent Attention is modelled as GQA with N=128, K=2, "
                      "H=128 (2KH=512 cached values per token and layer vs MLA's 576); attention "
-                     "params are 2D(N+K)H=238.6M per layer vs MLA's 187.1M, so total and active "
-                     "counts come out ~3B high; the multi-token-prediction module is not counted",
+                     "params are 2D(N+K)H=238.6M per layer vs MLA's 187.1M, so the counts come out "
+                     "high: 674.2B total (671B released) and 40.7B active (37B reported); the "
+                     "multi-token-prediction module is not counted",
                 **_LLAMA),
     ModelConfig(name="book-part4-q1", num_layers=64, d_model=4096, ffw_dim=4 * 4096, num_heads=32,
                 vocab_size=32000, source="How to Scale Your Model, part 4 (Transformer Math), "
