@@ -164,9 +164,9 @@ def collective(op, mesh=None, axis=None, *, nbytes: float | None = None) -> View
             + (f", {units.fmt_seconds(seconds)} on {hw.name}" if seconds is not None else ""))
     busiest = max(links.values()) if links else 0.0
     sub = (f"one group of {n} drawn ({prefix} {', '.join(map(str, group[:8]))}{'…' if n > 8 else ''}); "
-           f"{groups} group{'s' * (groups != 1)} run the same; topology {topology}"
+           f"{groups} group{'s' * (groups != 1)} in all; topology {topology}"
            + ("" if not links else ("; every link carries " if busiest == min(links.values()) else
-                                    "busiest link carries ") + units.fmt_bytes(busiest)
+                                    "; busiest link carries ") + units.fmt_bytes(busiest)
               + (f" at {units.fmt_bandwidth(link_bw)}" if link_bw else ""))
            + (f"; {note}" if note else ""))
     html = (f'<div class="sl-view sl-collective" data-view="collective"><div class="sl-title">{esc(head)}</div>'
