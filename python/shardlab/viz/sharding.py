@@ -111,7 +111,8 @@ def sharding(x, sharding: NamedSharding | None = None, *, dtype=None, name: str 
         x: a ShardedArray, a shape (with ``sharding``), or a ``(shape, NamedSharding)`` pair.
         sharding: the NamedSharding when ``x`` is a shape.
         dtype: element type for the byte counts of a bare shape (float32 by default).
-        name, letters: the array's name and dims' letters in the notation (``A[I_X, J]``).
+        name: the array's name in the notation (``A`` in ``A[I_X, J]``).
+        letters: the dims' letters in the notation (``IJ`` in ``A[I_X, J]``).
 
     Returns:
         A View: HTML in Jupyter, a coloured table with ``rich.print``, text with ``print``;
