@@ -5,8 +5,10 @@
 // keep an AVX-512 copy for the scalar path.
 //
 // V provides: R (register type), W (floats per register), MR x NV (micro-tile: MR rows by NV
-// registers of columns), zero/load/store/set1/fma/mul/add/sub/max, hmax/hsum and exp2 (inputs
-// clamped to [-127, 127], exp2(-127 or less) == 0 exactly, so -inf gives 0).
+// registers of columns), BQ x BK (query and key rows per tile, multiples of 16; best when
+// multiples of MR too, so no tile runs a short micro-tile), zero/load/store/set1/fma/mul/add/
+// sub/max and exp2 (inputs clamped to [-127, 127], exp2(-127 or less) == 0 exactly, so -inf
+// gives 0).
 //
 // All tiles are fp32 with row lengths padded to a multiple of 16 and zero-filled, so the
 // micro-kernels never handle column tails; row tails are handled by smaller MR instances.
@@ -17,7 +19,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <limits>
 #include <vector>
 
@@ -36,24 +40,42 @@ void attention_backward_avx512(const AttentionProblem&, const void*, const void*
 
 namespace {
 
-constexpr int64_t kBq = 64;  // query rows per tile (a multiple of 16)
-constexpr int64_t kBk = 64;  // key rows per tile (a multiple of 16)
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 inline int64_t pad16(int64_t n) { return (n + 15) / 16 * 16; }
+
+// A per-thread tile buffer aligned to a cache line: with every tile a multiple of 16 floats
+// long, no 32-byte load of a row straddles two lines (std::vector's 16-byte alignment made
+// every other AVX2 load of a panel split, costing a tenth of the micro-kernel's speed).
+class TileBuffer {
+ public:
+  explicit TileBuffer(int64_t floats)
+      : data_(static_cast<float*>(std::aligned_alloc(64, pad16(floats) * sizeof(float)))) {
+    if (!data_) throw std::bad_alloc();
+  }
+  ~TileBuffer() { std::free(data_); }
+  TileBuffer(const TileBuffer&) = delete;
+  TileBuffer& operator=(const TileBuffer&) = delete;
+  float* data() { return data_; }
+
+ private:
+  float* data_;
+};
 inline float widen(float x) { return x; }
 inline float widen(uint16_t x) { return bf16_to_float(x); }
 inline void narrow(float x, float* d) { *d = x; }
 inline void narrow(float x, uint16_t* d) { *d = float_to_bf16(x); }
 
 // C[i, :] = (accumulate ? C[i, :] * (rowscale ? rowscale[i] : 1) : 0) + sum_k A(i, k) B[k, :]
-// for an MR x (NV * W) tile, A(i, k) = A[i * rsa + k * csa] broadcast from memory.
+// for an MR x (NV * W) tile, A(i, k) = A[i * rsa + k * csa] broadcast from memory. With
+// `colmax`, colmax[c] = max(colmax[c], C[i, c] over the tile's rows) as well (the forward's
+// per-query running max, taken while the scores are still in registers).
 template <class V, int MR, int NV>
 inline void micro_tile(int64_t kc, const float* A, int64_t rsa, int64_t csa, const float* B,
                        int64_t ldb, float* C, int64_t ldc, bool accumulate,
-                       const float* rowscale) {
+                       const float* rowscale, float* colmax) {
   typename V::R acc[MR][NV];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
@@ -69,45 +91,86 @@ inline void micro_tile(int64_t kc, const float* A, int64_t rsa, int64_t csa, con
       }
     }
   }
-  for (int64_t k = 0; k < kc; ++k) {
-    typename V::R b[NV];
+  // Pointers step through k (no k * stride products in the loop), four k per iteration.
+  const float* a = A;
+  const float* b = B;
 #pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) b[j] = V::load(B + k * ldb + j * V::W);
+  for (int64_t k = 0; k < kc; ++k) {
+    typename V::R bv[NV];
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) bv[j] = V::load(b + j * V::W);
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
-      const typename V::R a = V::set1(A[i * rsa + k * csa]);
+      const typename V::R av = V::set1(a[i * rsa]);
 #pragma GCC unroll 4
-      for (int j = 0; j < NV; ++j) acc[i][j] = V::fma(a, b[j], acc[i][j]);
+      for (int j = 0; j < NV; ++j) acc[i][j] = V::fma(av, bv[j], acc[i][j]);
     }
+    a += csa;
+    b += ldb;
   }
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
 #pragma GCC unroll 4
     for (int j = 0; j < NV; ++j) V::store(C + i * ldc + j * V::W, acc[i][j]);
   }
+  if (colmax) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) {
+      typename V::R mx = V::load(colmax + j * V::W);
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) mx = V::max(mx, acc[i][j]);
+      V::store(colmax + j * V::W, mx);
+    }
+  }
 }
+
+// Software prefetch of the next tile's rows, spread over the micro-tiles of a GEMM: a tile of
+// K or V rows lies H * D elements apart in memory and comes from L3, and rows of a few
+// hundred bytes are too short for the hardware prefetcher, so copying them cold cost a tenth
+// of the forward's time.
+struct RowPrefetch {
+  const char* row = nullptr;  // the row being prefetched
+  int64_t ld_bytes = 0, rows = 0, row_bytes = 0;
+  int64_t offset = 0;  // next byte offset within `row`
+
+  int64_t lines() const { return rows * ((row_bytes + 63) / 64); }
+  void issue(int n) {
+    for (; n > 0 && rows > 0; --n) {
+      __builtin_prefetch(row + offset, 0, 2);
+      offset += 64;
+      if (offset >= row_bytes) {
+        offset = 0;
+        row += ld_bytes;
+        --rows;
+      }
+    }
+  }
+};
 
 template <class V, int MR>
 inline void micro_nv(int nv, int64_t kc, const float* A, int64_t rsa, int64_t csa,
                      const float* B, int64_t ldb, float* C, int64_t ldc, bool acc,
-                     const float* rs) {
+                     const float* rs, float* cm) {
   if constexpr (V::NV >= 4) {
-    if (nv == 4) return micro_tile<V, MR, 4>(kc, A, rsa, csa, B, ldb, C, ldc, acc, rs);
+    if (nv == 4) return micro_tile<V, MR, 4>(kc, A, rsa, csa, B, ldb, C, ldc, acc, rs, cm);
   }
   if constexpr (V::NV >= 3) {
-    if (nv == 3) return micro_tile<V, MR, 3>(kc, A, rsa, csa, B, ldb, C, ldc, acc, rs);
+    if (nv == 3) return micro_tile<V, MR, 3>(kc, A, rsa, csa, B, ldb, C, ldc, acc, rs, cm);
   }
   if constexpr (V::NV >= 2) {
-    if (nv == 2) return micro_tile<V, MR, 2>(kc, A, rsa, csa, B, ldb, C, ldc, acc, rs);
+    if (nv == 2) return micro_tile<V, MR, 2>(kc, A, rsa, csa, B, ldb, C, ldc, acc, rs, cm);
   }
-  micro_tile<V, MR, 1>(kc, A, rsa, csa, B, ldb, C, ldc, acc, rs);
+  micro_tile<V, MR, 1>(kc, A, rsa, csa, B, ldb, C, ldc, acc, rs, cm);
 }
 
-// C[M x N] (+)= A(M x K) B[K x N] with N a multiple of V::W (tiles are padded).
+// C[M x N] (+)= A(M x K) B[K x N] with N a multiple of V::W (tiles are padded); `colmax` (N
+// floats) gets the column maxima of C folded in, see micro_tile.
 template <class V>
 inline void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, int64_t csa,
                  const float* B, int64_t ldb, float* C, int64_t ldc, bool acc,
-                 const float* rowscale) {
+                 const float* rowscale, float* colmax = nullptr, RowPrefetch* pf = nullptr) {
+  const int64_t tiles = (M + V::MR - 1) / V::MR * ((N / V::W + V::NV - 1) / V::NV);
+  const int per_tile = pf ? static_cast<int>((pf->lines() + tiles - 1) / tiles) : 0;
   for (int64_t n0 = 0; n0 < N; n0 += V::NV * V::W) {
     const int nv = static_cast<int>(std::min<int64_t>(V::NV, (N - n0) / V::W));
     for (int64_t m0 = 0; m0 < M; m0 += V::MR) {
@@ -116,16 +179,18 @@ inline void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, i
       const float* b = B + n0;
       float* c = C + m0 * ldc + n0;
       const float* rs = rowscale ? rowscale + m0 : nullptr;
+      float* cm = colmax ? colmax + n0 : nullptr;
+      if (pf) pf->issue(per_tile);
       switch (mr) {
-        case 1: micro_nv<V, 1>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs); break;
-        case 2: micro_nv<V, 2>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs); break;
-        case 3: micro_nv<V, 3>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs); break;
-        case 4: micro_nv<V, 4>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs); break;
+        case 1: micro_nv<V, 1>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs, cm); break;
+        case 2: micro_nv<V, 2>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs, cm); break;
+        case 3: micro_nv<V, 3>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs, cm); break;
+        case 4: micro_nv<V, 4>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs, cm); break;
         case 5:
-          if constexpr (V::MR >= 5) micro_nv<V, 5>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs);
+          if constexpr (V::MR >= 5) micro_nv<V, 5>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs, cm);
           break;
         default:
-          if constexpr (V::MR >= 6) micro_nv<V, 6>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs);
+          if constexpr (V::MR >= 6) micro_nv<V, 6>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs, cm);
           break;
       }
     }
@@ -172,6 +237,7 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
   using R = typename V::R;
   const int64_t B = p.batch, Tq = p.q_len, Tk = p.kv_len, Hq = p.q_heads, Hkv = p.kv_heads;
   const int64_t D = p.head_dim, Dp = pad16(D), G = Hq / Hkv;
+  constexpr int64_t kBq = V::BQ, kBk = V::BK;
   const int64_t nqb = (Tq + kBq - 1) / kBq;
   const int64_t ntasks = B * Hq * nqb;
   const float qmul = p.scale * kLog2e;  // scores in log2 units: exp2 instead of exp
@@ -179,15 +245,16 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
 
 #pragma omp parallel
   {
-    std::vector<float> buf(Dp * kBq + kBk * D + kBk * Dp + kBk * kBq + kBq * Dp + 4 * kBq);
+    TileBuffer buf(Dp * kBq + kBk * Dp + kBk * Dp + kBk * kBq + kBq * Dp + 5 * kBq);
     float* Qt = buf.data();       // [D][kBq], pre-scaled
     float* Kr = Qt + Dp * kBq;    // [kBk][D]
-    float* Vr = Kr + kBk * D;     // [kBk][Dp]
+    float* Vr = Kr + kBk * Dp;    // [kBk][Dp]
     float* St = Vr + kBk * Dp;    // [kBk][kBq]
     float* O = St + kBk * kBq;    // [kBq][Dp]
     float* m = O + kBq * Dp;      // running max (log2 units)
     float* l = m + kBq;           // running sum
     float* alpha = l + kBq;       // per-step rescale of O
+    float* tmax = alpha + kBq;    // the step's per-query max of the scores
 
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < ntasks; ++task) {
@@ -204,11 +271,22 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
         const int64_t nk = std::min(kBk, kend - j0);
         const T* kt = k + (b * Tk + j0) * ldk + hk * D;
         const T* vt = v + (b * Tk + j0) * ldk + hk * D;
+        // The next step's key rows load during this step's score GEMM, its values during
+        // this step's PV GEMM.
+        const int64_t nk_next = std::max<int64_t>(0, std::min(kBk, kend - j0 - kBk));
+        RowPrefetch pk{reinterpret_cast<const char*>(kt + kBk * ldk), ldk * int64_t(sizeof(T)),
+                       nk_next, D * int64_t(sizeof(T))};
+        RowPrefetch pv{reinterpret_cast<const char*>(vt + kBk * ldk), ldk * int64_t(sizeof(T)),
+                       nk_next, D * int64_t(sizeof(T))};
         // Copied even for fp32: in place, the rows of a tile sit Hkv * D floats apart (4 KiB
         // for 8 heads of 128), all in one L1 set, and the AVX2 path ran at a quarter speed.
         pack_rows(kt, ldk, nk, D, Kr, D);
         pack_rows(vt, ldk, nk, D, Vr, Dp);
-        gemm<V>(nk, mqp, D, Kr, D, 1, Qt, kBq, St, kBq, false, nullptr);
+        // The step's max comes out of the score GEMM unless masking rewrites scores after it.
+        const bool masked = p.mask || (p.causal && j0 + nk - 1 > i0);
+        std::fill(tmax, tmax + mqp, -kInf);
+        gemm<V>(nk, mqp, D, Kr, D, 1, Qt, kBq, St, kBq, false, nullptr, masked ? nullptr : tmax,
+                &pk);
         if (p.causal && j0 + nk - 1 > i0) {
           for (int64_t j = 0; j < nk; ++j) {
             const int64_t hide = std::min(mqp, j0 + j - i0);  // queries i < j0 + j - i0
@@ -223,8 +301,10 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
           }
         }
         for (int64_t i = 0; i < mqp; i += V::W) {
-          R mx = V::set1(-kInf);
-          for (int64_t j = 0; j < nk; ++j) mx = V::max(mx, V::load(St + j * kBq + i));
+          R mx = V::load(tmax + i);
+          if (masked) {
+            for (int64_t j = 0; j < nk; ++j) mx = V::max(mx, V::load(St + j * kBq + i));
+          }
           const R mold = V::load(m + i);
           const R mnew = V::max(mold, mx);
           V::store(m + i, mnew);
@@ -252,7 +332,7 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
           }
           V::store(l + i, V::fma(V::load(l + i), a, sum));
         }
-        gemm<V>(mq, Dp, nk, St, 1, kBq, Vr, Dp, O, Dp, true, alpha);
+        gemm<V>(mq, Dp, nk, St, 1, kBq, Vr, Dp, O, Dp, true, alpha, nullptr, &pv);
       }
       for (int64_t i = 0; i < mq; ++i) {
         // l == 0 only when every key is masked; a NaN l (NaN input) must stay visible.
@@ -276,6 +356,7 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
   const int64_t B = p.batch, Tq = p.q_len, Tk = p.kv_len, Hq = p.q_heads, Hkv = p.kv_heads;
   const int64_t D = p.head_dim, Dp = pad16(D), G = Hq / Hkv;
   const int64_t ldq = Hq * D, ldk = Hkv * D;
+  constexpr int64_t kBq = V::BQ, kBk = V::BK;
   const int64_t nqb = (Tq + kBq - 1) / kBq, nkb = (Tk + kBk - 1) / kBk;
   const float c2 = p.scale * kLog2e;
 
@@ -303,8 +384,8 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
 
 #pragma omp parallel
   {
-    std::vector<float> buf(3 * kBk * Dp + 2 * Dp * kBk + 2 * kBq * Dp + 2 * kBq * kBk +
-                           kBq * Dp);
+    TileBuffer buf(3 * kBk * Dp + 2 * Dp * kBk + 2 * kBq * Dp + 2 * kBq * kBk +
+                   kBq * Dp);
     float* Kr = buf.data();     // [kBk][Dp]
     float* dK = Kr + kBk * Dp;  // [kBk][Dp]
     float* dV = dK + kBk * Dp;  // [kBk][Dp]
@@ -336,8 +417,20 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
             const int64_t row0 = (b * Tq + i0) * ldq + h * D;
             pack_rows(q + row0, ldq, mq, D, Qr, Dp);
             pack_rows(dout + row0, ldq, mq, D, dOr, Dp);
-            gemm<V>(mq, nkp, D, Qr, Dp, 1, Kt, kBk, S, kBk, false, nullptr);
-            gemm<V>(mq, nkp, D, dOr, Dp, 1, Vt, kBk, dP, kBk, false, nullptr);
+            // The next query tile of this key tile (or the first of the next head) loads while
+            // these two GEMMs run: its rows lie H * D elements apart and come from L3.
+            RowPrefetch pq, pdo;
+            if (qb + 1 < nqb || h + 1 < (hk + 1) * G) {
+              const int64_t qn = qb + 1 < nqb ? qb + 1 : qb0, hn = qb + 1 < nqb ? h : h + 1;
+              const int64_t rn = (b * Tq + qn * kBq) * ldq + hn * D;
+              const int64_t mn = std::min(kBq, Tq - qn * kBq);
+              pq = {reinterpret_cast<const char*>(q + rn), ldq * int64_t(sizeof(T)), mn,
+                    D * int64_t(sizeof(T))};
+              pdo = {reinterpret_cast<const char*>(dout + rn), ldq * int64_t(sizeof(T)), mn,
+                     D * int64_t(sizeof(T))};
+            }
+            gemm<V>(mq, nkp, D, Qr, Dp, 1, Kt, kBk, S, kBk, false, nullptr, nullptr, &pq);
+            gemm<V>(mq, nkp, D, dOr, Dp, 1, Vt, kBk, dP, kBk, false, nullptr, nullptr, &pdo);
             const float* L = lse2.data() + (b * Hq + h) * Tq + i0;
             const float* De = delta.data() + (b * Hq + h) * Tq + i0;
             for (int64_t i = 0; i < mq; ++i) {
