@@ -23,6 +23,7 @@
 #include <cstring>
 #include <new>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "shardlab/attention.hpp"
@@ -62,6 +63,30 @@ class TileBuffer {
 
  private:
   float* data_;
+};
+
+// A cache-line aligned buffer kept between calls by the calling thread (it only grows): the
+// head-major copies of K and V (or Q and dO) are megabytes, and fresh pages cost a page fault
+// and a zero-fill each, a few percent of a causal forward.
+class Scratch {
+ public:
+  float* get(int64_t floats) {
+    if (floats > capacity_) {
+      std::free(data_);
+      capacity_ = pad16(floats);
+      data_ = static_cast<float*>(std::aligned_alloc(64, capacity_ * sizeof(float)));
+      if (!data_) {
+        capacity_ = 0;
+        throw std::bad_alloc();
+      }
+    }
+    return data_;
+  }
+  ~Scratch() { std::free(data_); }
+
+ private:
+  float* data_ = nullptr;
+  int64_t capacity_ = 0;
 };
 inline float widen(float x) { return x; }
 inline float widen(uint16_t x) { return bf16_to_float(x); }
@@ -124,29 +149,6 @@ inline void micro_tile(int64_t kc, const float* A, int64_t rsa, int64_t csa, con
   }
 }
 
-// Software prefetch of the next tile's rows, spread over the micro-tiles of a GEMM: a tile of
-// K or V rows lies H * D elements apart in memory and comes from L3, and rows of a few
-// hundred bytes are too short for the hardware prefetcher, so copying them cold cost a tenth
-// of the forward's time.
-struct RowPrefetch {
-  const char* row = nullptr;  // the row being prefetched
-  int64_t ld_bytes = 0, rows = 0, row_bytes = 0;
-  int64_t offset = 0;  // next byte offset within `row`
-
-  int64_t lines() const { return rows * ((row_bytes + 63) / 64); }
-  void issue(int n) {
-    for (; n > 0 && rows > 0; --n) {
-      __builtin_prefetch(row + offset, 0, 2);
-      offset += 64;
-      if (offset >= row_bytes) {
-        offset = 0;
-        row += ld_bytes;
-        --rows;
-      }
-    }
-  }
-};
-
 template <class V, int MR>
 inline void micro_nv(int nv, int64_t kc, const float* A, int64_t rsa, int64_t csa,
                      const float* B, int64_t ldb, float* C, int64_t ldc, bool acc,
@@ -168,9 +170,7 @@ inline void micro_nv(int nv, int64_t kc, const float* A, int64_t rsa, int64_t cs
 template <class V>
 inline void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, int64_t csa,
                  const float* B, int64_t ldb, float* C, int64_t ldc, bool acc,
-                 const float* rowscale, float* colmax = nullptr, RowPrefetch* pf = nullptr) {
-  const int64_t tiles = (M + V::MR - 1) / V::MR * ((N / V::W + V::NV - 1) / V::NV);
-  const int per_tile = pf ? static_cast<int>((pf->lines() + tiles - 1) / tiles) : 0;
+                 const float* rowscale, float* colmax = nullptr) {
   for (int64_t n0 = 0; n0 < N; n0 += V::NV * V::W) {
     const int nv = static_cast<int>(std::min<int64_t>(V::NV, (N - n0) / V::W));
     for (int64_t m0 = 0; m0 < M; m0 += V::MR) {
@@ -180,7 +180,6 @@ inline void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, i
       float* c = C + m0 * ldc + n0;
       const float* rs = rowscale ? rowscale + m0 : nullptr;
       float* cm = colmax ? colmax + n0 : nullptr;
-      if (pf) pf->issue(per_tile);
       switch (mr) {
         case 1: micro_nv<V, 1>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs, cm); break;
         case 2: micro_nv<V, 2>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs, cm); break;
@@ -223,6 +222,30 @@ inline void pack_cols(const T* src, int64_t ld, int64_t rows, int64_t cols, floa
   }
 }
 
+// x [B, T, H, D] regrouped head-major as fp32 rows [B][H][T][Dp], zero-padded, into `dst`.
+// The kernels then read every tile as one contiguous block: in place, the rows of a tile lie
+// H * D elements apart, each on its own 4 KiB page for H * D * 4 >= 4096 bytes, so a tile of
+// 96 rows cost 96 TLB entries and defeated the hardware prefetcher (a tenth of the forward's
+// time and more of the backward's went to copying them tile by tile).
+// Returns x itself when it already has that layout (fp32, one head, D a multiple of 16).
+template <class T>
+const float* pack_heads(const T* x, int64_t B, int64_t Tn, int64_t H, int64_t D,
+                        Scratch& scratch) {
+  const int64_t Dp = pad16(D);
+  if constexpr (std::is_same_v<T, float>) {
+    if (H == 1 && D == Dp) return x;
+  }
+  float* dst = scratch.get(B * H * Tn * Dp);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < B * Tn; ++r) {
+    const int64_t b = r / Tn, t = r % Tn;
+    for (int64_t h = 0; h < H; ++h) {
+      pack_rows(x + (r * H + h) * D, D, 1, D, dst + ((b * H + h) * Tn + t) * Dp, Dp);
+    }
+  }
+  return dst;
+}
+
 inline bool mask_keep(const AttentionProblem& p, int64_t b, int64_t h, int64_t i, int64_t j) {
   const int64_t* s = p.mask_strides;
   return p.mask[b * s[0] + h * s[1] + i * s[2] + j * s[3]] != 0;
@@ -241,15 +264,16 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
   const int64_t nqb = (Tq + kBq - 1) / kBq;
   const int64_t ntasks = B * Hq * nqb;
   const float qmul = p.scale * kLog2e;  // scores in log2 units: exp2 instead of exp
-  const int64_t ldq = Hq * D, ldk = Hkv * D;
+  const int64_t ldq = Hq * D;
+  static thread_local Scratch kbuf, vbuf;
+  const float* kh = pack_heads(k, B, Tk, Hkv, D, kbuf);  // [B][Hkv][Tk][Dp]
+  const float* vh = pack_heads(v, B, Tk, Hkv, D, vbuf);
 
 #pragma omp parallel
   {
-    TileBuffer buf(Dp * kBq + kBk * Dp + kBk * Dp + kBk * kBq + kBq * Dp + 5 * kBq);
+    TileBuffer buf(Dp * kBq + kBk * kBq + kBq * Dp + 5 * kBq);
     float* Qt = buf.data();       // [D][kBq], pre-scaled
-    float* Kr = Qt + Dp * kBq;    // [kBk][D]
-    float* Vr = Kr + kBk * Dp;    // [kBk][Dp]
-    float* St = Vr + kBk * Dp;    // [kBk][kBq]
+    float* St = Qt + Dp * kBq;    // [kBk][kBq]
     float* O = St + kBk * kBq;    // [kBq][Dp]
     float* m = O + kBq * Dp;      // running max (log2 units)
     float* l = m + kBq;           // running sum
@@ -269,24 +293,12 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
       const int64_t kend = p.causal ? std::min(Tk, i0 + mq) : Tk;
       for (int64_t j0 = 0; j0 < kend; j0 += kBk) {
         const int64_t nk = std::min(kBk, kend - j0);
-        const T* kt = k + (b * Tk + j0) * ldk + hk * D;
-        const T* vt = v + (b * Tk + j0) * ldk + hk * D;
-        // The next step's key rows load during this step's score GEMM, its values during
-        // this step's PV GEMM.
-        const int64_t nk_next = std::max<int64_t>(0, std::min(kBk, kend - j0 - kBk));
-        RowPrefetch pk{reinterpret_cast<const char*>(kt + kBk * ldk), ldk * int64_t(sizeof(T)),
-                       nk_next, D * int64_t(sizeof(T))};
-        RowPrefetch pv{reinterpret_cast<const char*>(vt + kBk * ldk), ldk * int64_t(sizeof(T)),
-                       nk_next, D * int64_t(sizeof(T))};
-        // Copied even for fp32: in place, the rows of a tile sit Hkv * D floats apart (4 KiB
-        // for 8 heads of 128), all in one L1 set, and the AVX2 path ran at a quarter speed.
-        pack_rows(kt, ldk, nk, D, Kr, D);
-        pack_rows(vt, ldk, nk, D, Vr, Dp);
+        const float* Kr = kh + ((b * Hkv + hk) * Tk + j0) * Dp;  // [nk][Dp]
+        const float* Vr = vh + ((b * Hkv + hk) * Tk + j0) * Dp;  // [nk][Dp]
         // The step's max comes out of the score GEMM unless masking rewrites scores after it.
         const bool masked = p.mask || (p.causal && j0 + nk - 1 > i0);
         std::fill(tmax, tmax + mqp, -kInf);
-        gemm<V>(nk, mqp, D, Kr, D, 1, Qt, kBq, St, kBq, false, nullptr, masked ? nullptr : tmax,
-                &pk);
+        gemm<V>(nk, mqp, D, Kr, Dp, 1, Qt, kBq, St, kBq, false, nullptr, masked ? nullptr : tmax);
         if (p.causal && j0 + nk - 1 > i0) {
           for (int64_t j = 0; j < nk; ++j) {
             const int64_t hide = std::min(mqp, j0 + j - i0);  // queries i < j0 + j - i0
@@ -332,7 +344,7 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
           }
           V::store(l + i, V::fma(V::load(l + i), a, sum));
         }
-        gemm<V>(mq, Dp, nk, St, 1, kBq, Vr, Dp, O, Dp, true, alpha, nullptr, &pv);
+        gemm<V>(mq, Dp, nk, St, 1, kBq, Vr, Dp, O, Dp, true, alpha);
       }
       for (int64_t i = 0; i < mq; ++i) {
         // l == 0 only when every key is masked; a NaN l (NaN input) must stay visible.
@@ -381,19 +393,19 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
   // Partial dQ of a chunk: [G][Tq][Dp].
   std::vector<float> partial(nchunks > 1 ? ntasks * G * Tq * Dp : 0, 0.0f);
   if (nchunks == 1) std::fill(dq, dq + B * Tq * Hq * D, 0.0f);
+  static thread_local Scratch qbuf, dobuf;
+  const float* qh = pack_heads(q, B, Tq, Hq, D, qbuf);  // [B][Hq][Tq][Dp]
+  const float* doh = pack_heads(dout, B, Tq, Hq, D, dobuf);
 
 #pragma omp parallel
   {
-    TileBuffer buf(3 * kBk * Dp + 2 * Dp * kBk + 2 * kBq * Dp + 2 * kBq * kBk +
-                   kBq * Dp);
+    TileBuffer buf(3 * kBk * Dp + 2 * Dp * kBk + 2 * kBq * kBk + kBq * Dp);
     float* Kr = buf.data();     // [kBk][Dp]
     float* dK = Kr + kBk * Dp;  // [kBk][Dp]
     float* dV = dK + kBk * Dp;  // [kBk][Dp]
     float* Kt = dV + kBk * Dp;  // [D][kBk]
     float* Vt = Kt + Dp * kBk;  // [D][kBk]
-    float* Qr = Vt + Dp * kBk;  // [kBq][Dp]
-    float* dOr = Qr + kBq * Dp; // [kBq][Dp]
-    float* S = dOr + kBq * Dp;  // [kBq][kBk], becomes P
+    float* S = Vt + Dp * kBk;   // [kBq][kBk], becomes P
     float* dP = S + kBq * kBk;  // [kBq][kBk], becomes dS
     float* dQt = dP + kBq * kBk;  // [kBq][Dp]
 
@@ -415,22 +427,10 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
           for (int64_t qb = qb0; qb < nqb; ++qb) {
             const int64_t i0 = qb * kBq, mq = std::min(kBq, Tq - i0);
             const int64_t row0 = (b * Tq + i0) * ldq + h * D;
-            pack_rows(q + row0, ldq, mq, D, Qr, Dp);
-            pack_rows(dout + row0, ldq, mq, D, dOr, Dp);
-            // The next query tile of this key tile (or the first of the next head) loads while
-            // these two GEMMs run: its rows lie H * D elements apart and come from L3.
-            RowPrefetch pq, pdo;
-            if (qb + 1 < nqb || h + 1 < (hk + 1) * G) {
-              const int64_t qn = qb + 1 < nqb ? qb + 1 : qb0, hn = qb + 1 < nqb ? h : h + 1;
-              const int64_t rn = (b * Tq + qn * kBq) * ldq + hn * D;
-              const int64_t mn = std::min(kBq, Tq - qn * kBq);
-              pq = {reinterpret_cast<const char*>(q + rn), ldq * int64_t(sizeof(T)), mn,
-                    D * int64_t(sizeof(T))};
-              pdo = {reinterpret_cast<const char*>(dout + rn), ldq * int64_t(sizeof(T)), mn,
-                     D * int64_t(sizeof(T))};
-            }
-            gemm<V>(mq, nkp, D, Qr, Dp, 1, Kt, kBk, S, kBk, false, nullptr, nullptr, &pq);
-            gemm<V>(mq, nkp, D, dOr, Dp, 1, Vt, kBk, dP, kBk, false, nullptr, nullptr, &pdo);
+            const float* Qr = qh + ((b * Hq + h) * Tq + i0) * Dp;    // [mq][Dp]
+            const float* dOr = doh + ((b * Hq + h) * Tq + i0) * Dp;  // [mq][Dp]
+            gemm<V>(mq, nkp, D, Qr, Dp, 1, Kt, kBk, S, kBk, false, nullptr);
+            gemm<V>(mq, nkp, D, dOr, Dp, 1, Vt, kBk, dP, kBk, false, nullptr);
             const float* L = lse2.data() + (b * Hq + h) * Tq + i0;
             const float* De = delta.data() + (b * Hq + h) * Tq + i0;
             for (int64_t i = 0; i < mq; ++i) {
