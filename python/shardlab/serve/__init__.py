@@ -7,9 +7,10 @@
 * a discrete-event serving simulator (:mod:`~shardlab.serve.simulator`).
 """
 
+from .estimate import DTYPES, Estimate, StepModel, StepTime, estimate
 from .generate import forward_cached, generate, generate_uncached
 from .kv_cache import CacheFullError, ContiguousKVCache, PagedKVCache
 from .sampling import Sampler, filter_logits
 
-__all__ = ["CacheFullError", "ContiguousKVCache", "filter_logits", "forward_cached", "generate",
+__all__ = ["CacheFullError", "ContiguousKVCache", "DTYPES", "Estimate", "estimate", "StepModel", "StepTime", "filter_logits", "forward_cached", "generate",
            "generate_uncached", "PagedKVCache", "Sampler"]

@@ -411,53 +411,60 @@ def _ring_sent(op: str, n: int, v_in: float) -> float:
     return (n - 1) / n * v_in                     # psum_scatter, all_to_all
 
 
-def comm_bytes(cfg: ModelConfig, strategy: str, mesh_shape: dict, batch: int, dtype_bytes: float = 4) -> dict:
+def comm_bytes(cfg: ModelConfig, strategy: str, mesh_shape: dict, batch: int, dtype_bytes: float = 4,
+               tokens: int = 1) -> dict:
     """Closed forms of one decode step's collectives, per device, in the book's letters.
 
-    Returns ``{(op, axes): {"bytes_in": ..., "bytes_sent": ...}}`` summed over the L layers:
+    Returns ``{(op, axes): {"calls", "bytes_each", "bytes_in", "bytes_sent"}}`` summed over the
+    L layers (``bytes_in`` = what one device puts into the collective, ``bytes_sent`` = what it
+    sends under the ring algorithm). With B' = batch x tokens:
 
-    * megatron / moe: 2 AllReduce_X of [B, D] per layer;
-    * batch_kv: 2 AllToAll_Z of Q/O [B, N/(YZ), H] and 2 AllReduce_YZ of [B, D] per layer;
-    * seq_kv: AllGather_X of Q [B, N/X, H], AllToAll_X of the packed partials
-      [B, N, H + 2] (float32), 2 AllReduce_X of [B, D] per layer;
+    * megatron / moe: 2 AllReduce of [B', D] per layer over the model axes (every mesh axis);
+    * batch_kv: 2 AllToAll_Z of Q/O [B', N/(YZ), H] and 2 AllReduce_YZ of [B', D] per layer;
+    * seq_kv: AllGather_X of Q [B', N/X, H], AllToAll_X of the packed partials
+      [B', N, H + 2] (float32), 2 AllReduce_X of [B', D] per layer;
     * 2d: the AllReduce of attention over (x, yz), then the MLP's AllGather_YZ of
-      [B, D/(XYZ)], (matrices - 1) AllReduce_X of [B, F/YZ], ReduceScatter_YZ of [B, D/X],
-      and the AllGather over (x, yz) of [B, D/(XYZ)] that gives back the replicated stream.
+      [B', D/(XYZ)], (matrices - 1) AllReduce_X of [B', F/YZ], ReduceScatter_YZ of [B', D/X],
+      and the AllGather over (x, yz) of [B', D/(XYZ)] that gives back the replicated stream.
     """
     s = dict(mesh_shape)
-    B, D, F, N, H, L = batch, cfg.d_model, cfg.ffw_dim, cfg.num_heads, cfg.head_dim, cfg.num_layers
+    B, D, F, N, H, L = batch * tokens, cfg.d_model, cfg.ffw_dim, cfg.num_heads, cfg.head_dim, cfg.num_layers
     b = dtype_bytes
-    rows = []
+    rows = []  # (op, axes, group size, bytes in per call, calls per layer)
     if strategy in ("megatron", "moe"):
-        rows += [("psum", ("x",), s["x"], 2 * B * D * b)]
+        axes = tuple(s)
+        rows += [("psum", axes, math.prod(s.values()), B * D * b, 2)]
     elif strategy == "batch_kv":
         Y, Z = s["y"], s["z"]
-        rows += [("all_to_all", ("z",), Z, 2 * B * N // (Y * Z) * H * b), ("psum", ("y", "z"), Y * Z, 2 * B * D * b)]
+        rows += [("all_to_all", ("z",), Z, B * N / (Y * Z) * H * b, 2), ("psum", ("y", "z"), Y * Z, B * D * b, 2)]
     elif strategy == "seq_kv":
         X = s["x"]
-        rows += [("all_gather", ("x",), X, B * N // X * H * b), ("all_to_all", ("x",), X, B * N * (H + 2) * 4),
-                 ("psum", ("x",), X, 2 * B * D * b)]
+        rows += [("all_gather", ("x",), X, B * N / X * H * b, 1), ("all_to_all", ("x",), X, B * N * (H + 2) * 4, 1),
+                 ("psum", ("x",), X, B * D * b, 2)]
     elif strategy == "2d":
         X, YZ = s["x"], s["yz"]
-        rows += [("psum", ("x", "yz"), X * YZ, B * D * b), ("all_gather", ("yz",), YZ, B * D // (X * YZ) * b),
-                 ("psum", ("x",), X, (cfg.mlp_matrices - 1) * B * F // YZ * b),
-                 ("psum_scatter", ("yz",), YZ, B * D // X * b), ("all_gather", ("x", "yz"), X * YZ, B * D // (X * YZ) * b)]
+        rows += [("psum", ("x", "yz"), X * YZ, B * D * b, 1), ("all_gather", ("yz",), YZ, B * D / (X * YZ) * b, 1),
+                 ("psum", ("x",), X, B * F / YZ * b, cfg.mlp_matrices - 1),
+                 ("psum_scatter", ("yz",), YZ, B * D / X * b, 1),
+                 ("all_gather", ("x", "yz"), X * YZ, B * D / (X * YZ) * b, 1)]
     else:
         raise ValueError(f"[comm_bytes] unknown strategy {strategy!r}; use one of {', '.join(STRATEGIES)}")
     out = {}
-    for op, axes, n, v in rows:
-        out[(op, axes)] = {"bytes_in": L * v, "bytes_sent": L * _ring_sent(op, n, v)}
+    for op, axes, n, v, calls in rows:
+        out[(op, axes)] = {"calls": L * calls, "group_size": n, "bytes_each": v, "bytes_in": L * calls * v,
+                           "bytes_sent": L * calls * _ring_sent(op, n, v)}
     return out
 
 
 def ledger_comm_bytes(ledger) -> dict:
-    """``{(op, axes): {"bytes_in", "bytes_sent"}}`` summed over a ledger's collectives."""
+    """``{(op, axes): {"calls", "bytes_in", "bytes_sent"}}`` summed over a ledger's collectives."""
     out: dict = {}
     for e in ledger.events:
         if e.get("flops"):
             continue
         key = (e["op"], tuple(e["axes"]))
-        d = out.setdefault(key, {"bytes_in": 0.0, "bytes_sent": 0.0})
+        d = out.setdefault(key, {"calls": 0, "bytes_in": 0.0, "bytes_sent": 0.0})
+        d["calls"] += 1
         d["bytes_in"] += e["bytes_in"]
         d["bytes_sent"] += e["bytes_sent"]
     return out
