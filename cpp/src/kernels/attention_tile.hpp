@@ -149,6 +149,16 @@ inline void micro_tile(int64_t kc, const float* A, int64_t rsa, int64_t csa, con
   }
 }
 
+// A contiguous block to prefetch into L2 a few lines per micro-tile while a GEMM runs (the
+// next step's head-major K or V tile: it streams from L3, and a GEMM touching it cold stalls).
+struct Prefetch {
+  const char* p = nullptr;
+  int64_t lines = 0;
+  void issue(int64_t n) {
+    for (n = std::min(n, lines); n > 0; --n, --lines, p += 64) __builtin_prefetch(p, 0, 2);
+  }
+};
+
 template <class V, int MR>
 inline void micro_nv(int nv, int64_t kc, const float* A, int64_t rsa, int64_t csa,
                      const float* B, int64_t ldb, float* C, int64_t ldc, bool acc,
@@ -170,7 +180,9 @@ inline void micro_nv(int nv, int64_t kc, const float* A, int64_t rsa, int64_t cs
 template <class V>
 inline void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, int64_t csa,
                  const float* B, int64_t ldb, float* C, int64_t ldc, bool acc,
-                 const float* rowscale, float* colmax = nullptr) {
+                 const float* rowscale, float* colmax = nullptr, Prefetch* pf = nullptr) {
+  const int64_t tiles = (M + V::MR - 1) / V::MR * ((N / V::W + V::NV - 1) / V::NV);
+  const int64_t per_tile = pf ? (pf->lines + tiles - 1) / tiles : 0;
   for (int64_t n0 = 0; n0 < N; n0 += V::NV * V::W) {
     const int nv = static_cast<int>(std::min<int64_t>(V::NV, (N - n0) / V::W));
     for (int64_t m0 = 0; m0 < M; m0 += V::MR) {
@@ -180,6 +192,7 @@ inline void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, i
       float* c = C + m0 * ldc + n0;
       const float* rs = rowscale ? rowscale + m0 : nullptr;
       float* cm = colmax ? colmax + n0 : nullptr;
+      if (pf) pf->issue(per_tile);
       switch (mr) {
         case 1: micro_nv<V, 1>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs, cm); break;
         case 2: micro_nv<V, 2>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs, cm); break;
@@ -265,7 +278,8 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
   const int64_t ntasks = B * Hq * nqb;
   const float qmul = p.scale * kLog2e;  // scores in log2 units: exp2 instead of exp
   const int64_t ldq = Hq * D;
-  static thread_local Scratch kbuf, vbuf;
+  static thread_local Scratch qbuf, kbuf, vbuf;
+  const float* qh = pack_heads(q, B, Tq, Hq, D, qbuf);  // [B][Hq][Tq][Dp]
   const float* kh = pack_heads(k, B, Tk, Hkv, D, kbuf);  // [B][Hkv][Tk][Dp]
   const float* vh = pack_heads(v, B, Tk, Hkv, D, vbuf);
 
@@ -286,7 +300,7 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
       const int64_t qb = p.causal ? nqb - 1 - task % nqb : task % nqb;
       const int64_t b = task / nqb / Hq, h = task / nqb % Hq, hk = h / G;
       const int64_t i0 = qb * kBq, mq = std::min(kBq, Tq - i0), mqp = pad16(mq);
-      pack_cols(q + (b * Tq + i0) * ldq + h * D, ldq, mq, D, Qt, kBq, mqp, qmul);
+      pack_cols(qh + ((b * Hq + h) * Tq + i0) * Dp, Dp, mq, D, Qt, kBq, mqp, qmul);
       std::fill(O, O + mq * Dp, 0.0f);
       std::fill(m, m + kBq, -kInf);
       std::fill(l, l + kBq, 0.0f);
@@ -295,10 +309,15 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
         const int64_t nk = std::min(kBk, kend - j0);
         const float* Kr = kh + ((b * Hkv + hk) * Tk + j0) * Dp;  // [nk][Dp]
         const float* Vr = vh + ((b * Hkv + hk) * Tk + j0) * Dp;  // [nk][Dp]
+        // The next step's keys load into L2 during this score GEMM, its values during the PV.
+        const int64_t next_lines = std::max<int64_t>(0, std::min(kBk, kend - j0 - kBk)) * Dp / 16;
+        Prefetch pk{reinterpret_cast<const char*>(Kr + kBk * Dp), next_lines};
+        Prefetch pv{reinterpret_cast<const char*>(Vr + kBk * Dp), next_lines};
         // The step's max comes out of the score GEMM unless masking rewrites scores after it.
         const bool masked = p.mask || (p.causal && j0 + nk - 1 > i0);
         std::fill(tmax, tmax + mqp, -kInf);
-        gemm<V>(nk, mqp, D, Kr, Dp, 1, Qt, kBq, St, kBq, false, nullptr, masked ? nullptr : tmax);
+        gemm<V>(nk, mqp, D, Kr, Dp, 1, Qt, kBq, St, kBq, false, nullptr, masked ? nullptr : tmax,
+                &pk);
         if (p.causal && j0 + nk - 1 > i0) {
           for (int64_t j = 0; j < nk; ++j) {
             const int64_t hide = std::min(mqp, j0 + j - i0);  // queries i < j0 + j - i0
@@ -344,7 +363,7 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
           }
           V::store(l + i, V::fma(V::load(l + i), a, sum));
         }
-        gemm<V>(mq, Dp, nk, St, 1, kBq, Vr, Dp, O, Dp, true, alpha);
+        gemm<V>(mq, Dp, nk, St, 1, kBq, Vr, Dp, O, Dp, true, alpha, nullptr, &pv);
       }
       for (int64_t i = 0; i < mq; ++i) {
         // l == 0 only when every key is masked; a NaN l (NaN input) must stay visible.
