@@ -175,34 +175,60 @@ inline void micro_nv(int nv, int64_t kc, const float* A, int64_t rsa, int64_t cs
   micro_tile<V, MR, 1>(kc, A, rsa, csa, B, ldb, C, ldc, acc, rs, cm);
 }
 
+// What a GEMM on a tile that straddles the causal diagonal may leave out (d is the offset
+// between the tile's query and key origins). Skipped micro-tiles of C are not written (the
+// caller masks them); skipped k terms are exact zeros (probabilities of hidden keys).
+struct Causal {
+  enum Mode { none, skip_rows_after_cols, skip_cols_after_rows, k_end, k_begin };
+  Mode mode = none;
+  int64_t d = 0;
+};
+
 // C[M x N] (+)= A(M x K) B[K x N] with N a multiple of V::W (tiles are padded); `colmax` (N
-// floats) gets the column maxima of C folded in, see micro_tile.
+// floats) gets the column maxima of C folded in, see micro_tile. With `causal`:
+//   skip_rows_after_cols: micro-tiles whose every row r > every column c + d are skipped;
+//   skip_cols_after_rows: micro-tiles whose every column c > every row r + d are skipped;
+//   k_end: rows [m0, m0 + mr) sum k < m0 + mr + d only; k_begin: only k >= m0 + d.
 template <class V>
 inline void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, int64_t csa,
                  const float* B, int64_t ldb, float* C, int64_t ldc, bool acc,
-                 const float* rowscale, float* colmax = nullptr, Prefetch* pf = nullptr) {
+                 const float* rowscale, float* colmax = nullptr, Prefetch* pf = nullptr,
+                 Causal causal = {}) {
   const int64_t tiles = (M + V::MR - 1) / V::MR * ((N / V::W + V::NV - 1) / V::NV);
   const int64_t per_tile = pf ? (pf->lines + tiles - 1) / tiles : 0;
   for (int64_t n0 = 0; n0 < N; n0 += V::NV * V::W) {
     const int nv = static_cast<int>(std::min<int64_t>(V::NV, (N - n0) / V::W));
     for (int64_t m0 = 0; m0 < M; m0 += V::MR) {
       const int mr = static_cast<int>(std::min<int64_t>(V::MR, M - m0));
-      const float* a = A + m0 * rsa;
-      const float* b = B + n0;
+      if (pf) pf->issue(per_tile);
+      int64_t k0 = 0, k1 = K;
+      switch (causal.mode) {
+        case Causal::none: break;
+        case Causal::skip_rows_after_cols:
+          if (m0 > n0 + nv * V::W - 1 + causal.d) continue;
+          break;
+        case Causal::skip_cols_after_rows:
+          if (n0 > m0 + mr - 1 + causal.d) continue;
+          break;
+        case Causal::k_end: k1 = std::clamp<int64_t>(m0 + mr + causal.d, 0, K); break;
+        case Causal::k_begin: k0 = std::clamp<int64_t>(m0 + causal.d, 0, K); break;
+      }
+      const float* a = A + m0 * rsa + k0 * csa;
+      const float* b = B + n0 + k0 * ldb;
       float* c = C + m0 * ldc + n0;
       const float* rs = rowscale ? rowscale + m0 : nullptr;
       float* cm = colmax ? colmax + n0 : nullptr;
-      if (pf) pf->issue(per_tile);
+      const int64_t kc = k1 - k0;
       switch (mr) {
-        case 1: micro_nv<V, 1>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs, cm); break;
-        case 2: micro_nv<V, 2>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs, cm); break;
-        case 3: micro_nv<V, 3>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs, cm); break;
-        case 4: micro_nv<V, 4>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs, cm); break;
+        case 1: micro_nv<V, 1>(nv, kc, a, rsa, csa, b, ldb, c, ldc, acc, rs, cm); break;
+        case 2: micro_nv<V, 2>(nv, kc, a, rsa, csa, b, ldb, c, ldc, acc, rs, cm); break;
+        case 3: micro_nv<V, 3>(nv, kc, a, rsa, csa, b, ldb, c, ldc, acc, rs, cm); break;
+        case 4: micro_nv<V, 4>(nv, kc, a, rsa, csa, b, ldb, c, ldc, acc, rs, cm); break;
         case 5:
-          if constexpr (V::MR >= 5) micro_nv<V, 5>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs, cm);
+          if constexpr (V::MR >= 5) micro_nv<V, 5>(nv, kc, a, rsa, csa, b, ldb, c, ldc, acc, rs, cm);
           break;
         default:
-          if constexpr (V::MR >= 6) micro_nv<V, 6>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs, cm);
+          if constexpr (V::MR >= 6) micro_nv<V, 6>(nv, kc, a, rsa, csa, b, ldb, c, ldc, acc, rs, cm);
           break;
       }
     }
@@ -316,8 +342,13 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
         // The step's max comes out of the score GEMM unless masking rewrites scores after it.
         const bool masked = p.mask || (p.causal && j0 + nk - 1 > i0);
         std::fill(tmax, tmax + mqp, -kInf);
+        // On the diagonal, micro-tiles of keys all after their queries stay unwritten (the
+        // causal mask below sets them to -inf) and the PV sums stop at the last visible key.
+        const bool diag = p.causal && j0 + nk - 1 > i0;
+        const Causal qk_c{diag ? Causal::skip_rows_after_cols : Causal::none, i0 - j0};
+        const Causal pv_c{diag ? Causal::k_end : Causal::none, i0 - j0};
         gemm<V>(nk, mqp, D, Kr, Dp, 1, Qt, kBq, St, kBq, false, nullptr, masked ? nullptr : tmax,
-                &pk);
+                &pk, qk_c);
         if (p.causal && j0 + nk - 1 > i0) {
           for (int64_t j = 0; j < nk; ++j) {
             const int64_t hide = std::min(mqp, j0 + j - i0);  // queries i < j0 + j - i0
@@ -363,7 +394,7 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
           }
           V::store(l + i, V::fma(V::load(l + i), a, sum));
         }
-        gemm<V>(mq, Dp, nk, St, 1, kBq, Vr, Dp, O, Dp, true, alpha, nullptr, &pv);
+        gemm<V>(mq, Dp, nk, St, 1, kBq, Vr, Dp, O, Dp, true, alpha, nullptr, &pv, pv_c);
       }
       for (int64_t i = 0; i < mq; ++i) {
         // l == 0 only when every key is masked; a NaN l (NaN input) must stay visible.
@@ -448,8 +479,14 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
             const int64_t row0 = (b * Tq + i0) * ldq + h * D;
             const float* Qr = qh + ((b * Hq + h) * Tq + i0) * Dp;    // [mq][Dp]
             const float* dOr = doh + ((b * Hq + h) * Tq + i0) * Dp;  // [mq][Dp]
-            gemm<V>(mq, nkp, D, Qr, Dp, 1, Kt, kBk, S, kBk, false, nullptr);
-            gemm<V>(mq, nkp, D, dOr, Dp, 1, Vt, kBk, dP, kBk, false, nullptr);
+            // On the diagonal: score micro-tiles of keys all after their queries are skipped
+            // (zeroed below), and each product sums only the query/key pairs that see each other.
+            const bool diag = p.causal && j0 + nk - 1 > i0;
+            const Causal s_c{diag ? Causal::skip_cols_after_rows : Causal::none, i0 - j0};
+            const Causal kv_c{diag ? Causal::k_begin : Causal::none, j0 - i0};
+            const Causal q_c{diag ? Causal::k_end : Causal::none, i0 - j0};
+            gemm<V>(mq, nkp, D, Qr, Dp, 1, Kt, kBk, S, kBk, false, nullptr, nullptr, nullptr, s_c);
+            gemm<V>(mq, nkp, D, dOr, Dp, 1, Vt, kBk, dP, kBk, false, nullptr, nullptr, nullptr, s_c);
             const float* L = lse2.data() + (b * Hq + h) * Tq + i0;
             const float* De = delta.data() + (b * Hq + h) * Tq + i0;
             for (int64_t i = 0; i < mq; ++i) {
@@ -471,19 +508,20 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
                 }
               }
             }
-            gemm<V>(nk, Dp, mq, S, 1, kBk, dOr, Dp, dV, Dp, true, nullptr);
-            gemm<V>(nk, Dp, mq, dP, 1, kBk, Qr, Dp, dK, Dp, true, nullptr);
+            gemm<V>(nk, Dp, mq, S, 1, kBk, dOr, Dp, dV, Dp, true, nullptr, nullptr, nullptr, kv_c);
+            gemm<V>(nk, Dp, mq, dP, 1, kBk, Qr, Dp, dK, Dp, true, nullptr, nullptr, nullptr, kv_c);
             if (nchunks > 1) {
               float* dst = partial.data() + ((task * G + h - hk * G) * Tq + i0) * Dp;
-              gemm<V>(mq, Dp, nk, dP, kBk, 1, Kr, Dp, dst, Dp, true, nullptr);
+              gemm<V>(mq, Dp, nk, dP, kBk, 1, Kr, Dp, dst, Dp, true, nullptr, nullptr, nullptr, q_c);
             } else if (D == Dp) {
-              gemm<V>(mq, Dp, nk, dP, kBk, 1, Kr, Dp, dq + row0, ldq, true, nullptr);
+              gemm<V>(mq, Dp, nk, dP, kBk, 1, Kr, Dp, dq + row0, ldq, true, nullptr, nullptr, nullptr,
+                      q_c);
             } else {
               for (int64_t i = 0; i < mq; ++i) {
                 std::memcpy(dQt + i * Dp, dq + row0 + i * ldq, D * sizeof(float));
                 std::fill(dQt + i * Dp + D, dQt + (i + 1) * Dp, 0.0f);
               }
-              gemm<V>(mq, Dp, nk, dP, kBk, 1, Kr, Dp, dQt, Dp, true, nullptr);
+              gemm<V>(mq, Dp, nk, dP, kBk, 1, Kr, Dp, dQt, Dp, true, nullptr, nullptr, nullptr, q_c);
               for (int64_t i = 0; i < mq; ++i) {
                 std::memcpy(dq + row0 + i * ldq, dQt + i * Dp, D * sizeof(float));
               }
