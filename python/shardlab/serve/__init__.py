@@ -10,7 +10,11 @@
 from .estimate import DTYPES, Estimate, StepModel, StepTime, estimate
 from .generate import forward_cached, generate, generate_uncached
 from .kv_cache import CacheFullError, ContiguousKVCache, PagedKVCache
+from .prefix_cache import PrefixCache
 from .sampling import Sampler, filter_logits
+from .simulator import ServingConfig, SimResult, plot_throughput_latency, simulate, sweep
+from .workload import Request, load_trace, poisson_requests, save_trace
 
 __all__ = ["CacheFullError", "ContiguousKVCache", "DTYPES", "Estimate", "estimate", "StepModel", "StepTime", "filter_logits", "forward_cached", "generate",
-           "generate_uncached", "PagedKVCache", "Sampler"]
+           "generate_uncached", "load_trace", "PagedKVCache", "plot_throughput_latency", "poisson_requests",
+           "PrefixCache", "Request", "Sampler", "save_trace", "ServingConfig", "SimResult", "simulate", "sweep"]

@@ -146,29 +146,36 @@ class StepModel:
             self._comm[batch_tokens] = t
         return self._comm[batch_tokens]
 
-    def decode(self, batch: int, kv_tokens: float) -> StepTime:
-        """A decode step of ``batch`` sequences holding ``kv_tokens`` cached tokens in all."""
-        t_kv = kv_tokens * self.kv_bytes_per_token / self.hbm_bw
+    def step(self, decode_batch: int = 0, kv_tokens: float = 0.0, prefill_tokens: int = 0,
+             attention_pairs: float = 0.0, verify_tokens: int = 1) -> StepTime:
+        """One engine step: ``decode_batch`` sequences (``verify_tokens`` tokens each, > 1 when a
+        speculative draft is checked) reading ``kv_tokens`` cached tokens, plus
+        ``prefill_tokens`` prompt tokens whose causal attention covers ``attention_pairs``
+        (query, key) pairs. Time = KV traffic + max(weights, FLOPs, collectives)."""
+        tokens = decode_batch * verify_tokens + prefill_tokens
+        t_kv = (kv_tokens + prefill_tokens) * self.kv_bytes_per_token / self.hbm_bw
         t_w = self.param_bytes / self.hbm_bw
-        t_c = 2.0 * batch * self.active_params / self.flops
-        t_x = self.comm_seconds(batch)
+        flops = 2.0 * tokens * self.active_params
+        if self.cfg is not None:
+            flops += 4.0 * self.cfg.num_layers * attention_pairs * self.cfg.num_heads * self.cfg.head_dim
+        t_c = flops / self.flops
+        t_x = self.comm_seconds(tokens)
         worst = max(t_w, t_c, t_x)
-        bound = "HBM" if worst == t_w or t_kv >= worst else ("compute" if worst == t_c else "communication")
-        return StepTime(t_kv + worst, t_kv, t_w, t_c, t_x, bound, batch)
+        if t_kv >= worst or worst == t_w:
+            bound = "HBM"
+        else:
+            bound = "compute" if worst == t_c else "communication"
+        return StepTime(t_kv + worst, t_kv, t_w, t_c, t_x, bound, tokens)
+
+    def decode(self, batch: int, kv_tokens: float) -> StepTime:
+        """A decode step of ``batch`` sequences holding ``kv_tokens`` cached tokens in all
+        (the book's equation (1) plus collectives)."""
+        return self.step(batch, kv_tokens)
 
     def prefill(self, tokens: int, batch: int = 1, context: int = 0) -> StepTime:
         """Prefill of ``tokens`` new tokens per sequence after ``context`` cached ones."""
-        cfg = self.cfg
-        flops = 2.0 * self.active_params * tokens * batch
-        if cfg is not None:   # causal attention of the new tokens over context + themselves
-            flops += cfg.num_layers * batch * 4.0 * tokens * (context + (tokens + 1) / 2) * cfg.num_heads * cfg.head_dim
-        t_c = flops / self.flops
-        t_kv = batch * (context + tokens) * self.kv_bytes_per_token / self.hbm_bw
-        t_w = self.param_bytes / self.hbm_bw
-        t_x = self.comm_seconds(batch * tokens)
-        terms = {"compute": t_c, "HBM": t_w + t_kv, "communication": t_x}
-        bound = max(terms, key=terms.get)
-        return StepTime(terms[bound], t_kv, t_w, t_c, t_x, bound, batch * tokens)
+        pairs = batch * tokens * (context + (tokens + 1) / 2)
+        return self.step(0, batch * context, batch * tokens, pairs)
 
     def max_batch(self, context: int) -> int:
         free = self.hbm_bytes - self.param_bytes
