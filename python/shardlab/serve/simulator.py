@@ -253,11 +253,12 @@ class _Engine:
     def _mixed_step(self):
         env, cfg = self.env, self.cfg
         t0 = env.now
-        budget = cfg.chunk_size or math.inf
-        tokens, pairs, done = 0, 0.0, []
+        budget = cfg.chunk_size or self.prefilling[0].todo     # None: one whole prompt per step
+        tokens, pairs, ctx, done = 0, 0.0, 0, []
         for q in self.prefilling:
             take = min(budget, q.todo)
             pairs += take * (q.cached + q.done + (take + 1) / 2)
+            ctx += q.cached + q.done                               # cached keys this chunk reads
             q.done += take
             q.todo -= take
             tokens += take
@@ -268,7 +269,7 @@ class _Engine:
                 break
         B = len(self.heap)
         k = cfg.speculative_k
-        st = self.model.step(B, self.S, tokens, pairs, verify_tokens=k + 1).seconds
+        st = self.model.step(B, self.S + ctx, tokens, pairs, verify_tokens=k + 1).seconds
         if B and k:
             st += k * cfg.draft_cost * self.model.decode(B, self.S).seconds
         yield env.timeout(st)
