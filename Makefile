@@ -5,7 +5,7 @@ JOBS ?= 2
 APT_PACKAGES := xtensor-dev libgtest-dev g++ cmake
 export CMAKE_BUILD_PARALLEL_LEVEL := $(JOBS)
 
-.PHONY: demo test system-deps install cpp-test cpp-test-sanitize py-test bench
+.PHONY: demo test system-deps install cpp-test cpp-test-sanitize py-test bench docs
 
 demo: install
 	$(PYTHON) -m shardlab.demo
@@ -44,7 +44,14 @@ cpp-test-sanitize: system-deps
 py-test:
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests/python --doctest-modules --pyargs shardlab
 
+# The benchmarks with their extra (torch for SDPA, threadpoolctl for the OpenBLAS kernel name).
 bench: install
+	$(PYTHON) -m pip install -q --no-build-isolation ".[bench]"
 	$(PYTHON) benchmarks/bench_collectives.py
 	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PYTHON) benchmarks/bench_gemm.py
 	$(PYTHON) benchmarks/bench_attention.py
+
+# The docs site (MkDocs strict mode: broken links and docstring warnings fail) into site/.
+docs:
+	$(PYTHON) -m pip install -q ".[docs]"
+	PYTHONPATH=python $(PYTHON) -m mkdocs build --strict -d site

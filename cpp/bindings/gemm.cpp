@@ -5,6 +5,7 @@
 #include <string>
 
 #include "array_ref.hpp"
+#include "shardlab/cpu_features.hpp"
 #include "shardlab/gemm.hpp"
 
 namespace py = pybind11;
@@ -105,4 +106,8 @@ void init_gemm(py::module_& m) {
   m.def("gemm", &gemm, py::arg("a"), py::arg("b"),
         "C = a @ b for float32 or bfloat16 arrays of equal rank >= 2 whose batch dims are equal "
         "or 1; returns float32. Reads any element strides without copying and releases the GIL.");
+  m.def("measure_fma_peak_gflops", &shardlab::measure_fma_peak_gflops, py::arg("threads"),
+        py::call_guard<py::gil_scoped_release>(),
+        "fp32 AVX2 FMA peak in GFLOP/s with `threads` threads, from a register-only FMA loop "
+        "(best of 5 runs, ~0.3 s): the ceiling benchmarks report the kernels against.");
 }

@@ -17,7 +17,7 @@ namespace {
 // W = 1 "vectors": the same tiles and loops, left to the compiler's baseline code generation.
 struct VecScalar {
   using R = float;
-  static constexpr int W = 1, MR = 4, NV = 4;
+  static constexpr int W = 1, MR = 4, NV = 4, BQ = 64, BK = 64;
   static R zero() { return 0.0f; }
   static R load(const float* p) { return *p; }
   static void store(float* p, R x) { *p = x; }

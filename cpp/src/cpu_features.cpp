@@ -8,8 +8,13 @@
 #include <cstdint>
 #include <cstdlib>
 #include <stdexcept>
+#include <string>
 
 namespace shardlab {
+namespace detail {
+double fma_peak_gflops_avx2(int threads, int64_t iters);  // kernels/fma_peak_avx2.cpp
+}  // namespace detail
+
 namespace {
 
 bool os_saves_zmm() {
@@ -91,6 +96,24 @@ double measure_clock_ghz() {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     best = std::max(best, 16.0 * kIters / s / 1e9);  // the fastest run saw the least preemption
   }
+  return best;
+}
+
+double measure_fma_peak_gflops(int threads) {
+  if (threads < 1) {
+    throw std::invalid_argument("[measure_fma_peak_gflops] threads " + std::to_string(threads) +
+                                " is not positive; pass the thread count the kernels use");
+  }
+  if (detected_isa() < Isa::avx2) {
+    throw std::runtime_error("[measure_fma_peak_gflops] this CPU has no AVX2+FMA, so there is "
+                             "no AVX2 peak to measure");
+  }
+  // Calibrate to ~50 ms per run, then keep the best of 5: preemption only ever lowers it.
+  int64_t iters = 1 << 16;
+  double gflops = detail::fma_peak_gflops_avx2(threads, iters);
+  iters = std::max<int64_t>(iters, static_cast<int64_t>(0.05 * gflops * 1e9 / (2.0 * 8 * 12 * threads)));
+  double best = 0.0;
+  for (int rep = 0; rep < 5; ++rep) best = std::max(best, detail::fma_peak_gflops_avx2(threads, iters));
   return best;
 }
 

@@ -25,6 +25,13 @@ std::string isa_name(Isa isa);
 // The clock (GHz) of the core this thread runs on, measured with a chain of dependent integer
 // adds (one per cycle on every x86 core), turbo included. Benchmarks derive peaks from it.
 double measure_clock_ghz();
+
+// The fp32 FMA peak of the AVX2 path in GFLOP/s with `threads` OpenMP threads, measured (best
+// of 5 runs of ~50 ms) by a loop of independent 256-bit FMAs on registers only: the ceiling
+// for the AVX2 GEMM and attention kernels on this machine, turbo and sharing included.
+// Throws std::runtime_error when the CPU has no AVX2+FMA, std::invalid_argument when
+// threads < 1.
+double measure_fma_peak_gflops(int threads);
 Isa parse_isa(const std::string& name);
 
 }  // namespace shardlab

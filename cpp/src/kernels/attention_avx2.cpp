@@ -9,7 +9,7 @@ namespace {
 
 struct VecAvx2 {
   using R = __m256;
-  static constexpr int W = 8, MR = 6, NV = 2;
+  static constexpr int W = 8, MR = 6, NV = 2, BQ = 96, BK = 96;
   static R zero() { return _mm256_setzero_ps(); }
   static R load(const float* p) { return _mm256_loadu_ps(p); }
   static void store(float* p, R x) { _mm256_storeu_ps(p, x); }

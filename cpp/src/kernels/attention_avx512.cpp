@@ -12,7 +12,7 @@ namespace {
 
 struct VecAvx512 {
   using R = __m512;
-  static constexpr int W = 16, MR = 6, NV = 4;
+  static constexpr int W = 16, MR = 6, NV = 4, BQ = 64, BK = 64;
   static R zero() { return _mm512_setzero_ps(); }
   static R load(const float* p) { return _mm512_loadu_ps(p); }
   static void store(float* p, R x) { _mm512_storeu_ps(p, x); }

@@ -5,8 +5,10 @@
 // keep an AVX-512 copy for the scalar path.
 //
 // V provides: R (register type), W (floats per register), MR x NV (micro-tile: MR rows by NV
-// registers of columns), zero/load/store/set1/fma/mul/add/sub/max, hmax/hsum and exp2 (inputs
-// clamped to [-127, 127], exp2(-127 or less) == 0 exactly, so -inf gives 0).
+// registers of columns), BQ x BK (query and key rows per tile, multiples of 16; best when
+// multiples of MR too, so no tile runs a short micro-tile), zero/load/store/set1/fma/mul/add/
+// sub/max and exp2 (inputs clamped to [-127, 127], exp2(-127 or less) == 0 exactly, so -inf
+// gives 0).
 //
 // All tiles are fp32 with row lengths padded to a multiple of 16 and zero-filled, so the
 // micro-kernels never handle column tails; row tails are handled by smaller MR instances.
@@ -17,8 +19,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "shardlab/attention.hpp"
@@ -36,24 +41,66 @@ void attention_backward_avx512(const AttentionProblem&, const void*, const void*
 
 namespace {
 
-constexpr int64_t kBq = 64;  // query rows per tile (a multiple of 16)
-constexpr int64_t kBk = 64;  // key rows per tile (a multiple of 16)
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 inline int64_t pad16(int64_t n) { return (n + 15) / 16 * 16; }
+
+// A per-thread tile buffer aligned to a cache line: with every tile a multiple of 16 floats
+// long, no 32-byte load of a row straddles two lines (std::vector's 16-byte alignment made
+// every other AVX2 load of a panel split, costing a tenth of the micro-kernel's speed).
+class TileBuffer {
+ public:
+  explicit TileBuffer(int64_t floats)
+      : data_(static_cast<float*>(std::aligned_alloc(64, pad16(floats) * sizeof(float)))) {
+    if (!data_) throw std::bad_alloc();
+  }
+  ~TileBuffer() { std::free(data_); }
+  TileBuffer(const TileBuffer&) = delete;
+  TileBuffer& operator=(const TileBuffer&) = delete;
+  float* data() { return data_; }
+
+ private:
+  float* data_;
+};
+
+// A cache-line aligned buffer kept between calls by the calling thread (it only grows): the
+// head-major copies of K and V (or Q and dO) are megabytes, and fresh pages cost a page fault
+// and a zero-fill each, a few percent of a causal forward.
+class Scratch {
+ public:
+  float* get(int64_t floats) {
+    if (floats > capacity_) {
+      std::free(data_);
+      capacity_ = pad16(floats);
+      data_ = static_cast<float*>(std::aligned_alloc(64, capacity_ * sizeof(float)));
+      if (!data_) {
+        capacity_ = 0;
+        throw std::bad_alloc();
+      }
+    }
+    return data_;
+  }
+  ~Scratch() { std::free(data_); }
+
+ private:
+  float* data_ = nullptr;
+  int64_t capacity_ = 0;
+};
 inline float widen(float x) { return x; }
 inline float widen(uint16_t x) { return bf16_to_float(x); }
 inline void narrow(float x, float* d) { *d = x; }
 inline void narrow(float x, uint16_t* d) { *d = float_to_bf16(x); }
 
 // C[i, :] = (accumulate ? C[i, :] * (rowscale ? rowscale[i] : 1) : 0) + sum_k A(i, k) B[k, :]
-// for an MR x (NV * W) tile, A(i, k) = A[i * rsa + k * csa] broadcast from memory.
+// for an MR x (NV * W) tile, A(i, k) = A[i * rsa + k * csa] broadcast from memory. With
+// `colmax`, colmax[c] = max(colmax[c], C[i, c] over the tile's rows) as well (the forward's
+// per-query running max, taken while the scores are still in registers).
 template <class V, int MR, int NV>
 inline void micro_tile(int64_t kc, const float* A, int64_t rsa, int64_t csa, const float* B,
                        int64_t ldb, float* C, int64_t ldc, bool accumulate,
-                       const float* rowscale) {
+                       const float* rowscale, float* colmax) {
   typename V::R acc[MR][NV];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
@@ -69,63 +116,119 @@ inline void micro_tile(int64_t kc, const float* A, int64_t rsa, int64_t csa, con
       }
     }
   }
-  for (int64_t k = 0; k < kc; ++k) {
-    typename V::R b[NV];
+  // Pointers step through k (no k * stride products in the loop), four k per iteration.
+  const float* a = A;
+  const float* b = B;
 #pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) b[j] = V::load(B + k * ldb + j * V::W);
+  for (int64_t k = 0; k < kc; ++k) {
+    typename V::R bv[NV];
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) bv[j] = V::load(b + j * V::W);
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
-      const typename V::R a = V::set1(A[i * rsa + k * csa]);
+      const typename V::R av = V::set1(a[i * rsa]);
 #pragma GCC unroll 4
-      for (int j = 0; j < NV; ++j) acc[i][j] = V::fma(a, b[j], acc[i][j]);
+      for (int j = 0; j < NV; ++j) acc[i][j] = V::fma(av, bv[j], acc[i][j]);
     }
+    a += csa;
+    b += ldb;
   }
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
 #pragma GCC unroll 4
     for (int j = 0; j < NV; ++j) V::store(C + i * ldc + j * V::W, acc[i][j]);
   }
+  if (colmax) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) {
+      typename V::R mx = V::load(colmax + j * V::W);
+#pragma GCC unroll 8
+      for (int i = 0; i < MR; ++i) mx = V::max(mx, acc[i][j]);
+      V::store(colmax + j * V::W, mx);
+    }
+  }
 }
+
+// A contiguous block to prefetch into L2 a few lines per micro-tile while a GEMM runs (the
+// next step's head-major K or V tile: it streams from L3, and a GEMM touching it cold stalls).
+struct Prefetch {
+  const char* p = nullptr;
+  int64_t lines = 0;
+  void issue(int64_t n) {
+    for (n = std::min(n, lines); n > 0; --n, --lines, p += 64) __builtin_prefetch(p, 0, 2);
+  }
+};
 
 template <class V, int MR>
 inline void micro_nv(int nv, int64_t kc, const float* A, int64_t rsa, int64_t csa,
                      const float* B, int64_t ldb, float* C, int64_t ldc, bool acc,
-                     const float* rs) {
+                     const float* rs, float* cm) {
   if constexpr (V::NV >= 4) {
-    if (nv == 4) return micro_tile<V, MR, 4>(kc, A, rsa, csa, B, ldb, C, ldc, acc, rs);
+    if (nv == 4) return micro_tile<V, MR, 4>(kc, A, rsa, csa, B, ldb, C, ldc, acc, rs, cm);
   }
   if constexpr (V::NV >= 3) {
-    if (nv == 3) return micro_tile<V, MR, 3>(kc, A, rsa, csa, B, ldb, C, ldc, acc, rs);
+    if (nv == 3) return micro_tile<V, MR, 3>(kc, A, rsa, csa, B, ldb, C, ldc, acc, rs, cm);
   }
   if constexpr (V::NV >= 2) {
-    if (nv == 2) return micro_tile<V, MR, 2>(kc, A, rsa, csa, B, ldb, C, ldc, acc, rs);
+    if (nv == 2) return micro_tile<V, MR, 2>(kc, A, rsa, csa, B, ldb, C, ldc, acc, rs, cm);
   }
-  micro_tile<V, MR, 1>(kc, A, rsa, csa, B, ldb, C, ldc, acc, rs);
+  micro_tile<V, MR, 1>(kc, A, rsa, csa, B, ldb, C, ldc, acc, rs, cm);
 }
 
-// C[M x N] (+)= A(M x K) B[K x N] with N a multiple of V::W (tiles are padded).
+// What a GEMM on a tile that straddles the causal diagonal may leave out (d is the offset
+// between the tile's query and key origins). Skipped micro-tiles of C are not written (the
+// caller masks them); skipped k terms are exact zeros (probabilities of hidden keys).
+struct Causal {
+  enum Mode { none, skip_rows_after_cols, skip_cols_after_rows, k_end, k_begin };
+  Mode mode = none;
+  int64_t d = 0;
+};
+
+// C[M x N] (+)= A(M x K) B[K x N] with N a multiple of V::W (tiles are padded); `colmax` (N
+// floats) gets the column maxima of C folded in, see micro_tile. With `causal`:
+//   skip_rows_after_cols: micro-tiles whose every row r > every column c + d are skipped;
+//   skip_cols_after_rows: micro-tiles whose every column c > every row r + d are skipped;
+//   k_end: rows [m0, m0 + mr) sum k < m0 + mr + d only; k_begin: only k >= m0 + d.
 template <class V>
 inline void gemm(int64_t M, int64_t N, int64_t K, const float* A, int64_t rsa, int64_t csa,
                  const float* B, int64_t ldb, float* C, int64_t ldc, bool acc,
-                 const float* rowscale) {
+                 const float* rowscale, float* colmax = nullptr, Prefetch* pf = nullptr,
+                 Causal causal = {}) {
+  const int64_t tiles = (M + V::MR - 1) / V::MR * ((N / V::W + V::NV - 1) / V::NV);
+  const int64_t per_tile = pf ? (pf->lines + tiles - 1) / tiles : 0;
   for (int64_t n0 = 0; n0 < N; n0 += V::NV * V::W) {
     const int nv = static_cast<int>(std::min<int64_t>(V::NV, (N - n0) / V::W));
     for (int64_t m0 = 0; m0 < M; m0 += V::MR) {
       const int mr = static_cast<int>(std::min<int64_t>(V::MR, M - m0));
-      const float* a = A + m0 * rsa;
-      const float* b = B + n0;
+      if (pf) pf->issue(per_tile);
+      int64_t k0 = 0, k1 = K;
+      switch (causal.mode) {
+        case Causal::none: break;
+        case Causal::skip_rows_after_cols:
+          if (m0 > n0 + nv * V::W - 1 + causal.d) continue;
+          break;
+        case Causal::skip_cols_after_rows:
+          if (n0 > m0 + mr - 1 + causal.d) continue;
+          break;
+        case Causal::k_end: k1 = std::clamp<int64_t>(m0 + mr + causal.d, 0, K); break;
+        case Causal::k_begin: k0 = std::clamp<int64_t>(m0 + causal.d, 0, K); break;
+      }
+      const float* a = A + m0 * rsa + k0 * csa;
+      const float* b = B + n0 + k0 * ldb;
       float* c = C + m0 * ldc + n0;
       const float* rs = rowscale ? rowscale + m0 : nullptr;
+      float* cm = colmax ? colmax + n0 : nullptr;
+      const int64_t kc = k1 - k0;
       switch (mr) {
-        case 1: micro_nv<V, 1>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs); break;
-        case 2: micro_nv<V, 2>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs); break;
-        case 3: micro_nv<V, 3>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs); break;
-        case 4: micro_nv<V, 4>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs); break;
+        case 1: micro_nv<V, 1>(nv, kc, a, rsa, csa, b, ldb, c, ldc, acc, rs, cm); break;
+        case 2: micro_nv<V, 2>(nv, kc, a, rsa, csa, b, ldb, c, ldc, acc, rs, cm); break;
+        case 3: micro_nv<V, 3>(nv, kc, a, rsa, csa, b, ldb, c, ldc, acc, rs, cm); break;
+        case 4: micro_nv<V, 4>(nv, kc, a, rsa, csa, b, ldb, c, ldc, acc, rs, cm); break;
         case 5:
-          if constexpr (V::MR >= 5) micro_nv<V, 5>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs);
+          if constexpr (V::MR >= 5) micro_nv<V, 5>(nv, kc, a, rsa, csa, b, ldb, c, ldc, acc, rs, cm);
           break;
         default:
-          if constexpr (V::MR >= 6) micro_nv<V, 6>(nv, K, a, rsa, csa, b, ldb, c, ldc, acc, rs);
+          if constexpr (V::MR >= 6) micro_nv<V, 6>(nv, kc, a, rsa, csa, b, ldb, c, ldc, acc, rs, cm);
           break;
       }
     }
@@ -158,6 +261,30 @@ inline void pack_cols(const T* src, int64_t ld, int64_t rows, int64_t cols, floa
   }
 }
 
+// x [B, T, H, D] regrouped head-major as fp32 rows [B][H][T][Dp], zero-padded, into `dst`.
+// The kernels then read every tile as one contiguous block: in place, the rows of a tile lie
+// H * D elements apart, each on its own 4 KiB page for H * D * 4 >= 4096 bytes, so a tile of
+// 96 rows cost 96 TLB entries and defeated the hardware prefetcher (a tenth of the forward's
+// time and more of the backward's went to copying them tile by tile).
+// Returns x itself when it already has that layout (fp32, one head, D a multiple of 16).
+template <class T>
+const float* pack_heads(const T* x, int64_t B, int64_t Tn, int64_t H, int64_t D,
+                        Scratch& scratch) {
+  const int64_t Dp = pad16(D);
+  if constexpr (std::is_same_v<T, float>) {
+    if (H == 1 && D == Dp) return x;
+  }
+  float* dst = scratch.get(B * H * Tn * Dp);
+#pragma omp parallel for schedule(static)
+  for (int64_t r = 0; r < B * Tn; ++r) {
+    const int64_t b = r / Tn, t = r % Tn;
+    for (int64_t h = 0; h < H; ++h) {
+      pack_rows(x + (r * H + h) * D, D, 1, D, dst + ((b * H + h) * Tn + t) * Dp, Dp);
+    }
+  }
+  return dst;
+}
+
 inline bool mask_keep(const AttentionProblem& p, int64_t b, int64_t h, int64_t i, int64_t j) {
   const int64_t* s = p.mask_strides;
   return p.mask[b * s[0] + h * s[1] + i * s[2] + j * s[3]] != 0;
@@ -172,22 +299,26 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
   using R = typename V::R;
   const int64_t B = p.batch, Tq = p.q_len, Tk = p.kv_len, Hq = p.q_heads, Hkv = p.kv_heads;
   const int64_t D = p.head_dim, Dp = pad16(D), G = Hq / Hkv;
+  constexpr int64_t kBq = V::BQ, kBk = V::BK;
   const int64_t nqb = (Tq + kBq - 1) / kBq;
   const int64_t ntasks = B * Hq * nqb;
   const float qmul = p.scale * kLog2e;  // scores in log2 units: exp2 instead of exp
-  const int64_t ldq = Hq * D, ldk = Hkv * D;
+  const int64_t ldq = Hq * D;
+  static thread_local Scratch qbuf, kbuf, vbuf;
+  const float* qh = pack_heads(q, B, Tq, Hq, D, qbuf);  // [B][Hq][Tq][Dp]
+  const float* kh = pack_heads(k, B, Tk, Hkv, D, kbuf);  // [B][Hkv][Tk][Dp]
+  const float* vh = pack_heads(v, B, Tk, Hkv, D, vbuf);
 
 #pragma omp parallel
   {
-    std::vector<float> buf(Dp * kBq + kBk * D + kBk * Dp + kBk * kBq + kBq * Dp + 4 * kBq);
+    TileBuffer buf(Dp * kBq + kBk * kBq + kBq * Dp + 5 * kBq);
     float* Qt = buf.data();       // [D][kBq], pre-scaled
-    float* Kr = Qt + Dp * kBq;    // [kBk][D]
-    float* Vr = Kr + kBk * D;     // [kBk][Dp]
-    float* St = Vr + kBk * Dp;    // [kBk][kBq]
+    float* St = Qt + Dp * kBq;    // [kBk][kBq]
     float* O = St + kBk * kBq;    // [kBq][Dp]
     float* m = O + kBq * Dp;      // running max (log2 units)
     float* l = m + kBq;           // running sum
     float* alpha = l + kBq;       // per-step rescale of O
+    float* tmax = alpha + kBq;    // the step's per-query max of the scores
 
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < ntasks; ++task) {
@@ -195,20 +326,29 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
       const int64_t qb = p.causal ? nqb - 1 - task % nqb : task % nqb;
       const int64_t b = task / nqb / Hq, h = task / nqb % Hq, hk = h / G;
       const int64_t i0 = qb * kBq, mq = std::min(kBq, Tq - i0), mqp = pad16(mq);
-      pack_cols(q + (b * Tq + i0) * ldq + h * D, ldq, mq, D, Qt, kBq, mqp, qmul);
+      pack_cols(qh + ((b * Hq + h) * Tq + i0) * Dp, Dp, mq, D, Qt, kBq, mqp, qmul);
       std::fill(O, O + mq * Dp, 0.0f);
       std::fill(m, m + kBq, -kInf);
       std::fill(l, l + kBq, 0.0f);
       const int64_t kend = p.causal ? std::min(Tk, i0 + mq) : Tk;
       for (int64_t j0 = 0; j0 < kend; j0 += kBk) {
         const int64_t nk = std::min(kBk, kend - j0);
-        const T* kt = k + (b * Tk + j0) * ldk + hk * D;
-        const T* vt = v + (b * Tk + j0) * ldk + hk * D;
-        // Copied even for fp32: in place, the rows of a tile sit Hkv * D floats apart (4 KiB
-        // for 8 heads of 128), all in one L1 set, and the AVX2 path ran at a quarter speed.
-        pack_rows(kt, ldk, nk, D, Kr, D);
-        pack_rows(vt, ldk, nk, D, Vr, Dp);
-        gemm<V>(nk, mqp, D, Kr, D, 1, Qt, kBq, St, kBq, false, nullptr);
+        const float* Kr = kh + ((b * Hkv + hk) * Tk + j0) * Dp;  // [nk][Dp]
+        const float* Vr = vh + ((b * Hkv + hk) * Tk + j0) * Dp;  // [nk][Dp]
+        // The next step's keys load into L2 during this score GEMM, its values during the PV.
+        const int64_t next_lines = std::max<int64_t>(0, std::min(kBk, kend - j0 - kBk)) * Dp / 16;
+        Prefetch pk{reinterpret_cast<const char*>(Kr + kBk * Dp), next_lines};
+        Prefetch pv{reinterpret_cast<const char*>(Vr + kBk * Dp), next_lines};
+        // The step's max comes out of the score GEMM unless masking rewrites scores after it.
+        const bool masked = p.mask || (p.causal && j0 + nk - 1 > i0);
+        std::fill(tmax, tmax + mqp, -kInf);
+        // On the diagonal, micro-tiles of keys all after their queries stay unwritten (the
+        // causal mask below sets them to -inf) and the PV sums stop at the last visible key.
+        const bool diag = p.causal && j0 + nk - 1 > i0;
+        const Causal qk_c{diag ? Causal::skip_rows_after_cols : Causal::none, i0 - j0};
+        const Causal pv_c{diag ? Causal::k_end : Causal::none, i0 - j0};
+        gemm<V>(nk, mqp, D, Kr, Dp, 1, Qt, kBq, St, kBq, false, nullptr, masked ? nullptr : tmax,
+                &pk, qk_c);
         if (p.causal && j0 + nk - 1 > i0) {
           for (int64_t j = 0; j < nk; ++j) {
             const int64_t hide = std::min(mqp, j0 + j - i0);  // queries i < j0 + j - i0
@@ -223,8 +363,10 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
           }
         }
         for (int64_t i = 0; i < mqp; i += V::W) {
-          R mx = V::set1(-kInf);
-          for (int64_t j = 0; j < nk; ++j) mx = V::max(mx, V::load(St + j * kBq + i));
+          R mx = V::load(tmax + i);
+          if (masked) {
+            for (int64_t j = 0; j < nk; ++j) mx = V::max(mx, V::load(St + j * kBq + i));
+          }
           const R mold = V::load(m + i);
           const R mnew = V::max(mold, mx);
           V::store(m + i, mnew);
@@ -252,7 +394,7 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
           }
           V::store(l + i, V::fma(V::load(l + i), a, sum));
         }
-        gemm<V>(mq, Dp, nk, St, 1, kBq, Vr, Dp, O, Dp, true, alpha);
+        gemm<V>(mq, Dp, nk, St, 1, kBq, Vr, Dp, O, Dp, true, alpha, nullptr, &pv, pv_c);
       }
       for (int64_t i = 0; i < mq; ++i) {
         // l == 0 only when every key is masked; a NaN l (NaN input) must stay visible.
@@ -276,6 +418,7 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
   const int64_t B = p.batch, Tq = p.q_len, Tk = p.kv_len, Hq = p.q_heads, Hkv = p.kv_heads;
   const int64_t D = p.head_dim, Dp = pad16(D), G = Hq / Hkv;
   const int64_t ldq = Hq * D, ldk = Hkv * D;
+  constexpr int64_t kBq = V::BQ, kBk = V::BK;
   const int64_t nqb = (Tq + kBq - 1) / kBq, nkb = (Tk + kBk - 1) / kBk;
   const float c2 = p.scale * kLog2e;
 
@@ -300,19 +443,19 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
   // Partial dQ of a chunk: [G][Tq][Dp].
   std::vector<float> partial(nchunks > 1 ? ntasks * G * Tq * Dp : 0, 0.0f);
   if (nchunks == 1) std::fill(dq, dq + B * Tq * Hq * D, 0.0f);
+  static thread_local Scratch qbuf, dobuf;
+  const float* qh = pack_heads(q, B, Tq, Hq, D, qbuf);  // [B][Hq][Tq][Dp]
+  const float* doh = pack_heads(dout, B, Tq, Hq, D, dobuf);
 
 #pragma omp parallel
   {
-    std::vector<float> buf(3 * kBk * Dp + 2 * Dp * kBk + 2 * kBq * Dp + 2 * kBq * kBk +
-                           kBq * Dp);
+    TileBuffer buf(3 * kBk * Dp + 2 * Dp * kBk + 2 * kBq * kBk + kBq * Dp);
     float* Kr = buf.data();     // [kBk][Dp]
     float* dK = Kr + kBk * Dp;  // [kBk][Dp]
     float* dV = dK + kBk * Dp;  // [kBk][Dp]
     float* Kt = dV + kBk * Dp;  // [D][kBk]
     float* Vt = Kt + Dp * kBk;  // [D][kBk]
-    float* Qr = Vt + Dp * kBk;  // [kBq][Dp]
-    float* dOr = Qr + kBq * Dp; // [kBq][Dp]
-    float* S = dOr + kBq * Dp;  // [kBq][kBk], becomes P
+    float* S = Vt + Dp * kBk;   // [kBq][kBk], becomes P
     float* dP = S + kBq * kBk;  // [kBq][kBk], becomes dS
     float* dQt = dP + kBq * kBk;  // [kBq][Dp]
 
@@ -334,10 +477,16 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
           for (int64_t qb = qb0; qb < nqb; ++qb) {
             const int64_t i0 = qb * kBq, mq = std::min(kBq, Tq - i0);
             const int64_t row0 = (b * Tq + i0) * ldq + h * D;
-            pack_rows(q + row0, ldq, mq, D, Qr, Dp);
-            pack_rows(dout + row0, ldq, mq, D, dOr, Dp);
-            gemm<V>(mq, nkp, D, Qr, Dp, 1, Kt, kBk, S, kBk, false, nullptr);
-            gemm<V>(mq, nkp, D, dOr, Dp, 1, Vt, kBk, dP, kBk, false, nullptr);
+            const float* Qr = qh + ((b * Hq + h) * Tq + i0) * Dp;    // [mq][Dp]
+            const float* dOr = doh + ((b * Hq + h) * Tq + i0) * Dp;  // [mq][Dp]
+            // On the diagonal: score micro-tiles of keys all after their queries are skipped
+            // (zeroed below), and each product sums only the query/key pairs that see each other.
+            const bool diag = p.causal && j0 + nk - 1 > i0;
+            const Causal s_c{diag ? Causal::skip_cols_after_rows : Causal::none, i0 - j0};
+            const Causal kv_c{diag ? Causal::k_begin : Causal::none, j0 - i0};
+            const Causal q_c{diag ? Causal::k_end : Causal::none, i0 - j0};
+            gemm<V>(mq, nkp, D, Qr, Dp, 1, Kt, kBk, S, kBk, false, nullptr, nullptr, nullptr, s_c);
+            gemm<V>(mq, nkp, D, dOr, Dp, 1, Vt, kBk, dP, kBk, false, nullptr, nullptr, nullptr, s_c);
             const float* L = lse2.data() + (b * Hq + h) * Tq + i0;
             const float* De = delta.data() + (b * Hq + h) * Tq + i0;
             for (int64_t i = 0; i < mq; ++i) {
@@ -359,19 +508,20 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
                 }
               }
             }
-            gemm<V>(nk, Dp, mq, S, 1, kBk, dOr, Dp, dV, Dp, true, nullptr);
-            gemm<V>(nk, Dp, mq, dP, 1, kBk, Qr, Dp, dK, Dp, true, nullptr);
+            gemm<V>(nk, Dp, mq, S, 1, kBk, dOr, Dp, dV, Dp, true, nullptr, nullptr, nullptr, kv_c);
+            gemm<V>(nk, Dp, mq, dP, 1, kBk, Qr, Dp, dK, Dp, true, nullptr, nullptr, nullptr, kv_c);
             if (nchunks > 1) {
               float* dst = partial.data() + ((task * G + h - hk * G) * Tq + i0) * Dp;
-              gemm<V>(mq, Dp, nk, dP, kBk, 1, Kr, Dp, dst, Dp, true, nullptr);
+              gemm<V>(mq, Dp, nk, dP, kBk, 1, Kr, Dp, dst, Dp, true, nullptr, nullptr, nullptr, q_c);
             } else if (D == Dp) {
-              gemm<V>(mq, Dp, nk, dP, kBk, 1, Kr, Dp, dq + row0, ldq, true, nullptr);
+              gemm<V>(mq, Dp, nk, dP, kBk, 1, Kr, Dp, dq + row0, ldq, true, nullptr, nullptr, nullptr,
+                      q_c);
             } else {
               for (int64_t i = 0; i < mq; ++i) {
                 std::memcpy(dQt + i * Dp, dq + row0 + i * ldq, D * sizeof(float));
                 std::fill(dQt + i * Dp + D, dQt + (i + 1) * Dp, 0.0f);
               }
-              gemm<V>(mq, Dp, nk, dP, kBk, 1, Kr, Dp, dQt, Dp, true, nullptr);
+              gemm<V>(mq, Dp, nk, dP, kBk, 1, Kr, Dp, dQt, Dp, true, nullptr, nullptr, nullptr, q_c);
               for (int64_t i = 0; i < mq; ++i) {
                 std::memcpy(dq + row0 + i * ldq, dQt + i * Dp, D * sizeof(float));
               }

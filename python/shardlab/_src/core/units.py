@@ -26,7 +26,7 @@ MISSING = "-"
 """What every formatter prints for None or NaN (a quantity the model could not give)."""
 
 _BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
-_TIME_UNITS = ((1e-12, "ps"), (1e-9, "ns"), (1e-6, "µs"), (1e-3, "ms"), (1.0, "s"))
+_TIME_UNITS = ((1e-15, "fs"), (1e-12, "ps"), (1e-9, "ns"), (1e-6, "µs"), (1e-3, "ms"), (1.0, "s"))
 _FLOP_UNITS = ("FLOP", "kFLOP", "MFLOP", "GFLOP", "TFLOP", "PFLOP", "EFLOP")
 _DECIMAL = ("", "k", "M", "G", "T", "P", "E")
 
@@ -94,7 +94,7 @@ def fmt_bytes(n) -> str:
 
 
 def fmt_seconds(s) -> str:
-    """A time in ps, ns, µs, ms or s (min and h past an hour's worth of seconds).
+    """A time in fs, ps, ns, µs, ms or s (min and h past an hour's worth of seconds).
 
     Example:
         >>> fmt_seconds(0), fmt_seconds(1.2345e-5), fmt_seconds(0.0009999), fmt_seconds(5400)
@@ -112,10 +112,10 @@ def fmt_seconds(s) -> str:
     if a >= 99.95:
         return f"{sign}{sig3(a / 60)} min"
     for scale, name in reversed(_TIME_UNITS):
-        if a >= scale * 0.9995 or scale == 1e-12:
+        if a >= scale * 0.9995 or scale == 1e-15:
             m = a / scale
-            if m < 0.01:  # below a picosecond: keep three significant digits, never "0.00 ps"
-                return f"{sign}{m:.3g} ps"
+            if m < 0.9995:  # below a femtosecond: three significant digits in seconds, never "0.00"
+                return f"{sign}{a:.3g} s"
             return f"{sign}{sig3(m)} {name}"
     raise AssertionError("unreachable")
 

@@ -1,0 +1,284 @@
+"""``estimate``: prefill and decode step times of a model on a mesh, with what bounds them.
+
+The book's part 7 equation (1), with communication added from ``shardlab.cost``:
+
+    decode step = B x KV bytes / (chips x W_hbm)                       attention: always HBM-bound
+                + max(2 x B x params / (chips x peak),                 MLP / projections: compute
+                      param bytes / (chips x W_hbm),                   ... or weight loading
+                      collectives of the layout (shardlab.cost))       ... or ICI
+
+    prefill     = max(FLOPs / (chips x peak), (weights + KV written) / (chips x W_hbm), ICI)
+
+:class:`StepModel` holds the per-token pieces so the serving simulator prices every step with
+the same numbers; :func:`estimate` returns an :class:`Estimate` with the memory, the largest
+batch that fits and both step times.
+
+Example:
+    >>> from shardlab.models import presets
+    >>> from shardlab.serve import estimate
+    >>> e = estimate(presets.get("llama2-13b"), "tpu-v5e", {"x": 8}, batch=1, context=8192)
+    >>> round(e.decode.seconds * 1e3, 2), e.decode.bound, e.max_batch
+    (4.99, 'HBM', 15)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import shardlab.cost as cost
+import shardlab.hardware as hardware_presets
+from shardlab.models import ModelConfig, kv_cache_bytes, param_count
+from shardlab.models.dtypes import dtype_bytes
+
+from .sharded import comm_bytes
+
+__all__ = ["estimate", "Estimate", "StepTime", "StepModel", "DTYPES"]
+
+DTYPES = ("params", "kv", "activations", "compute")
+
+
+def _dtypes(dtypes) -> dict:
+    if dtypes is None:
+        dtypes = "bfloat16"
+    if isinstance(dtypes, str):
+        return {k: dtypes for k in DTYPES}
+    bad = set(dtypes) - set(DTYPES)
+    if bad:
+        raise ValueError(f"[estimate] unknown dtype role(s) {sorted(bad)}; use {', '.join(DTYPES)}")
+    out = {k: "bfloat16" for k in DTYPES}
+    out.update(dtypes)
+    return out
+
+
+def _mesh_shape(mesh) -> dict:
+    if isinstance(mesh, int) and not isinstance(mesh, bool):
+        if mesh < 1:
+            raise ValueError(f"[estimate] mesh {mesh} must be >= 1 chips")
+        return {"x": mesh}
+    if hasattr(mesh, "shape") and hasattr(mesh, "axis_names"):
+        return dict(mesh.shape)
+    if isinstance(mesh, dict) and mesh and all(isinstance(v, int) and v >= 1 for v in mesh.values()):
+        return dict(mesh)
+    raise ValueError(f"[estimate] mesh {mesh!r} must be a chip count, a {{axis: size}} dict or a Mesh")
+
+
+def _gb(x: float) -> str:
+    return f"{x / 1e9:.4g} GB"
+
+
+@dataclasses.dataclass(frozen=True)
+class StepTime:
+    """One step: ``seconds`` and its parts; ``bound`` is "HBM", "compute" or "communication"."""
+
+    seconds: float
+    kv_seconds: float
+    weight_seconds: float
+    compute_seconds: float
+    comm_seconds: float
+    bound: str
+    tokens: int
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds else math.inf
+
+
+class StepModel:
+    """Step-time pieces of ``cfg`` on ``chips`` of ``hardware`` under a layout.
+
+    Args:
+        cfg: a ModelConfig, or None with ``params`` and ``kv_bytes_per_token`` given (then
+            communication is not modelled: the layout needs the model's shape).
+        hardware: preset name or Hardware.
+        mesh: chips, ``{axis: size}`` or a Mesh; its hardware axes price the collectives.
+        dtypes: one dtype or ``{"params", "kv", "activations", "compute"}``.
+        strategy: decode layout for the communication term (``shardlab.serve.sharded``).
+        params: parameter count overriding ``param_count(cfg)`` (the book keeps 13e9 while
+            shrinking the KV heads).
+        kv_bytes_per_token: override of ``kv_cache_bytes(cfg, 1).total`` in the KV dtype.
+        comm: price the layout's collectives (False: the book's equation (1) as printed).
+    """
+
+    def __init__(self, cfg: ModelConfig | None, hardware, mesh, dtypes=None, *, strategy: str = "megatron",
+                 params: float | None = None, kv_bytes_per_token: float | None = None, comm: bool = True):
+        self.cfg = cfg
+        self.hw = hardware_presets.get(hardware)
+        if self.hw is None:
+            raise ValueError("[estimate] hardware is required, e.g. 'tpu-v5e'")
+        self.mesh_shape = _mesh_shape(mesh)
+        self.chips = math.prod(self.mesh_shape.values())
+        self.dtypes = _dtypes(dtypes)
+        self.strategy = strategy
+        self.comm = comm
+        if cfg is None and (params is None or kv_bytes_per_token is None):
+            raise ValueError("[estimate] without a ModelConfig pass params= and kv_bytes_per_token=")
+        if cfg is not None and strategy in ("megatron", "moe") and cfg.num_heads % self.chips:
+            raise ValueError(f"[estimate] num_heads {cfg.num_heads} is not divisible by the {self.chips} "
+                             f"chips of the model-parallel mesh {self.mesh_shape}; use a mesh whose size "
+                             f"divides {cfg.num_heads}")
+        pc = param_count(cfg) if cfg is not None else None
+        self.params = float(params if params is not None else pc.total)
+        self.active_params = float(params if params is not None else pc.active)
+        self.param_bytes = self.params * dtype_bytes(self.dtypes["params"], "estimate")
+        self.kv_bytes_per_token = float(kv_bytes_per_token if kv_bytes_per_token is not None
+                                        else kv_cache_bytes(cfg, 1, self.dtypes["kv"]).total)
+        self.peak, _ = cost.peak_flops(self.hw, self.dtypes["compute"])
+        self.hbm_bw = self.chips * self.hw.hbm_bandwidth
+        self.flops = self.chips * self.peak
+        self.hbm_bytes = self.chips * self.hw.hbm_capacity
+        self._comm: dict = {}
+
+    # -- pieces ---------------------------------------------------------------------------------
+    def comm_seconds(self, batch_tokens: int) -> float:
+        """Collectives of one step moving ``batch_tokens`` activation rows (0 on one chip)."""
+        if self.cfg is None or not self.comm or self.chips == 1 or batch_tokens == 0:
+            return 0.0
+        if batch_tokens not in self._comm:
+            rows = comm_bytes(self.cfg, self.strategy, self.mesh_shape, batch_tokens,
+                              dtype_bytes(self.dtypes["activations"], "estimate"))
+            t = 0.0
+            for (op, axes), r in rows.items():
+                n, v = r["group_size"], r["bytes_each"]
+                nbytes = {"all_gather": n * v, "all_to_all": n * v}.get(op, v)
+                t += r["calls"] * cost.collective_time(op, nbytes, axes=axes, mesh_shape=self.mesh_shape,
+                                                       hardware=self.hw).seconds
+            self._comm[batch_tokens] = t
+        return self._comm[batch_tokens]
+
+    def step(self, decode_batch: int = 0, kv_tokens: float = 0.0, prefill_tokens: int = 0,
+             attention_pairs: float = 0.0, verify_tokens: int = 1) -> StepTime:
+        """One engine step: ``decode_batch`` sequences (``verify_tokens`` tokens each, > 1 when a
+        speculative draft is checked) reading ``kv_tokens`` cached tokens, plus
+        ``prefill_tokens`` prompt tokens whose causal attention covers ``attention_pairs``
+        (query, key) pairs. Time = KV traffic + max(weights, FLOPs, collectives)."""
+        tokens = decode_batch * verify_tokens + prefill_tokens
+        t_kv = (kv_tokens + prefill_tokens) * self.kv_bytes_per_token / self.hbm_bw
+        t_w = self.param_bytes / self.hbm_bw
+        flops = 2.0 * tokens * self.active_params
+        if self.cfg is not None:
+            flops += 4.0 * self.cfg.num_layers * attention_pairs * self.cfg.num_heads * self.cfg.head_dim
+        t_c = flops / self.flops
+        t_x = self.comm_seconds(tokens)
+        worst = max(t_w, t_c, t_x)
+        if t_kv >= worst or worst == t_w:
+            bound = "HBM"
+        else:
+            bound = "compute" if worst == t_c else "communication"
+        return StepTime(t_kv + worst, t_kv, t_w, t_c, t_x, bound, tokens)
+
+    def decode(self, batch: int, kv_tokens: float) -> StepTime:
+        """A decode step of ``batch`` sequences holding ``kv_tokens`` cached tokens in all
+        (the book's equation (1) plus collectives)."""
+        return self.step(batch, kv_tokens)
+
+    def prefill(self, tokens: int, batch: int = 1, context: int = 0) -> StepTime:
+        """Prefill of ``tokens`` new tokens per sequence after ``context`` cached ones."""
+        pairs = batch * tokens * (context + (tokens + 1) / 2)
+        return self.step(0, batch * context, batch * tokens, pairs)
+
+    def max_batch(self, context: int) -> int:
+        free = self.hbm_bytes - self.param_bytes
+        if free < 0 or context <= 0:
+            return 0
+        return int(free // (context * self.kv_bytes_per_token))
+
+
+@dataclasses.dataclass(frozen=True)
+class Estimate:
+    """What :func:`estimate` returns (bytes, seconds, tokens per second)."""
+
+    model: str
+    hardware: str
+    mesh_shape: dict
+    chips: int
+    batch: int
+    context: int
+    dtypes: dict
+    params: float
+    param_bytes: float
+    kv_bytes_per_token: float
+    kv_bytes: float
+    memory_bytes: float
+    hbm_bytes: float
+    max_batch: int
+    prefill: StepTime
+    decode: StepTime
+
+    @property
+    def fits(self) -> bool:
+        return self.memory_bytes <= self.hbm_bytes
+
+    @property
+    def ttft(self) -> float:
+        return self.prefill.seconds
+
+    def check_fits(self) -> "Estimate":
+        """Raises ValueError saying by how much the batch misses, and the largest that fits."""
+        if not self.fits:
+            raise ValueError(
+                f"[estimate] batch {self.batch} at context {self.context} needs {_gb(self.memory_bytes)} "
+                f"(params {_gb(self.param_bytes)} + KV {_gb(self.kv_bytes)}) but {self.chips} x "
+                f"{self.hardware} hold {_gb(self.hbm_bytes)}: short by {_gb(self.memory_bytes - self.hbm_bytes)}; "
+                f"the largest batch that fits is {self.max_batch}")
+        return self
+
+    def rows(self) -> list[tuple[str, str]]:
+        d, p = self.decode, self.prefill
+        return [("model", self.model), ("mesh", f"{self.mesh_shape} of {self.hardware}"),
+                ("batch x context", f"{self.batch} x {self.context}"),
+                ("params", _gb(self.param_bytes)), ("KV cache", _gb(self.kv_bytes)),
+                ("memory / HBM", f"{_gb(self.memory_bytes)} / {_gb(self.hbm_bytes)}"
+                 + ("" if self.fits else " (does not fit)")),
+                ("largest batch", str(self.max_batch)),
+                ("prefill", f"{p.seconds * 1e3:.4g} ms ({p.bound}-bound)"),
+                ("decode step", f"{d.seconds * 1e3:.4g} ms ({d.bound}-bound): KV {d.kv_seconds * 1e3:.3g} ms, "
+                                f"weights {d.weight_seconds * 1e3:.3g} ms, compute {d.compute_seconds * 1e3:.3g} ms, "
+                                f"ICI {d.comm_seconds * 1e3:.3g} ms"),
+                ("decode throughput", f"{d.tokens_per_s:.5g} tokens/s")]
+
+    def text(self) -> str:
+        return "\n".join(f"{k:>18}: {v}" for k, v in self.rows())
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def _repr_html_(self) -> str:
+        body = "".join(f"<tr><th style='text-align:right'>{k}</th><td>{v}</td></tr>" for k, v in self.rows())
+        return f"<table>{body}</table>"
+
+
+def estimate(cfg: ModelConfig | None, hardware, mesh, batch: int, context: int, dtypes=None, *,
+             strategy: str = "megatron", prompt_len: int | None = None, params: float | None = None,
+             kv_bytes_per_token: float | None = None, comm: bool = True, strict: bool = False) -> Estimate:
+    """Prefill and decode of ``batch`` sequences at ``context`` cached tokens.
+
+    Args:
+        cfg: the model (or None with ``params`` and ``kv_bytes_per_token``).
+        hardware: preset name ("tpu-v5e", "h100", ...).
+        mesh: chips, ``{axis: size}`` or a Mesh.
+        batch: sequences decoded together.
+        context: tokens in each sequence's KV cache during decode.
+        dtypes: "bfloat16", "int8", ... or ``{"params", "kv", "activations", "compute"}``.
+        strategy: the decode layout whose collectives are priced.
+        prompt_len: prefill length (default ``context``).
+        params, kv_bytes_per_token: overrides (see :class:`StepModel`).
+        comm: price the collectives (False reproduces the book's tables, which leave ICI out).
+        strict: raise (with the shortfall) when the batch does not fit in HBM.
+    """
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"[estimate] batch {batch!r} must be an int >= 1")
+    if isinstance(context, bool) or not isinstance(context, int) or context < 1:
+        raise ValueError(f"[estimate] context {context!r} must be an int >= 1")
+    if cfg is not None and not isinstance(cfg, ModelConfig):
+        raise TypeError(f"[estimate] expected a ModelConfig, got {type(cfg).__name__}")
+    m = StepModel(cfg, hardware, mesh, dtypes, strategy=strategy, params=params,
+                  kv_bytes_per_token=kv_bytes_per_token, comm=comm)
+    kv = batch * context * m.kv_bytes_per_token
+    est = Estimate(model=(cfg.name or "model") if cfg is not None else f"{m.params:.3g}-param model",
+                   hardware=m.hw.name, mesh_shape=m.mesh_shape, chips=m.chips, batch=batch, context=context,
+                   dtypes=m.dtypes, params=m.params, param_bytes=m.param_bytes,
+                   kv_bytes_per_token=m.kv_bytes_per_token, kv_bytes=kv, memory_bytes=m.param_bytes + kv,
+                   hbm_bytes=m.hbm_bytes, max_batch=m.max_batch(context),
+                   prefill=m.prefill(prompt_len or context, batch), decode=m.decode(batch, batch * context))
+    return est.check_fits() if strict else est

@@ -1,0 +1,508 @@
+"""A discrete-event serving simulator (SimPy) whose step times come from ``serve.estimate``.
+
+Engines do continuous batching: a request joins the running batch as soon as it has a slot and
+KV blocks (reserved for prompt + output at admission, so nothing is ever preempted), and leaves
+the step it finishes. Two layouts:
+
+* ``interleaved``: each replica runs prefill and decode on the same chips; a step carries up
+  to ``chunk_size`` prompt tokens (chunked prefill) plus one token of every running sequence,
+  so a long prompt stalls decoding for as long as its chunks take, and no longer.
+* ``disaggregated``: prefill replicas run prompts at batch 1; the KV cache then crosses the
+  interconnect (``prompt_len x KV bytes per token`` over one link, FIFO) to a decode replica.
+
+Step time is ``StepModel.step``: KV traffic + max(weights, FLOPs, collectives) -- the formula of
+the book's tables -- so a decode-only step at batch B and context S takes exactly what
+``estimate`` prints. Between events the engine jumps over runs of identical-shaped decode steps
+in closed form (step k costs a + c (S0 + k dS), a sum of an arithmetic series), so a simulation
+costs a few events per request, not one per token.
+
+Prefix caching (an LRU over blocks of shared prompt prefixes, :class:`PrefixCache`) skips the
+cached part of a prompt; speculative decoding with ``k`` draft tokens and acceptance rate
+``a`` emits (1 - a^(k+1)) / (1 - a) tokens per verify step, which reads the KV cache once but
+does the FLOPs of k + 1 tokens, plus k draft steps at ``draft_cost`` of a target step.
+
+Example:
+    >>> from shardlab.models import presets
+    >>> from shardlab.serve import StepModel
+    >>> from shardlab.serve.simulator import ServingConfig, simulate
+    >>> from shardlab.serve.workload import poisson_requests
+    >>> model = StepModel(presets.get("llama3-8b"), "tpu-v5e", {"x": 8})
+    >>> reqs = poisson_requests(200, rate=20.0, prompt_len=("uniform", 200, 800), output_len=64, seed=0)
+    >>> r = simulate(reqs, model, ServingConfig(max_batch=32))
+    >>> r.completed, bool(r.ttft.min() > 0), bool(r.tpot.min() >= model.decode(1, 200).seconds)
+    (200, True, True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+from collections import deque
+
+import numpy as np
+import simpy
+
+from .estimate import StepModel
+from .prefix_cache import PrefixCache
+
+__all__ = ["ServingConfig", "SimResult", "simulate", "sweep", "plot_throughput_latency", "tokens_per_verify"]
+
+
+@dataclasses.dataclass
+class ServingConfig:
+    """How the serving system is laid out.
+
+    Attributes:
+        mode: "interleaved" or "disaggregated".
+        max_batch: decode slots per engine.
+        chunk_size: prompt tokens per interleaved step (None: a whole prompt per step).
+        replicas: interleaved engines (requests go round-robin).
+        prefill_replicas, decode_replicas: disaggregated pools.
+        block_size: tokens per KV block.
+        kv_capacity_tokens: KV tokens an engine holds (None: HBM left after the weights).
+        prefix_cache_blocks: LRU capacity in blocks (0: no prefix cache).
+        transfer_bandwidth: bytes/s of the prefill -> decode link (None: the hardware's DCN).
+        transfer_latency: seconds per transfer (None: the hardware's DCN latency).
+        speculative_k: draft tokens per verify step (0: plain decoding).
+        acceptance: probability a draft token is accepted.
+        draft_cost: a draft step's time as a fraction of a target decode step.
+    """
+
+    mode: str = "interleaved"
+    max_batch: int = 64
+    chunk_size: int | None = 512
+    replicas: int = 1
+    prefill_replicas: int = 1
+    decode_replicas: int = 1
+    block_size: int = 16
+    kv_capacity_tokens: int | None = None
+    prefix_cache_blocks: int = 0
+    transfer_bandwidth: float | None = None
+    transfer_latency: float | None = None
+    speculative_k: int = 0
+    acceptance: float = 0.0
+    draft_cost: float = 0.05
+
+    def __post_init__(self):
+        if self.mode not in ("interleaved", "disaggregated"):
+            raise ValueError(f"[simulate] mode {self.mode!r} must be 'interleaved' or 'disaggregated'")
+        for f in ("max_batch", "replicas", "prefill_replicas", "decode_replicas", "block_size"):
+            if getattr(self, f) < 1:
+                raise ValueError(f"[simulate] {f} {getattr(self, f)} must be >= 1")
+        if self.chunk_size is not None and self.chunk_size < 1:
+            raise ValueError(f"[simulate] chunk_size {self.chunk_size} must be >= 1 or None")
+        if not 0.0 <= self.acceptance <= 1.0:
+            raise ValueError(f"[simulate] acceptance {self.acceptance} must be in [0, 1]")
+
+
+def tokens_per_verify(k: int, acceptance: float) -> float:
+    """Expected tokens per verify step with k draft tokens accepted independently with
+    probability a: 1 + a + ... + a^k = (1 - a^(k+1)) / (1 - a)."""
+    if k == 0:
+        return 1.0
+    if acceptance >= 1.0:
+        return float(k + 1)
+    return (1 - acceptance ** (k + 1)) / (1 - acceptance)
+
+
+class _Req:
+    __slots__ = ("r", "todo", "done", "cached", "blocks", "start_step", "ctx")
+
+    def __init__(self, r):
+        self.r = r
+        self.todo = r.prompt_len
+        self.done = 0
+        self.cached = 0
+        self.blocks = 0
+        self.start_step = 0
+        self.ctx = 0.0
+
+
+class _Engine:
+    """One replica's continuous-batching loop."""
+
+    def __init__(self, env, sim, model: StepModel, cfg: ServingConfig, capacity_blocks: int, prefill: bool):
+        self.env, self.sim, self.model, self.cfg = env, sim, model, cfg
+        self.capacity, self.prefill_enabled = capacity_blocks, prefill
+        self.queue: deque = deque()
+        self.prefilling: deque = deque()
+        self.heap: list = []
+        self.seq = 0
+        self.counter = 0
+        self.S = 0.0
+        self.blocks_used = 0
+        self.util_area = 0.0
+        self.wake = None
+        self.g = tokens_per_verify(cfg.speculative_k, cfg.acceptance)
+        self._lines: dict = {}
+        self.prefix = PrefixCache(cfg.prefix_cache_blocks) if prefill else None
+        env.process(self.run())
+
+    # -- admission ------------------------------------------------------------------------------
+    def put(self, q: _Req) -> None:
+        self.queue.append(q)
+        if self.wake is not None and not self.wake.triggered:
+            self.wake.succeed()
+
+    def _room(self) -> bool:
+        return len(self.heap) + len(self.prefilling) < self.cfg.max_batch
+
+    def _admit(self) -> None:
+        bs = self.cfg.block_size
+        while self.queue and self._room():
+            q = self.queue[0]
+            need = -(-(q.r.prompt_len + q.r.output_len) // bs)
+            if need > self.capacity:
+                self.queue.popleft()
+                self.sim.rejected.append(q.r.id)
+                continue
+            if self.blocks_used + need > self.capacity:
+                break
+            self.queue.popleft()
+            q.blocks = need
+            self.blocks_used += need
+            if self.prefill_enabled:
+                self.sim.lookup_prefix(self.prefix, q)
+                self.prefilling.append(q)
+            else:
+                self._start_decoding(q)
+
+    def _start_decoding(self, q: _Req) -> None:
+        q.ctx = float(q.r.prompt_len)
+        self.S += q.ctx
+        rest = q.r.output_len - 1
+        if rest <= 0:
+            self._finish(q, self.env.now)
+            return
+        q.start_step = self.counter
+        self.seq += 1
+        heapq.heappush(self.heap, (self.counter + math.ceil(rest / self.g - 1e-9), self.seq, q))
+
+    def _finish(self, q: _Req, t: float) -> None:
+        self.sim.finish[q.r.id] = t
+        self.blocks_used -= q.blocks
+
+    # -- step times -----------------------------------------------------------------------------
+    def _line(self, B: int):
+        """(a, c): a decode step at batch B over S cached tokens takes a + c S."""
+        if B not in self._lines:
+            k = self.cfg.speculative_k
+            m = self.model
+            a = m.step(B, 0.0, verify_tokens=k + 1).seconds + k * self.cfg.draft_cost * m.decode(B, 0.0).seconds
+            c = m.kv_bytes_per_token / m.hbm_bw * (1 + k * self.cfg.draft_cost)
+            self._lines[B] = (a, c)
+        return self._lines[B]
+
+    @staticmethod
+    def _cum(n, a, c, S0, dS):
+        return n * a + c * (n * S0 + dS * n * (n - 1) / 2)
+
+    def _steps_within(self, e, a, c, S0, dS, cap) -> int:
+        A, Bq = c * dS / 2, a + c * S0 - c * dS / 2
+        n = int((-Bq + math.sqrt(Bq * Bq + 4 * A * e)) / (2 * A)) if A > 0 else int(e / Bq)
+        n = max(0, min(n, cap))
+        while n < cap and self._cum(n + 1, a, c, S0, dS) <= e:
+            n += 1
+        while n > 0 and self._cum(n, a, c, S0, dS) > e:
+            n -= 1
+        return n
+
+    # -- the loop -------------------------------------------------------------------------------
+    def run(self):
+        env, cfg = self.env, self.cfg
+        while True:
+            self._admit()
+            if not self.prefilling and not self.heap:
+                self.wake = env.event()
+                yield self.wake
+                self.wake = None
+                continue
+            t0 = env.now
+            if self.prefilling:
+                yield from self._mixed_step()
+                continue
+            B = len(self.heap)
+            a, c = self._line(B)
+            dS = B * self.g
+            n_fin = self.heap[0][0] - self.counter
+            T = self._cum(n_fin, a, c, self.S, dS)
+            if self._room():       # an arrival could join before the stretch ends
+                self.wake = env.event()
+                timer = env.timeout(T)
+                yield timer | self.wake
+                self.wake = None
+                if not timer.triggered or env.now < t0 + T:
+                    n = min(self._steps_within(env.now - t0, a, c, self.S, dS, n_fin) + 1, n_fin)
+                    end = t0 + self._cum(n, a, c, self.S, dS)
+                    if end > env.now:
+                        yield env.timeout(end - env.now)
+                else:
+                    n = n_fin
+            else:
+                yield env.timeout(T)
+                n = n_fin
+            self.util_area += self.blocks_used * (env.now - t0)
+            self.S += n * dS
+            self.counter += n
+            while self.heap and self.heap[0][0] <= self.counter:
+                fs, _, q = heapq.heappop(self.heap)
+                self.S -= q.ctx + (fs - q.start_step) * self.g
+                self._finish(q, env.now)      # a stretch ends at its first finish
+
+    def _mixed_step(self):
+        env, cfg = self.env, self.cfg
+        t0 = env.now
+        budget = cfg.chunk_size or self.prefilling[0].todo     # None: one whole prompt per step
+        tokens, pairs, ctx, done = 0, 0.0, 0, []
+        for q in self.prefilling:
+            take = min(budget, q.todo)
+            pairs += take * (q.cached + q.done + (take + 1) / 2)
+            ctx += q.cached + q.done                               # cached keys this chunk reads
+            q.done += take
+            q.todo -= take
+            tokens += take
+            budget -= take
+            if q.todo == 0:
+                done.append(q)
+            if budget <= 0:
+                break
+        B = len(self.heap)
+        k = cfg.speculative_k
+        st = self.model.step(B, self.S + ctx, tokens, pairs, verify_tokens=k + 1).seconds
+        if B and k:
+            st += k * cfg.draft_cost * self.model.decode(B, self.S).seconds
+        yield env.timeout(st)
+        self.util_area += self.blocks_used * st
+        if B:
+            self.counter += 1
+            self.S += B * self.g
+            while self.heap and self.heap[0][0] <= self.counter:
+                fs, _, q = heapq.heappop(self.heap)
+                self.S -= q.ctx + (fs - q.start_step) * self.g
+                self._finish(q, env.now)
+        for q in done:
+            self.prefilling.remove(q)
+            self.sim.first_token[q.r.id] = env.now
+            self.sim.insert_prefix(self.prefix, q)
+            self._start_decoding(q)
+
+
+class _Sim:
+    """Per-request times and the prefix bookkeeping shared by the engines."""
+
+    def __init__(self, requests, cfg: ServingConfig):
+        n = len(requests)
+        self.cfg = cfg
+        self.first_token = np.full(n, np.nan)
+        self.finish = np.full(n, np.nan)
+        self.rejected: list = []
+
+    def lookup_prefix(self, cache, q: _Req) -> None:
+        r = q.r
+        if cache is None or r.prefix_id is None or r.prefix_len <= 0:
+            return
+        hit = cache.lookup(r.prefix_id, r.prefix_len // self.cfg.block_size)
+        q.cached = min(hit * self.cfg.block_size, r.prompt_len - 1)   # the last token is always run
+        q.todo = r.prompt_len - q.cached
+
+    def insert_prefix(self, cache, q: _Req) -> None:
+        r = q.r
+        if cache is not None and r.prefix_id is not None and r.prefix_len > 0:
+            cache.insert(r.prefix_id, r.prefix_len // self.cfg.block_size)
+
+
+@dataclasses.dataclass
+class SimResult:
+    """Per-request arrays (seconds) and system figures of one simulation.
+
+    ``ttft`` = first token - arrival, ``tpot`` = (finish - first token) / (output tokens - 1)
+    (requests with one output token have none), ``e2e`` = finish - arrival.
+    """
+
+    mode: str
+    arrival: np.ndarray
+    first_token: np.ndarray
+    finish: np.ndarray
+    output_len: np.ndarray
+    kv_utilization: float
+    prefix_hit_rate: float
+    rejected: list
+    transfer_seconds: float = 0.0
+
+    @property
+    def done(self) -> np.ndarray:
+        return np.isfinite(self.finish)
+
+    @property
+    def completed(self) -> int:
+        return int(self.done.sum())
+
+    @property
+    def ttft(self) -> np.ndarray:
+        return (self.first_token - self.arrival)[self.done]
+
+    @property
+    def e2e(self) -> np.ndarray:
+        return (self.finish - self.arrival)[self.done]
+
+    @property
+    def tpot(self) -> np.ndarray:
+        m = self.done & (self.output_len > 1)
+        return (self.finish - self.first_token)[m] / (self.output_len[m] - 1)
+
+    @property
+    def duration(self) -> float:
+        return float(np.nanmax(self.finish) - self.arrival.min()) if self.completed else 0.0
+
+    @property
+    def throughput(self) -> float:
+        """Output tokens per second over the whole run."""
+        return float(self.output_len[self.done].sum() / self.duration) if self.duration else 0.0
+
+    def summary(self) -> dict:
+        q = lambda a, p: float(np.percentile(a, p)) if len(a) else float("nan")  # noqa: E731
+        return {"mode": self.mode, "completed": self.completed, "rejected": len(self.rejected),
+                "throughput_tok_s": self.throughput,
+                "ttft_p50": q(self.ttft, 50), "ttft_p99": q(self.ttft, 99),
+                "tpot_p50": q(self.tpot, 50), "tpot_p99": q(self.tpot, 99),
+                "e2e_p50": q(self.e2e, 50), "e2e_p99": q(self.e2e, 99),
+                "kv_utilization": self.kv_utilization, "prefix_hit_rate": self.prefix_hit_rate}
+
+    def text(self) -> str:
+        s = self.summary()
+        ms = lambda x: f"{x * 1e3:.4g} ms"  # noqa: E731
+        return (f"{s['mode']}: {s['completed']} done, {s['rejected']} rejected, {s['throughput_tok_s']:.5g} tok/s; "
+                f"TTFT p50 {ms(s['ttft_p50'])} p99 {ms(s['ttft_p99'])}; TPOT p50 {ms(s['tpot_p50'])} "
+                f"p99 {ms(s['tpot_p99'])}; E2E p50 {ms(s['e2e_p50'])}; KV used {s['kv_utilization']:.1%}; "
+                f"prefix hits {s['prefix_hit_rate']:.1%}")
+
+
+def _capacity_blocks(model: StepModel, cfg: ServingConfig) -> int:
+    tokens = cfg.kv_capacity_tokens
+    if tokens is None:
+        free = model.hbm_bytes - model.param_bytes
+        if free <= 0:
+            raise ValueError(f"[simulate] the weights ({model.param_bytes / 1e9:.4g} GB) do not fit in "
+                             f"{model.chips} x {model.hw.name} ({model.hbm_bytes / 1e9:.4g} GB); use more chips")
+        tokens = int(free // model.kv_bytes_per_token)
+    return tokens // cfg.block_size
+
+
+def simulate(requests, model: StepModel, config: ServingConfig | None = None, *,
+             prefill_model: StepModel | None = None) -> SimResult:
+    """Runs ``requests`` (from ``workload``) through the serving system until all finish.
+
+    Args:
+        requests: Request list (any order; sorted by arrival here).
+        model: step times of one engine (decode engines when disaggregated).
+        config: the layout (default: interleaved, batch 64, chunks of 512).
+        prefill_model: step times of a prefill replica (default: ``model``).
+    """
+    cfg = config or ServingConfig()
+    reqs = sorted(requests, key=lambda r: r.arrival)
+    index = {id(r): i for i, r in enumerate(reqs)}
+    env = simpy.Environment()
+    sim = _Sim(reqs, cfg)
+    capacity = _capacity_blocks(model, cfg)
+    transfer_total = [0.0]
+
+    class _View:     # engines record by position in the sorted list
+        __slots__ = ("id", "prompt_len", "output_len", "prefix_id", "prefix_len")
+
+    def view(r):
+        v = _View()
+        v.id, v.prompt_len, v.output_len, v.prefix_id, v.prefix_len = (index[id(r)], r.prompt_len, r.output_len,
+                                                                       r.prefix_id, r.prefix_len)
+        return v
+
+    if cfg.mode == "interleaved":
+        engines = [_Engine(env, sim, model, cfg, capacity, prefill=True) for _ in range(cfg.replicas)]
+        prefix_caches = [e.prefix for e in engines]
+
+        def arrivals():
+            for i, r in enumerate(reqs):
+                if r.arrival > env.now:
+                    yield env.timeout(r.arrival - env.now)
+                engines[i % len(engines)].put(_Req(view(r)))
+    else:
+        pm = prefill_model or model
+        decoders = [_Engine(env, sim, model, cfg, capacity, prefill=False) for _ in range(cfg.decode_replicas)]
+        store = simpy.Store(env)
+        link = simpy.Resource(env, capacity=1)
+        prefix = PrefixCache(cfg.prefix_cache_blocks)
+        prefix_caches = [prefix]
+        bw = cfg.transfer_bandwidth or model.hw.dcn_bandwidth
+        lat = cfg.transfer_latency if cfg.transfer_latency is not None else model.hw.dcn_latency
+        rr = [0]
+
+        def transfer(q):
+            with link.request() as req:
+                yield req
+                t = q.r.prompt_len * model.kv_bytes_per_token / bw + lat
+                transfer_total[0] += t
+                yield env.timeout(t)
+            decoders[rr[0] % len(decoders)].put(q)
+            rr[0] += 1
+
+        def prefill_server():
+            while True:
+                q = yield store.get()
+                sim.lookup_prefix(prefix, q)
+                yield env.timeout(pm.prefill(q.todo, 1, q.cached).seconds)
+                sim.first_token[q.r.id] = env.now
+                sim.insert_prefix(prefix, q)
+                if q.r.output_len <= 1:
+                    sim.finish[q.r.id] = env.now
+                else:
+                    env.process(transfer(q))
+
+        for _ in range(cfg.prefill_replicas):
+            env.process(prefill_server())
+        engines = decoders
+
+        def arrivals():
+            for r in reqs:
+                if r.arrival > env.now:
+                    yield env.timeout(r.arrival - env.now)
+                store.put(_Req(view(r)))
+
+    env.process(arrivals())
+    env.run()
+    end = env.now
+    start = reqs[0].arrival if reqs else 0.0
+    span = max(end - start, 1e-30)
+    util = sum(e.util_area for e in engines) / (len(engines) * capacity * span) if capacity else 0.0
+    lookups = sum(c.lookups for c in prefix_caches if c is not None)
+    hits = sum(c.hits for c in prefix_caches if c is not None)
+    return SimResult(cfg.mode, np.array([r.arrival for r in reqs]), sim.first_token, sim.finish,
+                     np.array([r.output_len for r in reqs]), util, hits / lookups if lookups else 0.0,
+                     sim.rejected, transfer_total[0])
+
+
+def sweep(make_requests, rates, model: StepModel, config: ServingConfig | None = None, **kw) -> list:
+    """``simulate(make_requests(rate), ...)`` for every arrival rate; returns SimResults."""
+    return [simulate(make_requests(rate), model, config, **kw) for rate in rates]
+
+
+def plot_throughput_latency(curves: dict, metric: str = "tpot", percentile: float = 50, ax=None):
+    """Throughput (tokens/s) against a latency percentile, one line per label.
+
+    Args:
+        curves: ``{label: [SimResult, ...]}`` (e.g. one sweep per layout).
+        metric: "tpot", "ttft" or "e2e".
+    """
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 4))
+    for label, results in curves.items():
+        xs = [r.throughput for r in results]
+        ys = [float(np.percentile(getattr(r, metric), percentile)) * 1e3 for r in results]
+        ax.plot(xs, ys, marker="o", label=label)
+    ax.set_xlabel("throughput (output tokens/s)")
+    ax.set_ylabel(f"{metric.upper()} p{percentile:g} (ms)")
+    ax.set_yscale("log")
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    return ax.figure

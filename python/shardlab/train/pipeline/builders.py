@@ -1,0 +1,152 @@
+"""The schedule builders: GPipe, 1F1B (PipeDream-flush), interleaved 1F1B and zero-bubble ZB-H1.
+
+Each builder returns a :class:`~shardlab.train.pipeline.schedule.Schedule` whose per-device compute
+order is the published one, with sends placed right after the compute that produces the data and
+receives right before the compute that needs it. ``num_layers`` (optional) splits a model's layers
+over the ``p * v`` virtual stages and rejects more stages than layers.
+
+Example:
+    >>> from shardlab.train import pipeline as pp
+    >>> print(pp.one_f_one_b(3, 4))
+    stage 0: F0 F1 F2 B0 F3 B1 B2 B3
+    stage 1: F0 F1 B0 F2 B1 F3 B2 B3
+    stage 2: F0 B0 F1 B1 F2 B2 F3 B3
+"""
+
+from __future__ import annotations
+
+from .schedule import (BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD, Action, Schedule, check_sizes,
+                       with_comms)
+
+__all__ = ["gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "SCHEDULES"]
+
+
+def gpipe(p: int, m: int, *, forward_only: bool = False, num_layers: int | None = None) -> Schedule:
+    """GPipe: every device runs all m forwards, then all m backwards.
+
+    Args:
+        p: pipeline stages (devices); m: microbatches.
+        forward_only: no backward (an inference or forward-timing pipeline).
+        num_layers: optional; the model's layers are split over the p stages.
+
+    Example:
+        >>> print(gpipe(2, 3))
+        stage 0: F0 F1 F2 B0 B1 B2
+        stage 1: F0 F1 F2 B0 B1 B2
+    """
+    layers = check_sizes("gpipe", p, m, num_layers=num_layers)
+    compute = []
+    for s in range(p):
+        acts = [Action(FORWARD, s, i) for i in range(m)]
+        if not forward_only:
+            acts += [Action(BACKWARD, s, i) for i in range(m)]
+        compute.append(acts)
+    return with_comms("gpipe-forward" if forward_only else "gpipe", p, m, 1, compute, layers=layers)
+
+
+def one_f_one_b(p: int, m: int, *, num_layers: int | None = None) -> Schedule:
+    """1F1B (PipeDream-flush): p - 1 - s warm-up forwards on stage s, then one forward and one
+    backward in turn, then the remaining backwards. At most p - s microbatches live on stage s.
+
+    Example:
+        >>> one_f_one_b(4, 8).compute(0)[:5]
+        [Action(kind='forward', stage=0, microbatch=0, chunk=0, payload=None), Action(kind='forward', stage=0, microbatch=1, chunk=0, payload=None), Action(kind='forward', stage=0, microbatch=2, chunk=0, payload=None), Action(kind='forward', stage=0, microbatch=3, chunk=0, payload=None), Action(kind='backward', stage=0, microbatch=0, chunk=0, payload=None)]
+    """
+    layers = check_sizes("one_f_one_b", p, m, num_layers=num_layers)
+    compute = []
+    for s in range(p):
+        warm = min(p - 1 - s, m)
+        acts = [Action(FORWARD, s, i) for i in range(warm)]
+        for i in range(m - warm):
+            acts += [Action(FORWARD, s, warm + i), Action(BACKWARD, s, i)]
+        acts += [Action(BACKWARD, s, i) for i in range(m - warm, m)]
+        compute.append(acts)
+    return with_comms("1f1b", p, m, 1, compute, layers=layers)
+
+
+def interleaved_1f1b(p: int, m: int, v: int, *, num_layers: int | None = None) -> Schedule:
+    """Interleaved 1F1B (Megatron-LM): v chunks per device, virtual stage ``c * p + s`` on device s.
+
+    Microbatches go through a device's chunks in groups of p (forward: chunk 0 of microbatches
+    0..p-1, then chunk 1 of the same ones, ...; backward from the last chunk), with
+    ``2 (p - 1 - s) + (v - 1) p`` warm-up forwards on device s. With v = 1 this is 1F1B.
+
+    Raises:
+        ValueError: m not a multiple of p (the groups of p microbatches need it).
+
+    Example:
+        >>> print(interleaved_1f1b(2, 2, 2))
+        stage 0: F0 F1 F0.1 F1.1 B0.1 B1.1 B0 B1
+        stage 1: F0 F1 F0.1 B0.1 F1.1 B1.1 B0 B1
+    """
+    layers = check_sizes("interleaved_1f1b", p, m, v, num_layers=num_layers)
+    if v == 1:
+        return one_f_one_b(p, m, num_layers=num_layers)
+    if m % p:
+        raise ValueError(f"[interleaved_1f1b] m={m} microbatches is not a multiple of p={p} stages: the interleaved "
+                         f"schedule sends microbatches through each device's chunks in groups of p; use m = "
+                         f"{(m // p + 1) * p} (or another multiple of {p})")
+    total = m * v
+
+    def unit(k: int, backward: bool) -> tuple[int, int]:
+        group, r = divmod(k, p * v)
+        chunk = r // p
+        return group * p + r % p, (v - 1 - chunk if backward else chunk)
+
+    compute = []
+    for s in range(p):
+        warm = min(2 * (p - 1 - s) + (v - 1) * p, total)
+        acts = []
+        for k in range(warm):
+            mb, c = unit(k, False)
+            acts.append(Action(FORWARD, s, mb, c))
+        for i in range(total - warm):
+            mb, c = unit(warm + i, False)
+            acts.append(Action(FORWARD, s, mb, c))
+            mb, c = unit(i, True)
+            acts.append(Action(BACKWARD, s, mb, c))
+        for k in range(total - warm, total):
+            mb, c = unit(k, True)
+            acts.append(Action(BACKWARD, s, mb, c))
+        compute.append(acts)
+    return with_comms("interleaved-1f1b", p, m, v, compute, layers=layers)
+
+
+def zb_h1(p: int, m: int, *, num_layers: int | None = None) -> Schedule:
+    """ZB-H1 (zero bubble, Qi et al. 2023): 1F1B with the backward split into the input gradient
+    (I, on the critical path) and the weight gradient (W, which nothing downstream waits for).
+
+    Stage s keeps 1F1B's p - 1 - s warm-up forwards and defers up to s weight gradients, so every
+    stage holds at most p microbatches' activations (1F1B's peak, on stage 0) while the deferred
+    W's fill the cool-down bubble.
+
+    Example:
+        >>> print(zb_h1(2, 3))
+        stage 0: F0 F1 I0 W0 F2 I1 W1 I2 W2
+        stage 1: F0 I0 F1 I1 W0 F2 I2 W1 W2
+    """
+    layers = check_sizes("zb_h1", p, m, num_layers=num_layers)
+    compute = []
+    for s in range(p):
+        warm = min(p - 1 - s, m)
+        acts = [Action(FORWARD, s, i) for i in range(warm)]
+        next_w = 0
+
+        def backward(i: int) -> None:
+            nonlocal next_w
+            acts.append(Action(BACKWARD_INPUT, s, i))
+            if i + 1 - next_w > s:           # more than s weight gradients pending: run the oldest
+                acts.append(Action(BACKWARD_WEIGHT, s, next_w))
+                next_w += 1
+
+        for i in range(m - warm):
+            acts.append(Action(FORWARD, s, warm + i))
+            backward(i)
+        for i in range(m - warm, m):
+            backward(i)
+        acts += [Action(BACKWARD_WEIGHT, s, i) for i in range(next_w, m)]
+        compute.append(acts)
+    return with_comms("zb-h1", p, m, 1, compute, layers=layers)
+
+
+SCHEDULES = {"gpipe": gpipe, "1f1b": one_f_one_b, "interleaved-1f1b": interleaved_1f1b, "zb-h1": zb_h1}

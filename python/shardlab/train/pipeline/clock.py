@@ -1,0 +1,242 @@
+"""A per-device clock that times a schedule while honouring its data dependencies.
+
+Model. Each device has one compute stream that runs its compute actions (forward, backward,
+input / weight gradient) back to back in the schedule's order. A send runs on the link from its
+device to the neighbour, starting when the compute that made the data has finished and the link
+is free (sends on one link go one at a time); it does not hold up the compute stream. A receive
+blocks the compute stream until the matching send has finished, as a blocking receive does.
+So a forward of microbatch i on stage s starts after the forward of i on stage s - 1 plus the
+send time, a backward after the backward of the next stage plus the send time, and everything
+after the previous action of the same device.
+
+Why not SimPy: the schedule already fixes each device's order, so the only waiting is a receive
+on its send. One pass that advances every device until it reaches a receive whose send is not
+clocked yet, and resumes it when that send is clocked, gives the exact times with each action
+visited once (O(actions)); an event-queue simulator would add processes and a heap for the
+same answer. A device that can never resume is a deadlock, reported with the receives waited on.
+
+Measured quantities (see :class:`Timeline`): the step time (the last compute or send to finish),
+the bubble fraction = idle compute time / total device time = ``1 - sum(busy) / (p * step)``
+(the survey's second way of computing the bubble ratio: the empty area of the timeline over its
+whole area), and each device's peak count of live microbatch activations (a forward's
+activations are held until its whole backward, or its weight gradient, finishes).
+
+Example:
+    >>> from shardlab.train import pipeline as pp
+    >>> t = pp.clock(pp.one_f_one_b(4, 8), pp.Durations(forward=1, backward=2))
+    >>> t.step_time, round(t.bubble_fraction, 4), t.peak_activations
+    (33.0, 0.2727, (4, 3, 2, 1))
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import NamedTuple
+
+from . import timeline as _timeline
+from .durations import Durations
+from .schedule import ACTIVATION, BACKWARD, BACKWARD_WEIGHT, FORWARD, GRADIENT, RECV, SEND, Action, Schedule
+from .validate import ScheduleError, validate
+
+__all__ = ["Event", "Timeline", "clock", "bubble_formula"]
+
+
+class Event(NamedTuple):
+    """One clocked action: it runs on ``action.stage`` from ``start`` to ``end``."""
+
+    action: Action
+    start: float
+    end: float
+
+
+def bubble_formula(p: int, m: int, v: int = 1) -> float:
+    """The survey's bubble ratio: (p - 1) / (m + p - 1) for GPipe and 1F1B, (p - 1) / (v m + p - 1)
+    for interleaved 1F1B with v chunks per device (uniform stages, free communication).
+
+    Example:
+        >>> round(bubble_formula(4, 8), 4), round(bubble_formula(4, 8, 2), 4)
+        (0.2727, 0.1579)
+    """
+    return (p - 1) / (v * m + p - 1)
+
+
+class Timeline:
+    """A clocked schedule: every action's start and end, and what follows from them.
+
+    Attributes:
+        schedule: the :class:`Schedule`; durations: the per-virtual-stage times used (a dict).
+        events: ``events[s]`` lists device s's :class:`Event` s in the order they ran.
+        step_time: when the last action finishes (the step starts at 0).
+        busy: per device, the total compute time.
+        peak_activations: per device, the most microbatch activations (one per microbatch and
+            chunk) alive at once.
+    """
+
+    def __init__(self, schedule: Schedule, durations: dict, raw_events, busy, peak, source: str = "given"):
+        self.schedule = schedule
+        self.durations = durations
+        self.source = source
+        self._raw = raw_events  # per device: (action, start, end) tuples, in the order they ran
+        self._events = None
+        self.step_time = max((e[2] for ev in raw_events for e in ev), default=0.0)
+        self.busy = tuple(busy)
+        self.peak_activations = tuple(peak)
+
+    @property
+    def events(self) -> tuple[tuple[Event, ...], ...]:
+        if self._events is None:
+            self._events = tuple(tuple(Event(*e) for e in ev) for ev in self._raw)
+        return self._events
+
+    @property
+    def p(self) -> int:
+        return self.schedule.p
+
+    @property
+    def idle_time(self) -> float:
+        """Total compute-idle time summed over devices: p * step_time - sum(busy)."""
+        return self.p * self.step_time - sum(self.busy)
+
+    @property
+    def bubble_fraction(self) -> float:
+        """Idle time / total device time (p * step_time)."""
+        if self.step_time == 0:
+            return 0.0
+        return 1.0 - sum(self.busy) / (self.p * self.step_time)
+
+    def compute_events(self, stage: int) -> list[Event]:
+        """Device ``stage``'s forward / backward / weight-gradient events, in order."""
+        return [Event(*e) for e in self._raw[stage] if e[0].payload is None]
+
+    def send_events(self, stage: int) -> list[Event]:
+        """Device ``stage``'s sends (each occupies a link, not the compute stream)."""
+        return [Event(*e) for e in self._raw[stage] if e[0].kind == SEND]
+
+    def idle_intervals(self, stage: int) -> list[tuple[float, float]]:
+        """The gaps in device ``stage``'s compute stream between 0 and step_time."""
+        out, t = [], 0.0
+        for e in self.compute_events(stage):
+            if e.start > t:
+                out.append((t, e.start))
+            t = max(t, e.end)
+        if t < self.step_time:
+            out.append((t, self.step_time))
+        return out
+
+    def summary(self) -> str:
+        s = self.schedule
+        return (f"{s.name}: p={s.p} m={s.m} v={s.v}  step {self.step_time:.6g}  bubble "
+                f"{self.bubble_fraction:.4f}  peak activations per stage {list(self.peak_activations)}")
+
+    def __repr__(self) -> str:
+        return f"Timeline({self.summary()})"
+
+    def to_svg(self, **kwargs) -> str:
+        """The timeline as an SVG string (see :func:`shardlab.train.pipeline.timeline.to_svg`)."""
+        return _timeline.to_svg(self, **kwargs)
+
+    def _repr_html_(self) -> str:
+        return _timeline.to_html(self)
+
+    def plot(self, ax=None, **kwargs):
+        """A matplotlib figure of the timeline (see :func:`shardlab.train.pipeline.timeline.plot`)."""
+        return _timeline.plot(self, ax=ax, **kwargs)
+
+
+def clock(schedule: Schedule, durations: Durations | None = None, *, check: bool = True) -> Timeline:
+    """Times ``schedule`` with ``durations`` (default: forward 1, backward 2, weight 1, free sends).
+
+    Args:
+        schedule: the schedule to time.
+        durations: a :class:`Durations` (given times or :meth:`Durations.from_cost`).
+        check: validate the schedule first (skip only for schedules already validated).
+
+    Raises:
+        ScheduleError: the schedule is invalid, or deadlocks (the message names the receives
+            each stuck device waits on).
+
+    Example:
+        >>> from shardlab.train import pipeline as pp
+        >>> pp.clock(pp.gpipe(3, 4, forward_only=True), pp.Durations(forward=[1, 3, 2])).step_time
+        15.0
+    """
+    if check:
+        validate(schedule)
+    durations = durations if durations is not None else Durations()
+    n, p = schedule.num_virtual_stages, schedule.p
+    d = durations.resolve(n)
+    # per (device, chunk): the virtual stage and the device it sends activations / gradients to
+    vs_of = [[schedule.virtual_stage(s, c) for c in range(schedule.v)] for s in range(p)]
+    dev_of = [schedule.placement(k)[0] for k in range(n)]
+    compute_time = {k: d[k] for k in ("forward", "backward", "backward_input", "backward_weight")}
+    send_act, send_grad = d["send"], d["grad_send"]
+
+    t_dev = [0.0] * p
+    busy = [0.0] * p
+    live = [0] * p
+    peak = [0] * p
+    ptr = [0] * p
+    events: list[list[tuple]] = [[] for _ in range(p)]
+    produced: dict = {}   # (payload, virtual stage, mb) -> end of the compute that produced it
+    arrived: dict = {}    # (payload, source virtual stage, mb) -> end of its send
+    link_free: dict = {}  # (src device, dst device) -> when the link is next free
+    waiting: dict = {}    # key in `arrived` -> the device blocked on it
+    ready = deque(range(p))
+    while ready:
+        s = ready.popleft()
+        acts, i, t, vss = schedule.actions[s], ptr[s], t_dev[s], vs_of[s]
+        emit = events[s].append
+        n_acts = len(acts)
+        while i < n_acts:
+            a = acts[i]
+            kind = a.kind
+            vs = vss[a.chunk]
+            if kind == RECV:
+                key = (a.payload, vs - 1 if a.payload == ACTIVATION else vs + 1, a.microbatch)
+                end = arrived.get(key)
+                if end is None:
+                    waiting[key] = s
+                    break
+                end = end if end > t else t
+                emit((a, t, end))
+                t = end
+            elif kind == SEND:
+                act = a.payload == ACTIVATION
+                dst = dev_of[vs + 1] if act else dev_of[vs - 1]
+                key = (a.payload, vs, a.microbatch)
+                start = produced[key]
+                free = link_free.get((s, dst), 0.0)
+                start = free if free > start else start
+                end = start + (send_act[vs] if act else send_grad[vs])
+                link_free[(s, dst)] = end
+                arrived[key] = end
+                emit((a, start, end))
+                w = waiting.pop(key, None)
+                if w is not None:
+                    ready.append(w)
+            else:
+                dt = compute_time[kind][vs]
+                end = t + dt
+                emit((a, t, end))
+                busy[s] += dt
+                t = end
+                if kind == FORWARD:
+                    produced[(ACTIVATION, vs, a.microbatch)] = end
+                    live[s] += 1
+                    if live[s] > peak[s]:
+                        peak[s] = live[s]
+                elif kind == BACKWARD_WEIGHT:
+                    live[s] -= 1
+                else:
+                    produced[(GRADIENT, vs, a.microbatch)] = end
+                    if kind == BACKWARD:
+                        live[s] -= 1
+            i += 1
+        ptr[s], t_dev[s] = i, t
+    stuck = [s for s in range(p) if ptr[s] < len(schedule.actions[s])]
+    if stuck:
+        parts = "; ".join(f"stage {s} waits at '{schedule.actions[s][ptr[s]]}'" for s in stuck)
+        raise ScheduleError(f"{schedule.name}: deadlock, no device can proceed: {parts}. Reorder the receives so "
+                            f"each is preceded on the sender by its send", schedule.actions[stuck[0]][ptr[stuck[0]]],
+                            op="pipeline.clock")
+    return Timeline(schedule, d, events, busy, peak, durations.source)
