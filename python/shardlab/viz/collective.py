@@ -36,21 +36,15 @@ _MAX_W = 960
 
 
 def group_bytes(event: dict) -> float:
-    """V of a ledger event: the array one group's collective works on (docs/cost_model.md).
+    """V of a ledger event: the array one group's collective works on (docs/cost_model.md);
+    the cost model's own formula (``shardlab.cost.formulas.group_bytes``).
 
     Example:
         >>> group_bytes({"op": "all_gather", "group_size": 4, "bytes_in": 8, "bytes_out": 32})
         32.0
     """
-    op, n = event["op"], int(event.get("group_size") or 1)
-    b_in, b_out = float(event.get("bytes_in") or 0), float(event.get("bytes_out") or 0)
-    if op == "all_gather":
-        return b_out
-    if op in ("all_to_all", "gather"):
-        return b_in * n
-    if op == "scatter":
-        return b_out * n
-    return b_in
+    return cost.formulas.group_bytes(event["op"], int(event.get("group_size") or 1),
+                                     float(event.get("bytes_in") or 0), float(event.get("bytes_out") or 0))
 
 
 def _run(kind: str, mesh, axes: tuple, n: int):

@@ -19,6 +19,7 @@ import math
 
 from shardlab import cost, units
 
+from .collective import group_bytes
 from .colors import heat
 from .view import View, esc
 
@@ -79,8 +80,6 @@ def link_traffic(x, mesh=None, *, nbytes: float | None = None) -> View:
         if mesh is None or mesh.hardware is None:
             raise ValueError("[viz.link_traffic] an event needs the mesh it ran on, with hardware "
                              "(make_mesh(..., hardware='tpu-v5e'))")
-        from .collective import group_bytes
-
         V = float(nbytes) if nbytes is not None else group_bytes(x)
         x = cost.collective_time(x["op"], V, axes=tuple(x["axes"]), mesh=mesh)
     if isinstance(x, cost.CollectiveCost):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shardlab import _core
+import shardlab._core as _core
 
 from ..core.sharding import NamedSharding
 from .storage import AbstractStorage, is_abstract

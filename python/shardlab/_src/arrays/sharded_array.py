@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardlab import _core
+import shardlab._core as _core
 
 from ..core import views
 from ..core.dtypes import canonicalize

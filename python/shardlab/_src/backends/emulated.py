@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from shardlab import _core
+import shardlab._core as _core
 
 from ..core.dtypes import bfloat16, float32, float64, int8, int32
 from ..core.einsum_spec import free_letters

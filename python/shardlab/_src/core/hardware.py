@@ -19,7 +19,7 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
-from shardlab import _core
+import shardlab._core as _core
 
 Hardware = _core.Hardware
 

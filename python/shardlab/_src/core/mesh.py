@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from shardlab import _core
+import shardlab._core as _core
 
 from . import hardware as _hardware
 from .config import config

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from shardlab import _core
+import shardlab._core as _core
 from .mesh import Mesh, get_mesh
 
 DuplicateSpecError = _core.DuplicateSpecError

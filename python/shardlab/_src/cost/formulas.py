@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from shardlab import _core
+import shardlab._core as _core
 
 COLLECTIVES = ("psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "all_to_all", "ppermute",
                "broadcast", "reduce", "gather", "scatter")

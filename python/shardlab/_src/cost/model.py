@@ -25,9 +25,10 @@ import html
 import math
 from collections.abc import Mapping, Sequence
 
+import ml_dtypes
 import numpy as np
 
-from shardlab import _core
+import shardlab._core as _core
 from ..core import hardware as _hw
 from . import formulas
 
@@ -68,8 +69,6 @@ _COMPUTE = set(formulas.COMPUTE)
 
 def _np_dtype(dtype) -> np.dtype:
     if isinstance(dtype, str) and dtype.startswith(("bfloat16", "float8")):
-        import ml_dtypes
-
         name = {"float8": "float8_e4m3fn"}.get(dtype, dtype)
         return np.dtype(getattr(ml_dtypes, name))
     try:

@@ -17,7 +17,7 @@ import math
 import ml_dtypes
 import numpy as np
 
-from shardlab import _core
+import shardlab._core as _core
 
 __all__ = [
     "flash_attention",

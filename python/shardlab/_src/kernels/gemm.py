@@ -5,7 +5,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from shardlab import _core
+import shardlab._core as _core
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _F32 = np.dtype(np.float32)

@@ -22,7 +22,7 @@ import math
 
 import numpy as np
 
-from shardlab import _core
+import shardlab._core as _core
 
 from ..cost import formulas
 from ..ledger.event import Event

@@ -24,7 +24,7 @@ import numpy as np
 
 from ..arrays.layout import full_storage, global_value, local_storage
 from ..arrays.local_array import LocalArray, lift
-from ..arrays.sharded_array import ShardedArray, device_put
+from ..arrays.sharded_array import ShardedArray, abstract_array, device_put
 from ..arrays.storage import AbstractStorage, is_abstract
 from ..core import tree
 from ..core.context import CTX, shard_map_frame
@@ -33,6 +33,7 @@ from ..core.mesh import UNIT_MESH, Mesh, get_mesh
 from ..core.sharding import NamedSharding, PartitionSpec
 from ..primitives import collectives as col
 from ..primitives.primitive import bind, push_entry
+from .eval_shape import ShapeDtypeStruct
 
 
 def _is_spec(x) -> bool:
@@ -149,6 +150,8 @@ def _global_input(x, i: int):
         return x.storage
     if isinstance(x, ShardedArray):
         return AbstractStorage(x.shape, x.dtype) if x.is_abstract else np.asarray(x)
+    if isinstance(x, AbstractStorage):
+        return x
     try:
         arr = np.asarray(x)
         if not arr.dtype.isnative:
@@ -161,6 +164,9 @@ def _global_input(x, i: int):
 def _enter(x, spec, mesh: Mesh, i: int) -> LocalArray:
     spec = _check_spec(spec, f"in_specs for argument {i}")
     sharding = NamedSharding(mesh, spec)
+    if isinstance(x, ShapeDtypeStruct):  # abstract mode without eval_shape
+        x = abstract_array(x.shape, x.dtype, x.sharding) if x.sharding is not None else \
+            AbstractStorage(x.shape, x.dtype)
     if isinstance(x, ShardedArray):
         if x.sharding.mesh != mesh:
             raise ValueError(f"[shard_map] argument {i} lives on {x.sharding.mesh!r} but shard_map "
