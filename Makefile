@@ -5,7 +5,7 @@ JOBS ?= 2
 APT_PACKAGES := xtensor-dev libgtest-dev g++ cmake
 export CMAKE_BUILD_PARALLEL_LEVEL := $(JOBS)
 
-.PHONY: demo test system-deps install cpp-test cpp-test-sanitize py-test bench docs
+.PHONY: notebooks demo test system-deps install cpp-test cpp-test-sanitize py-test bench docs
 
 demo: install
 	$(PYTHON) -m shardlab.demo
@@ -55,3 +55,7 @@ bench: install
 docs:
 	$(PYTHON) -m pip install -q ".[docs]"
 	PYTHONPATH=python $(PYTHON) -m mkdocs build --strict -d site
+
+# Re-executes the notebooks in place (their committed outputs are the current code's).
+notebooks: install
+	$(PYTHON) docs/run_notebooks.py

@@ -51,3 +51,17 @@ __all__ = [
     "PartitionSpec", "Plan", "plan_einsum", "plan_reshard", "remat", "reshard", "run_plan", "set_mesh", "Shard",
     "shard_map", "ShapeDtypeStruct", "ShardedArray", "sharding", "units", "value_and_grad", "vjp",
 ]
+
+# Pictures last: shardlab.viz draws with the public face above and is registered as the HTML
+# view (and, for the C++ classes, the text view) of the library's objects.
+from . import viz  # noqa: E402
+from ._src.core import views as _views  # noqa: E402
+
+for _cls, _fn in viz.VIEWS.items():
+    _views.register(_cls.__name__, _fn)
+    if _cls.__module__ == "shardlab._core":  # pybind classes have no Python methods to ask the registry
+        _cls._repr_html_ = _fn
+        _cls.__repr__ = viz.TEXTS[_cls]
+_views.register("ShardedArray", lambda arr: viz.sharding(arr).html)
+__all__.append("viz")
+del _cls, _fn

@@ -58,9 +58,15 @@ def test_notebook_runs(path, kernel_name):
         pytest.fail(f"{path.name}: a cell failed\n{e}", pytrace=False)
 
 
-def test_notebooks_are_committed_without_outputs():
+def test_notebooks_are_committed_executed():
+    """Committed with the outputs of one run of the current code, top to bottom (the docs site
+    renders them; `make notebooks` re-executes them in place)."""
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)
-        dirty = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"
-                 and (c.get("outputs") or c.get("execution_count") is not None)]
-        assert not dirty, f"{path.name}: code cells {dirty} have outputs; clear them before committing"
+        counts = [c.get("execution_count") for c in nb.cells if c.cell_type == "code"]
+        assert counts and None not in counts, f"{path.name}: some code cells were not executed; run make notebooks"
+        assert counts == sorted(counts) and len(set(counts)) == len(counts), \
+            f"{path.name}: cells ran out of order ({counts}); run make notebooks"
+        errors = [c for c in nb.cells if c.cell_type == "code"
+                  for o in c.get("outputs", []) if o.get("output_type") == "error"]
+        assert not errors, f"{path.name}: a committed output is an error; run make notebooks"

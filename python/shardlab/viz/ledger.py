@@ -81,7 +81,8 @@ def ledger_view(ledger, *, title: str | None = None) -> View:
     events = _events(ledger)
     total = _sum(events)
     groups = _grouped(events)
-    sectioned = len(groups) > 1 or (groups and groups[0][0])
+    # A forward-only program without named scopes is one plain table.
+    sectioned = len(groups) > 1 or (groups and groups[0][0] not in ("", "forward"))
     rows, classes = [], []
     for name, evs in groups:
         if sectioned:

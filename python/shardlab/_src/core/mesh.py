@@ -21,6 +21,7 @@ import shardlab._core as _core
 
 from . import hardware as _hardware
 from .config import config
+from . import views
 from .context import CTX, LEDGER_FACTORY
 
 # A real (emulated) mesh holds every device's data on this host; past this many devices that
@@ -196,6 +197,10 @@ class Mesh:
         hw = f", hardware={self.hardware.name!r}" if self.hardware is not None else ""
         ab = ", abstract=True" if self.abstract else ""
         return f"Mesh({self.shape!r}{hw}{ab})"
+
+    def _repr_html_(self) -> str:
+        view = views.html_view(self)
+        return view if view is not None else f"<code>{self!r}</code>"
 
     def __enter__(self):
         CTX.mesh_stack.append(self)

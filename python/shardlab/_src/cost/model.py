@@ -30,6 +30,7 @@ import numpy as np
 
 import shardlab._core as _core
 from ..core import hardware as _hw
+from ..core import views
 from . import formulas
 
 __all__ = [
@@ -210,6 +211,10 @@ class CollectiveCost:
         if self.book_seconds is None or self.seconds == 0:
             return None
         return self.book_seconds / self.seconds - 1
+
+    def _repr_html_(self) -> str:
+        view = views.html_view(self)
+        return view if view is not None else f"<code>{html.escape(str(self))}</code>"
 
     def __str__(self) -> str:
         book = "n/a" if self.book_seconds is None else f"{self.book_seconds * 1e6:.4g} us"
@@ -604,6 +609,9 @@ class Roofline:
     __str__ = text
 
     def _repr_html_(self) -> str:
+        view = views.html_view(self)
+        if view is not None:
+            return view
         body = "".join(f"<tr><td>{html.escape(k)}</td><td>{html.escape(v)}</td></tr>" for k, v in self.rows())
         notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.notes)
         return (f"<div><b>Roofline on {html.escape(self.hardware)}</b><table>{body}</table>"

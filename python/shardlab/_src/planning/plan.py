@@ -264,6 +264,9 @@ class Plan:
         return rf"$\begin{{array}}{{l}} {body} \end{{array}}$"
 
     def _repr_html_(self) -> str:
+        view = views.html_view(self)
+        if view is not None:
+            return view
         rows = "".join(
             f"<tr><td>{i}</td><td><code>{s.render('html')}</code></td><td>{units.fmt_bytes(s.bytes_sent)}</td>"
             f"<td>{s.flops:.4g}</td><td>{units.fmt_seconds(s.seconds)}</td></tr>"
