@@ -101,20 +101,17 @@ template <class V, int MR, int NV>
 inline void micro_tile(int64_t kc, const float* A, int64_t rsa, int64_t csa, const float* B,
                        int64_t ldb, float* C, int64_t ldc, bool accumulate,
                        const float* rowscale, float* colmax) {
+  // The products are summed first and C (scaled) added at the end, so the C rows, which may
+  // be cold (dQ rows lie H * D floats apart), load while the k loop runs.
   typename V::R acc[MR][NV];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
-    const typename V::R s = V::set1(rowscale ? rowscale[i] : 1.0f);
-#pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) {
-      if (!accumulate) {
-        acc[i][j] = V::zero();
-      } else if (rowscale) {
-        acc[i][j] = V::mul(V::load(C + i * ldc + j * V::W), s);
-      } else {
-        acc[i][j] = V::load(C + i * ldc + j * V::W);
-      }
+    if (accumulate) {
+      __builtin_prefetch(C + i * ldc, 1, 3);
+      __builtin_prefetch(C + i * ldc + NV * V::W - 1, 1, 3);
     }
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) acc[i][j] = V::zero();
   }
   // Pointers step through k (no k * stride products in the loop), four k per iteration.
   const float* a = A;
@@ -135,8 +132,16 @@ inline void micro_tile(int64_t kc, const float* A, int64_t rsa, int64_t csa, con
   }
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
+    const typename V::R s = V::set1(rowscale ? rowscale[i] : 1.0f);
 #pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) V::store(C + i * ldc + j * V::W, acc[i][j]);
+    for (int j = 0; j < NV; ++j) {
+      if (accumulate && rowscale) {
+        acc[i][j] = V::fma(V::load(C + i * ldc + j * V::W), s, acc[i][j]);
+      } else if (accumulate) {
+        acc[i][j] = V::add(V::load(C + i * ldc + j * V::W), acc[i][j]);
+      }
+      V::store(C + i * ldc + j * V::W, acc[i][j]);
+    }
   }
   if (colmax) {
 #pragma GCC unroll 4
