@@ -490,8 +490,18 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
             const Causal s_c{diag ? Causal::skip_cols_after_rows : Causal::none, i0 - j0};
             const Causal kv_c{diag ? Causal::k_begin : Causal::none, j0 - i0};
             const Causal q_c{diag ? Causal::k_end : Causal::none, i0 - j0};
-            gemm<V>(mq, nkp, D, Qr, Dp, 1, Kt, kBk, S, kBk, false, nullptr, nullptr, nullptr, s_c);
-            gemm<V>(mq, nkp, D, dOr, Dp, 1, Vt, kBk, dP, kBk, false, nullptr, nullptr, nullptr, s_c);
+            // The next query tile (of this head, else of the next head of the group) loads into
+            // L2 during these two GEMMs.
+            Prefetch pq, pdo;
+            if (qb + 1 < nqb || h + 1 < (hk + 1) * G) {
+              const int64_t next = qb + 1 < nqb ? (b * Hq + h) * Tq + i0 + kBq
+                                                : (b * Hq + h + 1) * Tq + qb0 * kBq;
+              const int64_t lines = std::min(kBq, Tq - (qb + 1 < nqb ? i0 + kBq : qb0 * kBq)) * Dp / 16;
+              pq = {reinterpret_cast<const char*>(qh + next * Dp), lines};
+              pdo = {reinterpret_cast<const char*>(doh + next * Dp), lines};
+            }
+            gemm<V>(mq, nkp, D, Qr, Dp, 1, Kt, kBk, S, kBk, false, nullptr, nullptr, &pq, s_c);
+            gemm<V>(mq, nkp, D, dOr, Dp, 1, Vt, kBk, dP, kBk, false, nullptr, nullptr, &pdo, s_c);
             const float* L = lse2.data() + (b * Hq + h) * Tq + i0;
             const float* De = delta.data() + (b * Hq + h) * Tq + i0;
             for (int64_t i = 0; i < mq; ++i) {
