@@ -282,8 +282,8 @@ class _Engine:
                 fs, _, q = heapq.heappop(self.heap)
                 self.S -= q.ctx + (fs - q.start_step) * self.g
                 self._finish(q, env.now)
-        for q in done:
-            self.prefilling.remove(q)
+        for q in done:                  # chunks go in order, so the finished prompts lead the queue
+            self.prefilling.popleft()
             self.sim.first_token[q.r.id] = env.now
             self.sim.insert_prefix(self.prefix, q)
             self._start_decoding(q)
