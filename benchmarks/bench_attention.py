@@ -112,7 +112,7 @@ def main() -> None:
     B, H, T, D = args.batch, args.heads, args.seq, args.head_dim
     rng = np.random.default_rng(0)
     q, k, v, dout = (rng.standard_normal((B, T, H, D), dtype=np.float32) for _ in range(4))
-    console = Console()
+    console = Console(width=200)  # wide tables stay whole when piped to a file
     console.print(f"CPU: {cpu_model()}; shardlab ISA {_core.active_isa()}; torch {torch.__version__} "
                   f"capability {torch.backends.cpu.get_cpu_capability()}; {threads} threads")
 

@@ -93,7 +93,7 @@ def main() -> None:
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
 
-    console = Console()
+    console = Console(width=200)  # wide tables stay whole when piped to a file
     np.ones((64, 64), np.float32) @ np.ones((64, 64), np.float32)  # load OpenBLAS for threadpoolctl
     pinned = [v for v in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if v in os.environ]
     console.print(f"numpy {np.__version__}: {openblas_info()}")

@@ -101,20 +101,17 @@ template <class V, int MR, int NV>
 inline void micro_tile(int64_t kc, const float* A, int64_t rsa, int64_t csa, const float* B,
                        int64_t ldb, float* C, int64_t ldc, bool accumulate,
                        const float* rowscale, float* colmax) {
+  // The products are summed first and C (scaled) added at the end, so the C rows, which may
+  // be cold (dQ rows lie H * D floats apart), load while the k loop runs.
   typename V::R acc[MR][NV];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
-    const typename V::R s = V::set1(rowscale ? rowscale[i] : 1.0f);
-#pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) {
-      if (!accumulate) {
-        acc[i][j] = V::zero();
-      } else if (rowscale) {
-        acc[i][j] = V::mul(V::load(C + i * ldc + j * V::W), s);
-      } else {
-        acc[i][j] = V::load(C + i * ldc + j * V::W);
-      }
+    if (accumulate) {
+      __builtin_prefetch(C + i * ldc, 1, 3);
+      __builtin_prefetch(C + i * ldc + NV * V::W - 1, 1, 3);
     }
+#pragma GCC unroll 4
+    for (int j = 0; j < NV; ++j) acc[i][j] = V::zero();
   }
   // Pointers step through k (no k * stride products in the loop), four k per iteration.
   const float* a = A;
@@ -135,8 +132,16 @@ inline void micro_tile(int64_t kc, const float* A, int64_t rsa, int64_t csa, con
   }
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
+    const typename V::R s = V::set1(rowscale ? rowscale[i] : 1.0f);
 #pragma GCC unroll 4
-    for (int j = 0; j < NV; ++j) V::store(C + i * ldc + j * V::W, acc[i][j]);
+    for (int j = 0; j < NV; ++j) {
+      if (accumulate && rowscale) {
+        acc[i][j] = V::fma(V::load(C + i * ldc + j * V::W), s, acc[i][j]);
+      } else if (accumulate) {
+        acc[i][j] = V::add(V::load(C + i * ldc + j * V::W), acc[i][j]);
+      }
+      V::store(C + i * ldc + j * V::W, acc[i][j]);
+    }
   }
   if (colmax) {
 #pragma GCC unroll 4
@@ -485,8 +490,18 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
             const Causal s_c{diag ? Causal::skip_cols_after_rows : Causal::none, i0 - j0};
             const Causal kv_c{diag ? Causal::k_begin : Causal::none, j0 - i0};
             const Causal q_c{diag ? Causal::k_end : Causal::none, i0 - j0};
-            gemm<V>(mq, nkp, D, Qr, Dp, 1, Kt, kBk, S, kBk, false, nullptr, nullptr, nullptr, s_c);
-            gemm<V>(mq, nkp, D, dOr, Dp, 1, Vt, kBk, dP, kBk, false, nullptr, nullptr, nullptr, s_c);
+            // The next query tile (of this head, else of the next head of the group) loads into
+            // L2 during these two GEMMs.
+            Prefetch pq, pdo;
+            if (qb + 1 < nqb || h + 1 < (hk + 1) * G) {
+              const int64_t next = qb + 1 < nqb ? (b * Hq + h) * Tq + i0 + kBq
+                                                : (b * Hq + h + 1) * Tq + qb0 * kBq;
+              const int64_t lines = std::min(kBq, Tq - (qb + 1 < nqb ? i0 + kBq : qb0 * kBq)) * Dp / 16;
+              pq = {reinterpret_cast<const char*>(qh + next * Dp), lines};
+              pdo = {reinterpret_cast<const char*>(doh + next * Dp), lines};
+            }
+            gemm<V>(mq, nkp, D, Qr, Dp, 1, Kt, kBk, S, kBk, false, nullptr, nullptr, &pq, s_c);
+            gemm<V>(mq, nkp, D, dOr, Dp, 1, Vt, kBk, dP, kBk, false, nullptr, nullptr, &pdo, s_c);
             const float* L = lse2.data() + (b * Hq + h) * Tq + i0;
             const float* De = delta.data() + (b * Hq + h) * Tq + i0;
             for (int64_t i = 0; i < mq; ++i) {

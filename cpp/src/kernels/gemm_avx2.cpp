@@ -18,6 +18,14 @@ void kernel_f32(int64_t kc, const void* a_, const void* b_, float* c, int64_t ld
   __m256 acc0[kMr], acc1[kMr];
 #pragma GCC unroll 8
   for (int r = 0; r < kMr; ++r) acc0[r] = acc1[r] = _mm256_setzero_ps();
+  // The C tile is read (accumulate) and written after the k loop; its rows lie ldc floats
+  // apart and are cold. Prefetched here, they arrive during the kc FMA steps instead of
+  // stalling the tail (a fifth of the kernel's time at n = 1024 before).
+#pragma GCC unroll 8
+  for (int r = 0; r < kMr; ++r) {
+    _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(c + r * ldc + kNr - 1), _MM_HINT_T0);
+  }
 #pragma GCC unroll 4
   for (int64_t k = 0; k < kc; ++k) {
     const __m256 b0 = _mm256_load_ps(b);

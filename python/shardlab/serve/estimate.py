@@ -113,7 +113,7 @@ class StepModel:
         self.comm = comm
         if cfg is None and (params is None or kv_bytes_per_token is None):
             raise ValueError("[estimate] without a ModelConfig pass params= and kv_bytes_per_token=")
-        if cfg is not None and strategy in ("megatron", "moe") and cfg.num_heads % self.chips:
+        if cfg is not None and comm and strategy in ("megatron", "moe") and cfg.num_heads % self.chips:
             raise ValueError(f"[estimate] num_heads {cfg.num_heads} is not divisible by the {self.chips} "
                              f"chips of the model-parallel mesh {self.mesh_shape}; use a mesh whose size "
                              f"divides {cfg.num_heads}")

@@ -62,7 +62,8 @@ class ServingConfig:
         block_size: tokens per KV block.
         kv_capacity_tokens: KV tokens an engine holds (None: HBM left after the weights).
         prefix_cache_blocks: LRU capacity in blocks (0: no prefix cache).
-        transfer_bandwidth: bytes/s of the prefill -> decode link (None: the hardware's DCN).
+        transfer_bandwidth: bytes/s of the prefill -> decode link (None: the DCN bandwidth of every
+            chip of a replica, each sending its shard of the cache).
         transfer_latency: seconds per transfer (None: the hardware's DCN latency).
         speculative_k: draft tokens per verify step (0: plain decoding).
         acceptance: probability a draft token is accepted.
@@ -281,8 +282,8 @@ class _Engine:
                 fs, _, q = heapq.heappop(self.heap)
                 self.S -= q.ctx + (fs - q.start_step) * self.g
                 self._finish(q, env.now)
-        for q in done:
-            self.prefilling.remove(q)
+        for q in done:                  # chunks go in order, so the finished prompts lead the queue
+            self.prefilling.popleft()
             self.sim.first_token[q.r.id] = env.now
             self.sim.insert_prefix(self.prefix, q)
             self._start_decoding(q)
@@ -432,7 +433,7 @@ def simulate(requests, model: StepModel, config: ServingConfig | None = None, *,
         link = simpy.Resource(env, capacity=1)
         prefix = PrefixCache(cfg.prefix_cache_blocks)
         prefix_caches = [prefix]
-        bw = cfg.transfer_bandwidth or model.hw.dcn_bandwidth
+        bw = cfg.transfer_bandwidth or model.chips * model.hw.dcn_bandwidth   # each chip ships its shard
         lat = cfg.transfer_latency if cfg.transfer_latency is not None else model.hw.dcn_latency
         rr = [0]
 
