@@ -49,9 +49,13 @@ def einsum_arrays(terms: list[str], out: str, arrays: list) -> np.ndarray:
         b = b.sum(axis=tuple(tb.index(c) for c in only_b))
         tb = "".join(c for c in tb if c not in only_b)
     batch = [c for c in ta if c in tb and c in out]
-    contract = [c for c in ta if c in tb and c not in out]
     fa = [c for c in ta if c not in tb]
     fb = [c for c in tb if c not in ta]
+    if batch + fa + fb != list(out) and batch + fb + fa == list(out):
+        # b's free letters come first in the output: computing b·a gives it in order,
+        # contiguous, where a·b would need a transposed (strided) view.
+        (ta, tb), (a, b), (fa, fb) = (tb, ta), (b, a), (fb, fa)
+    contract = [c for c in ta if c in tb and c not in out]
     size = {c: s for t, x in ((ta, a), (tb, b)) for c, s in zip(t, x.shape)}
     nb = math.prod(size[c] for c in batch)
     m = math.prod(size[c] for c in fa)
