@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -284,3 +285,14 @@ TEST_F(GemmTest, BadShapesThrow) {
 
 }  // namespace
 }  // namespace shardlab
+
+TEST(FmaPeak, MeasuresAPositiveRateAndRejectsBadThreadCounts) {
+  EXPECT_THROW(shardlab::measure_fma_peak_gflops(0), std::invalid_argument);
+  if (shardlab::detected_isa() < shardlab::Isa::avx2) {
+    EXPECT_THROW(shardlab::measure_fma_peak_gflops(1), std::runtime_error);
+    return;
+  }
+  const double one = shardlab::measure_fma_peak_gflops(1);
+  EXPECT_TRUE(std::isfinite(one));
+  EXPECT_GT(one, 0.0);
+}

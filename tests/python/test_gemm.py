@@ -214,3 +214,14 @@ def test_shardlab_isa_environment_variable_caps_the_path():
     env = dict(os.environ, SHARDLAB_ISA="avx2")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "avx2"
+
+
+def test_fma_peak_is_a_positive_rate_and_rejects_bad_thread_counts():
+    with pytest.raises(ValueError, match=r"\[measure_fma_peak_gflops\] threads 0"):
+        _core.measure_fma_peak_gflops(0)
+    if _core.detected_isa() == "scalar":
+        with pytest.raises(RuntimeError, match="no AVX2"):
+            _core.measure_fma_peak_gflops(1)
+        return
+    peak = _core.measure_fma_peak_gflops(1)
+    assert np.isfinite(peak) and peak > 0
