@@ -65,11 +65,20 @@ class TileBuffer {
   float* data_;
 };
 
-// A cache-line aligned buffer kept between calls by the calling thread (it only grows): the
-// head-major copies of K and V (or Q and dO) are megabytes, and fresh pages cost a page fault
-// and a zero-fill each, a few percent of a causal forward.
+// A cache-line aligned buffer kept between calls by the calling thread: the head-major copies
+// of Q, K and V (or Q and dO) are megabytes, and fresh pages cost a page fault and a zero-fill
+// each, a few percent of a causal forward. trim() after a call gives back anything above
+// kKeepBytes, so a huge call does not pin its copies for the life of the thread.
 class Scratch {
  public:
+  static constexpr int64_t kKeepBytes = int64_t{32} << 20;
+  void trim() {
+    if (capacity_ * int64_t(sizeof(float)) > kKeepBytes) {
+      std::free(data_);
+      data_ = nullptr;
+      capacity_ = 0;
+    }
+  }
   float* get(int64_t floats) {
     if (floats > capacity_) {
       std::free(data_);
@@ -410,6 +419,9 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
       }
     }
   }
+  qbuf.trim();
+  kbuf.trim();
+  vbuf.trim();
 }
 
 // Backward (FlashAttention-2): one task per (batch, kv head, chunk of key tiles); each key tile
@@ -564,6 +576,8 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
       }
     }
   }
+  qbuf.trim();
+  dobuf.trim();
 }
 
 template <class V>
