@@ -17,13 +17,12 @@ Example:
 
 from __future__ import annotations
 
-import contextlib
 import functools
 
 from ..arrays.local_array import LocalArray
 from ..arrays.sharded_array import ShardedArray
 from ..core import tree
-from ..core.context import CTX, phase, shard_map_frame
+from ..core.context import CTX, phase
 from ..primitives import contractions as con
 from ..primitives.primitive import Tape, push_entry
 from .autodiff import backward
@@ -41,12 +40,11 @@ class _Remat:
 
     name = "checkpoint"
 
-    def __init__(self, fn, treedef, saved: list, saveable, frame_mesh):
+    def __init__(self, fn, treedef, saved: list, saveable):
         self.fn = fn
         self.treedef = treedef
         self.saved = saved
         self.saveable = saveable
-        self.frame_mesh = frame_mesh  # the shard_map it ran in: its axis names are bound again
 
     def vjp(self, cts, ins, outs, mesh):
         tape = Tape()
@@ -54,8 +52,7 @@ class _Remat:
         replay = CTX.remat_replay
         CTX.remat_replay = (self.saveable, list(self.saved))
         try:
-            frame = shard_map_frame(self.frame_mesh) if self.frame_mesh is not None else contextlib.nullcontext()
-            with frame, phase("recompute"):
+            with phase("recompute"):
                 result = self.fn(*tree.unflatten(self.treedef, list(ins)))
         finally:
             CTX.tapes.remove(tape)
@@ -96,7 +93,7 @@ def checkpoint(fun=None, *, policy=None, prevent_cse: bool = True, static_argnum
             CTX.tapes = tapes
             CTX.remat_saving = saving
         outs = tree.flatten(result, _is_value)[0]
-        rule = _Remat(fun, treedef, saved, saveable, CTX.meshes[-1] if CTX.meshes else None)
+        rule = _Remat(fun, treedef, saved, saveable)
         ins = [x for x in leaves]
         push_entry(rule, {}, ins, [o for o in outs if _is_value(o)], None)
         return result
