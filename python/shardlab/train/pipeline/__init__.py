@@ -18,11 +18,13 @@ from .builders import SCHEDULES, gpipe, interleaved_1f1b, one_f_one_b, zb_h1
 from .validate import ScheduleError, validate
 from .durations import Durations
 from .clock import Event, Timeline, bubble_formula, clock
-from . import timeline
+from .execute import Execution, execute, reference_step
+from . import stages, timeline
 
 __all__ = [
     "Action", "Schedule", "stage_layers", "KINDS", "FORWARD", "BACKWARD", "BACKWARD_INPUT", "BACKWARD_WEIGHT",
     "SEND", "RECV", "ACTIVATION", "GRADIENT",
     "gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "SCHEDULES",
     "ScheduleError", "validate", "Durations", "Event", "Timeline", "clock", "bubble_formula", "timeline",
+    "execute", "reference_step", "Execution", "stages",
 ]

@@ -1,0 +1,364 @@
+"""Runs a schedule on real data: one training step of a ``shardlab.models.transformer`` model.
+
+Each device along the mesh's pipeline axis (``"stage"``) is one pipeline rank and runs its own
+action list in order, as a rank of an MPMD pipeline (PyTorch's pipelining, Megatron) does:
+
+- its compute runs in :func:`shardlab.shard_map` over *its* slice of the mesh (the ``stage``
+  axis cut to that one device, every other axis kept), so a ``("stage", "data")`` mesh is
+  pipeline x data parallelism: the microbatch is split over the other axes, the weights are
+  replicated there and their gradient is all-reduced over them (a ``psum`` the backward pass
+  records, as JAX's transposed ``pvary``);
+- a forward is ``shardlab.vjp`` of the stage function (embedding / blocks / head and loss,
+  :mod:`.stages`), keeping the vjp function until the backward of that microbatch;
+- a backward calls it on the gradient received from the next stage (``1/m`` on the last, whose
+  output is the microbatch's loss), sends the input gradient on and adds the weight gradient to
+  the stage's sum; a zero-bubble *input gradient* step does the same but keeps the weight
+  gradient aside, and the *weight gradient* step adds it later (one vjp whose weight part is
+  deferred: ``shardlab.vjp`` computes both cotangents in one backward walk, so the input-gradient
+  step carries the whole backward's FLOPs);
+- a send is ``shardlab.lax.ppermute`` over the pipeline axis with the one pair
+  ``(sender, receiver)``, run in ``shard_map`` over the whole mesh; the receive takes the
+  receiver's block.
+
+Every action runs inside ``shardlab.named_scope("pipeline/<action>")``; the executor notes which
+ledger events each action recorded (:meth:`Execution.action_events`), and the clock can be fed
+the executed times (:meth:`Execution.durations`, :meth:`Execution.timeline`).
+
+Example:
+    >>> import numpy as np, shardlab as sl
+    >>> from shardlab.models import ModelConfig, transformer
+    >>> from shardlab.train import pipeline as pp
+    >>> cfg = ModelConfig(num_layers=2, d_model=32, ffw_dim=64, num_heads=4, num_kv_heads=2, vocab_size=50)
+    >>> params = transformer.init_params(cfg, seed=0)
+    >>> tok = np.random.default_rng(0).integers(0, 50, (4, 8)); tgt = np.roll(tok, -1, axis=1)
+    >>> mesh = sl.make_mesh((2,), ("stage",))
+    >>> ex = pp.execute(pp.one_f_one_b(2, 2), params, tok, tgt, cfg, mesh)
+    >>> loss, grads = pp.reference_step(params, tok, tgt, cfg)
+    >>> bool(abs(ex.loss - loss) < 1e-5), len(ex.ledger.filter(op="ppermute"))
+    (True, 4)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import shardlab as sl
+from shardlab import P
+from shardlab.models import ModelConfig, transformer
+
+from . import stages as _stages
+from .durations import Durations
+from .clock import Timeline, clock
+from .schedule import (ACTIVATION, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD, GRADIENT, RECV, SEND, Action,
+                       Schedule, stage_layers)
+from .validate import ScheduleError, validate
+
+__all__ = ["execute", "reference_step", "Execution"]
+
+_OP = "pipeline.execute"
+
+
+def reference_step(params: dict, tokens, targets, cfg: ModelConfig, *, causal: bool = True):
+    """The non-pipelined step: ``(loss, grads)`` of the whole model as one stage (the embedding,
+    every block, the head and the mean loss over the batch) by ``shardlab.value_and_grad``.
+
+    Its loss is ``transformer.loss(params, tokens, targets, cfg)`` (the same blocks, in order).
+    """
+    n = cfg.num_layers
+    sp0 = _stages.split_params(params, cfg, (range(n),))[0]
+    tokens, targets = np.asarray(tokens), np.asarray(targets)
+
+    def step(sp):
+        return _stages.stage_forward(sp, tokens, targets, cfg, first=True, last=True, layer_ids=range(n),
+                                     causal=causal)
+
+    loss, g = sl.value_and_grad(step)(sp0)
+    return float(np.asarray(loss)), _stages.merge_grads(params, [g], (range(n),))
+
+
+class Execution:
+    """What :func:`execute` ran.
+
+    Attributes:
+        schedule, mesh, axis: the schedule, the mesh and its pipeline axis.
+        loss: the step's loss (mean over the batch); grads: params-shaped gradients (numpy).
+        ledger: every event of the step (compute on each stage's slice, ppermute sends, the
+            data-parallel gradient all-reduces), each labelled ``pipeline/<action>``.
+        order: the actions in the order the executor ran them (devices interleaved).
+        peak_live: per device, the most vjp functions (microbatch activations) held at once.
+    """
+
+    def __init__(self, schedule, mesh, axis, loss, grads, ledger, order, spans, peak_live):
+        self.schedule, self.mesh, self.axis = schedule, mesh, axis
+        self.loss, self.grads, self.ledger = loss, grads, ledger
+        self.order = order
+        self.peak_live = tuple(peak_live)
+        self._spans = spans   # action -> (first, end) indices of its events in the ledger
+        self._events = None
+
+    def action_events(self, action: Action) -> list[dict]:
+        """The ledger events recorded while ``action`` ran (empty for an action not in the schedule)."""
+        if self._events is None:
+            self._events = self.ledger.events
+        i, j = self._spans.get(action, (0, 0))
+        return self._events[i:j]
+
+    def _per_virtual_stage(self, kinds, field: str) -> tuple[float, ...]:
+        """Per virtual stage: the value of ``field`` summed over one microbatch's ``kinds`` actions
+        (checked equal for every microbatch: the stages run the same program on each)."""
+        s = self.schedule
+        out = []
+        for vs in range(s.num_virtual_stages):
+            st, c = s.placement(vs)
+            vals = []
+            for mb in range(s.m):
+                tot = 0.0
+                for kind in kinds:
+                    for e in self.action_events(Action(kind, st, mb, c, _payload(kind))):
+                        if kind in (SEND, RECV) and e["op"] != "ppermute":
+                            continue
+                        v = e[field]
+                        if v is None:
+                            raise ValueError(f"[{_OP}] ledger event {e['op']} has no {field}: build the mesh "
+                                             f"with hardware=... (e.g. make_mesh(..., hardware='tpu-v5e')) so "
+                                             f"every event is priced")
+                        tot += v
+                vals.append(tot)
+            if max(vals) - min(vals) > 1e-9 * max(1.0, abs(max(vals))):
+                raise ValueError(f"[{_OP}] virtual stage {vs}: {kinds} {field} differ between microbatches {vals}")
+            out.append(vals[0])
+        return tuple(out)
+
+    def stage_flops(self) -> dict[str, tuple[float, ...]]:
+        """Per virtual stage, the compute FLOPs per device of one microbatch's forward, backward
+        (whole, or input + weight parts), input-gradient and weight-gradient steps, from the ledger."""
+        kinds = {a.kind for acts in self.schedule.actions for a in acts}
+        split = BACKWARD_INPUT in kinds
+        f = self._per_virtual_stage((FORWARD,), "flops")
+        if split:
+            i = self._per_virtual_stage((BACKWARD_INPUT,), "flops")
+            w = self._per_virtual_stage((BACKWARD_WEIGHT,), "flops")
+        elif BACKWARD in kinds:
+            i = self._per_virtual_stage((BACKWARD,), "flops")
+            w = (0.0,) * len(f)
+        else:
+            i = w = (0.0,) * len(f)
+        return {"forward": f, "backward": tuple(a + b for a, b in zip(i, w)), "backward_input": i,
+                "backward_weight": w}
+
+    def durations(self) -> Durations:
+        """The clock's durations from the executed ledger: every action's events' seconds (FLOPs
+        and bytes priced on the mesh's hardware), summed per virtual stage."""
+        kinds = {a.kind for acts in self.schedule.actions for a in acts}
+        fwd = self._per_virtual_stage((FORWARD,), "seconds")
+        if BACKWARD_INPUT in kinds:
+            inp = self._per_virtual_stage((BACKWARD_INPUT,), "seconds")
+            wgt = self._per_virtual_stage((BACKWARD_WEIGHT,), "seconds")
+        elif BACKWARD in kinds:
+            inp, wgt = self._per_virtual_stage((BACKWARD,), "seconds"), (0.0,) * len(fwd)
+        else:
+            inp = wgt = (0.0,) * len(fwd)
+        n = len(fwd)
+        send = self._sends(ACTIVATION, n)
+        grad = self._sends(GRADIENT, n)
+        hw = self.mesh.hardware.name if self.mesh.hardware is not None else "?"
+        return Durations(forward=fwd, backward=[a + b for a, b in zip(inp, wgt)], weight=wgt, send=send,
+                         grad_send=grad, source=f"executed ledger on {hw}")
+
+    def _sends(self, payload: str, n: int) -> tuple[float, ...]:
+        s = self.schedule
+        out = []
+        for vs in range(n):
+            st, c = s.placement(vs)
+            secs = [sum(e["seconds"] or 0.0 for e in self.action_events(Action(SEND, st, mb, c, payload))
+                        if e["op"] == "ppermute") for mb in range(s.m)]
+            out.append(max(secs))
+        return tuple(out)
+
+    def timeline(self) -> Timeline:
+        """:func:`clock` of the schedule with the executed :meth:`durations`: the program that ran."""
+        return clock(self.schedule, self.durations())
+
+    def __repr__(self) -> str:
+        s = self.schedule
+        return (f"Execution({s.name}, p={s.p}, m={s.m}, v={s.v}, loss={self.loss:.6g}, "
+                f"{len(self.ledger)} ledger events)")
+
+
+def _payload(kind: str):
+    return None if kind not in (SEND, RECV) else ACTIVATION
+
+
+def _check_inputs(schedule: Schedule, tokens, targets, cfg: ModelConfig, mesh, axis: str):
+    names = tuple(mesh.axis_names)
+    if axis not in names:
+        raise ValueError(f"[{_OP}] the mesh has no pipeline axis {axis!r} (axes {names}); build it with a "
+                         f"{axis!r} axis of size p={schedule.p}, e.g. make_mesh(({schedule.p},), ({axis!r},)), "
+                         f"or pass axis=<the pipeline axis>")
+    if dict(mesh.shape)[axis] != schedule.p:
+        raise ValueError(f"[{_OP}] the mesh's {axis!r} axis has {dict(mesh.shape)[axis]} devices but the schedule "
+                         f"has p={schedule.p} stages; they must be equal")
+    tokens, targets = np.asarray(tokens), np.asarray(targets)
+    if tokens.ndim != 2 or targets.shape != tokens.shape:
+        raise ValueError(f"[{_OP}] tokens and targets must be [batch, seq] of one shape, got {tokens.shape} "
+                         f"and {targets.shape}")
+    B, m = tokens.shape[0], schedule.m
+    if B % m:
+        raise ValueError(f"[{_OP}] batch {B} is not divisible by m={m} microbatches; use a batch that is a "
+                         f"multiple of {m}")
+    data_axes = tuple(a for a in names if a != axis)
+    dp = int(np.prod([dict(mesh.shape)[a] for a in data_axes], dtype=np.int64)) if data_axes else 1
+    if (B // m) % dp:
+        raise ValueError(f"[{_OP}] microbatch {B // m} (batch {B} / m={m}) is not divisible by the {dp} devices "
+                         f"of the data axes {data_axes}; use a batch that is a multiple of {m * dp}")
+    layers = stage_layers(cfg.num_layers, schedule.num_virtual_stages)
+    if schedule.layers is not None and tuple(schedule.layers) != layers:
+        raise ValueError(f"[{_OP}] the schedule was built for layers {schedule.layers} but the model has "
+                         f"{cfg.num_layers} layers (split {layers}); build it with num_layers={cfg.num_layers}")
+    return tokens, targets, data_axes, layers
+
+
+def _submesh(mesh, axis: str, s: int):
+    """Device ``s``'s slice of the mesh: the pipeline axis cut to that device, every other axis kept."""
+    i = tuple(mesh.axis_names).index(axis)
+    return sl.Mesh(np.take(mesh.devices, [s], axis=i), tuple(mesh.axis_names), hardware=mesh.hardware,
+                   physical_axes=getattr(mesh, "physical_axes", None))
+
+
+def execute(schedule: Schedule, params: dict, tokens, targets, cfg: ModelConfig, mesh, *, axis: str = "stage",
+            causal: bool = True) -> Execution:
+    """Runs one training step of ``transformer.loss`` with ``schedule`` on ``mesh``.
+
+    Args:
+        schedule: a valid schedule (any builder's, or your own) with ``p`` equal to the size of
+            the mesh's pipeline axis; its ``p * v`` virtual stages split the model's layers
+            (:func:`stage_layers`).
+        params: ``transformer.init_params(cfg)``-shaped params (numpy arrays).
+        tokens / targets: ids ``[batch, seq]``; the batch is cut into ``m`` microbatches, each
+            split over the mesh's other axes (data parallelism).
+        cfg: the model.
+        mesh: a mesh with the pipeline axis (hardware optional; with it every event is priced).
+        axis: the pipeline axis name.
+
+    Returns:
+        An :class:`Execution` (loss, grads, ledger, executed durations and timeline).
+
+    Raises:
+        ValueError: no pipeline axis in the mesh or the wrong size, a batch not divisible into
+            m microbatches (or a microbatch over the data axes), more stages than layers.
+        ScheduleError: an invalid or deadlocking schedule.
+    """
+    validate(schedule)
+    tokens, targets, data_axes, layers = _check_inputs(schedule, tokens, targets, cfg, mesh, axis)
+    p, m, n = schedule.p, schedule.m, schedule.num_virtual_stages
+    mb_size = tokens.shape[0] // m
+    stage_params = _stages.split_params(params, cfg, layers)
+    subs = [_submesh(mesh, axis, s) for s in range(p)]
+    spec_x = P(data_axes) if data_axes else P()
+    full_spec = P(axis, data_axes) if data_axes else P(axis)
+
+    def stage_fn(vs: int, s: int):
+        first, last = vs == 0, vs == n - 1
+
+        def body(sp, x, tgt):
+            return _stages.stage_forward(sp, x, tgt, cfg, first=first, last=last, layer_ids=layers[vs],
+                                         causal=causal, data_axes=data_axes)
+
+        return sl.shard_map(body, mesh=subs[s], in_specs=(P(), spec_x, spec_x),
+                            out_specs=P() if last else spec_x)
+
+    fns = [stage_fn(vs, schedule.placement(vs)[0]) for vs in range(n)]
+
+    def transfer(value, src: int, dst: int):
+        """ppermute of ``value`` from device src to dst along the pipeline axis (the one pair)."""
+        local = np.asarray(value)
+        buf = np.zeros((p,) + local.shape, local.dtype)
+        buf[src] = local
+        moved = sl.shard_map(lambda x: sl.lax.ppermute(x, axis, [(src, dst)]), mesh=mesh,
+                             in_specs=full_spec, out_specs=full_spec)(buf)
+        return np.asarray(moved)[dst]
+
+    vjps: dict = {}       # (vs, mb) -> vjp function (the microbatch's activations on that stage)
+    outputs: dict = {}    # (payload, vs, mb) -> value made by a compute, waiting for its send
+    inbox: dict = {}      # (payload, vs of the consumer, mb) -> received value
+    deferred: dict = {}   # (vs, mb) -> weight gradient held between I and W
+    grad_sum: list = [None] * n
+    losses = [None] * m
+    live, peak = [0] * p, [0] * p
+    order: list[Action] = []
+
+    def add_grad(vs, g):
+        grad_sum[vs] = g if grad_sum[vs] is None else _stages.add_trees(grad_sum[vs], g)
+
+    def run(a: Action) -> None:
+        s, mb = a.stage, a.microbatch
+        vs = schedule.virtual_stage(s, a.chunk)
+        rows = slice(mb * mb_size, (mb + 1) * mb_size)
+        tok, tgt = tokens[rows], targets[rows]
+        kind = a.kind
+        if kind == FORWARD:
+            if vs == 0:
+                out, f_vjp = sl.vjp(lambda sp: fns[vs](sp, tok, tgt), stage_params[vs])
+            else:
+                x = inbox.pop((ACTIVATION, vs, mb)) if schedule.placement(vs - 1)[0] != s else \
+                    outputs.pop((ACTIVATION, vs - 1, mb))
+                out, f_vjp = sl.vjp(lambda sp, x: fns[vs](sp, x, tgt), stage_params[vs], x)
+            vjps[(vs, mb)] = f_vjp
+            live[s] += 1
+            peak[s] = max(peak[s], live[s])
+            if vs == n - 1:
+                losses[mb] = float(np.asarray(out))
+            else:
+                outputs[(ACTIVATION, vs, mb)] = out
+        elif kind in (BACKWARD, BACKWARD_INPUT):
+            if vs == n - 1:
+                ct = np.float32(1.0 / m)
+            elif schedule.placement(vs + 1)[0] != s:
+                ct = inbox.pop((GRADIENT, vs, mb))
+            else:
+                ct = outputs.pop((GRADIENT, vs + 1, mb))
+            res = vjps.pop((vs, mb))(ct)
+            if vs > 0:
+                outputs[(GRADIENT, vs, mb)] = res[1]
+            if kind == BACKWARD:
+                add_grad(vs, res[0])
+                live[s] -= 1
+            else:
+                deferred[(vs, mb)] = res[0]
+        elif kind == BACKWARD_WEIGHT:
+            add_grad(vs, deferred.pop((vs, mb)))
+            live[s] -= 1
+        elif kind == SEND:
+            dst_vs = vs + 1 if a.payload == ACTIVATION else vs - 1
+            value = outputs.pop((a.payload, vs, mb))
+            inbox[(a.payload, dst_vs, mb)] = transfer(value, s, schedule.placement(dst_vs)[0])
+        # RECV: the data is in the inbox once the send ran; the loop below only runs a receive then
+
+    ptr = [0] * p
+    spans: dict = {}
+    with sl.Ledger() as ledger:
+        progress = True
+        while progress:
+            progress = False
+            for s in range(p):
+                acts = schedule.actions[s]
+                while ptr[s] < len(acts):
+                    a = acts[ptr[s]]
+                    if a.kind == RECV and (a.payload, schedule.virtual_stage(s, a.chunk), a.microbatch) not in inbox:
+                        break
+                    first = len(ledger)
+                    with sl.named_scope(f"pipeline/{a}"):
+                        run(a)
+                    spans[a] = (first, len(ledger))
+                    order.append(a)
+                    ptr[s] += 1
+                    progress = True
+    stuck = [s for s in range(p) if ptr[s] < len(schedule.actions[s])]
+    if stuck:
+        parts = "; ".join(f"stage {s} waits at '{schedule.actions[s][ptr[s]]}'" for s in stuck)
+        raise ScheduleError(f"{schedule.name}: deadlock, no device can proceed: {parts}",
+                            schedule.actions[stuck[0]][ptr[stuck[0]]], op=_OP)
+    has_backward = any(g is not None for g in grad_sum)
+    grads = _stages.merge_grads(params, grad_sum, layers) if has_backward else None
+    return Execution(schedule, mesh, axis, float(np.mean(losses)) if None not in losses else None, grads, ledger,
+                     order, spans, peak)
