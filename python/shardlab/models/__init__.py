@@ -15,6 +15,7 @@ Example:
 """
 
 from . import presets, transformer
+from .axes import LOGICAL_AXES, param_axes
 from .config import ModelConfig
 from .flops import FlopsPerToken, attention_crossover, flops_per_token
 from .hf import SUPPORTED_MODEL_TYPES, config_from_hf
@@ -25,7 +26,7 @@ from .perf import mfu, moe_compute_bound_batch, peak_flops, step_time_lower_boun
 from .report import Report
 
 __all__ = [
-    "attention_crossover", "config_from_hf", "flops_per_token", "FlopsPerToken", "kv_cache_bytes",
+    "attention_crossover", "config_from_hf", "LOGICAL_AXES", "param_axes", "flops_per_token", "FlopsPerToken", "kv_cache_bytes",
     "mfu", "ModelConfig", "moe_compute_bound_batch", "param_count", "ParamCount", "peak_flops",
     "presets", "Report", "step_time_lower_bound", "STRATEGIES", "SUPPORTED_MODEL_TYPES",
     "training_memory", "transformer",

@@ -32,7 +32,7 @@ from .layers import attention, mlp, norm
 from .moe import moe_mlp
 from .ops import log_softmax
 
-__all__ = ["init_params", "forward", "loss", "num_elements"]
+__all__ = ["embedding_lookup", "init_params", "forward", "loss", "num_elements"]
 
 _DTYPES = {"float32": np.float32, "bfloat16": jnp.bfloat16}
 
@@ -120,8 +120,7 @@ def _ids(x):
 
 def _embed(params: dict, tokens, cfg: ModelConfig):
     """Rows of the embedding table (a gather, no FLOPs) plus learned positions."""
-    idx = jnp.expand_dims(_ids(tokens), -1)
-    x = jnp.take_along_axis(params["embed"][None], idx.astype(np.int32), axis=1)
+    x = embedding_lookup(params["embed"], _ids(tokens))
     if cfg.positions == "learned":
         T = x.shape[1]
         if T > cfg.max_seq_len:
@@ -129,6 +128,19 @@ def _embed(params: dict, tokens, cfg: ModelConfig):
                              f"of the learned position table")
         x = x + params["pos_embed"][:T][None]
     return x
+
+
+def embedding_lookup(table, ids):
+    """Rows ``table[ids]`` ([B, T] ids → [B, T, D]) as a differentiable gather (no FLOPs).
+
+    Index and table are broadcast to the same batch shape first: the gradient of a
+    ``take_along_axis`` whose index broadcasts against the table is not supported by the
+    core's scatter-add.
+    """
+    B, T = ids.shape[0], ids.shape[1]
+    V, D = table.shape
+    idx = jnp.broadcast_to(jnp.expand_dims(ids.astype(np.int32), -1), (B, T, D))
+    return jnp.take_along_axis(jnp.broadcast_to(table[None], (B, V, D)), idx, axis=1)
 
 
 def forward(params: dict, tokens, cfg: ModelConfig, *, causal: bool = True):

@@ -1,4 +1,11 @@
-"""Training: pipeline-parallel schedules (``shardlab.train.pipeline``).
+"""Training: parallelism strategies as data, the training step, estimates at scale, and
+pipeline-parallel schedules (``shardlab.train.pipeline``).
+
+* :mod:`~shardlab.train.strategy` (also ``train.strategies``): DP, ZeRO-1/2, FSDP (ZeRO-3),
+  Megatron TP (f/g), TP + sequence parallelism, FSDP + TP, vocab-parallel embedding and loss;
+* :class:`Trainer`: forward, ``shardlab.grad``, gradient accumulation, AdamW / SGD with bf16
+  params and fp32 master weights, activation checkpointing;
+* :func:`estimate` / :func:`search`: the same step in abstract mode at any scale.
 
 Example:
     >>> from shardlab.train import pipeline as pp
@@ -7,5 +14,11 @@ Example:
 """
 
 from . import pipeline
+from . import strategy
+from . import strategy as strategies
+from .optim import SGD, AdamW, get_optimizer
+from .step import Trainer, TrainState, reference_step, tree_map
+from .strategy import Strategy
 
-__all__ = ["pipeline"]
+__all__ = ["AdamW", "get_optimizer", "pipeline", "reference_step", "SGD", "strategies", "strategy", "Strategy",
+           "Trainer", "TrainState", "tree_map"]

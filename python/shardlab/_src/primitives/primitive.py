@@ -99,13 +99,15 @@ class Tape:
     checkpoint). Inputs and outputs are kept alive by the tape, so ``id()`` names them.
     """
 
-    __slots__ = ("entries",)
+    __slots__ = ("entries", "labels")
 
     def __init__(self):
         self.entries: list = []
+        self.labels: list = []  # the named scopes active at each push, so the backward keeps them
 
     def push(self, rule, params, inputs, outputs, mesh) -> None:
         self.entries.append((rule, params, tuple(inputs), tuple(outputs), mesh))
+        self.labels.append(tuple(CTX.scopes))
 
 
 def push_entry(rule, params, inputs, outputs, mesh) -> None:

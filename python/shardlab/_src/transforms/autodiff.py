@@ -90,7 +90,7 @@ def backward(tape: Tape, seeds: dict) -> dict:
     cotangents of every value reached, as id → (value, cotangent)."""
     cts = dict(seeds)
     with phase("backward"):
-        for rule, params, ins, outs, mesh in reversed(tape.entries):
+        for (rule, params, ins, outs, mesh), scopes in zip(reversed(tape.entries), reversed(tape.labels)):
             found = [cts.pop(id(o), None) for o in outs]
             if all(c is None for c in found):
                 continue
@@ -100,7 +100,12 @@ def backward(tape: Tape, seeds: dict) -> dict:
                     raise NotImplementedError(f"[grad] {rule.name} is not differentiable; "
                                               f"keep it out of the function being differentiated")
                 continue
-            in_cts = rule.vjp(out_cts, list(ins), list(outs), mesh, **params)
+            # The transpose of an op is labelled with the op's named scope (as in JAX).
+            outer, CTX.scopes = CTX.scopes, list(scopes)
+            try:
+                in_cts = rule.vjp(out_cts, list(ins), list(outs), mesh, **params)
+            finally:
+                CTX.scopes = outer
             for x, c in zip(ins, in_cts):
                 if c is None or not _is_value(x):
                     continue

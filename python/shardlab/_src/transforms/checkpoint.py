@@ -17,12 +17,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 from ..arrays.local_array import LocalArray
 from ..arrays.sharded_array import ShardedArray
 from ..core import tree
-from ..core.context import CTX, phase
+from ..core.context import CTX, phase, shard_map_frame
 from ..primitives import contractions as con
 from ..primitives.primitive import Tape, push_entry
 from .autodiff import backward
@@ -33,6 +34,10 @@ _SAVEABLE = {"nothing_saveable": frozenset(), "dots_saveable": frozenset({con.EI
 
 def _is_value(x) -> bool:
     return isinstance(x, (LocalArray, ShardedArray))
+
+
+def _nothing():
+    return contextlib.nullcontext()
 
 
 class _Remat:
@@ -52,7 +57,9 @@ class _Remat:
         replay = CTX.remat_replay
         CTX.remat_replay = (self.saveable, list(self.saved))
         try:
-            with phase("recompute"):
+            # The re-run binds the axis names of the shard_map body the call was made in,
+            # so a checkpointed block may hold collectives (FSDP's re-gather).
+            with phase("recompute"), (shard_map_frame(mesh) if mesh is not None else _nothing()):
                 result = self.fn(*tree.unflatten(self.treedef, list(ins)))
         finally:
             CTX.tapes.remove(tape)
@@ -95,7 +102,7 @@ def checkpoint(fun=None, *, policy=None, prevent_cse: bool = True, static_argnum
         outs = tree.flatten(result, _is_value)[0]
         rule = _Remat(fun, treedef, saved, saveable)
         ins = [x for x in leaves]
-        push_entry(rule, {}, ins, [o for o in outs if _is_value(o)], None)
+        push_entry(rule, {}, ins, [o for o in outs if _is_value(o)], CTX.meshes[-1] if CTX.meshes else None)
         return result
 
     return wrapped

@@ -1,0 +1,192 @@
+"""The model library's transformer, block by block, as per-device code for a strategy.
+
+Each block (embedding, attention, MLP, head + loss) runs inside its own ``shard_map`` on the
+local shards its strategy gives it; between blocks the residual stream is a global array laid
+out by ``Strategy.activation_spec``. So every collective lands in the ledger under the block's
+named scope (``layer3/mlp``), in the backward pass too, and a replicated weight's gradient
+all-reduce happens where the weight enters its block.
+
+Where the collectives come from:
+
+* FSDP / ZeRO-3: each weight is all-gathered over the data axes inside ``checkpoint`` (policy
+  ``dots_saveable``), so the gathered copy is not kept: the backward pass gathers it again
+  (phase ``recompute``) and the transpose of the gather reduce-scatters its gradient.
+* Megatron f / g: a block's input is the same on every device of the model axis and meets
+  weights split over it (f: identity forward; its backward all-reduce is the psum of the
+  partial gradients at the block's boundary); the block's output partial sums are psum-ed (g).
+* Sequence parallelism: all_gather of the sequence before the first matmul, psum_scatter after
+  the last (their transposes in the backward pass).
+* Vocab-parallel embedding and cross-entropy (see :func:`head_loss`).
+
+Example:
+    >>> from shardlab.models import ModelConfig
+    >>> from shardlab.train import blocks, strategies
+    >>> cfg = ModelConfig(num_layers=1, d_model=32, ffw_dim=64, num_heads=4, vocab_size=16)
+    >>> blocks.local_config(cfg, 2).num_heads
+    2
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import shardlab as sl
+import shardlab.nn as snn
+import shardlab.numpy as jnp
+from shardlab import LocalArray, lax
+from shardlab.models.layers import norm, rotary
+from shardlab.models.ops import activation
+from shardlab.models.transformer import embedding_lookup
+
+__all__ = ["local_config", "Blocks"]
+
+
+def local_config(cfg, tp: int):
+    """``cfg`` with the heads one device of a ``tp``-way model axis holds."""
+    if tp == 1:
+        return cfg
+    return cfg.replace(num_heads=cfg.num_heads // tp, num_kv_heads=cfg.num_kv_heads // tp, head_dim=cfg.head_dim)
+
+
+def _stop(x):
+    """A value the tape does not know: a constant for the gradient (the softmax max shift)."""
+    return LocalArray(x.storage, x.mesh) if isinstance(x, LocalArray) else x
+
+
+class Blocks:
+    """Per-device block functions of ``cfg`` under ``strategy`` on a mesh with data size X and
+    model size Y (from ``strategy.sizes(mesh)``)."""
+
+    def __init__(self, cfg, strategy, X: int, Y: int):
+        self.cfg, self.s, self.X, self.Y = cfg, strategy, X, Y
+        self.lcfg = local_config(cfg, Y)
+        self.data = strategy.data[0] if len(strategy.data) == 1 else tuple(strategy.data)
+        self.model = strategy.model
+
+    # -- params as the block sees them -------------------------------------------------------
+    def use(self, w, axes: tuple):
+        """The weight a device computes with: gathered over the data axes under ZeRO-3, the
+        device's copy under ZeRO-1/2 (passed as a per-device view), the local shard otherwise."""
+        if self.s.zero in (1, 2):
+            return w[0]
+        if self.s.zero == 3 and "embed" in axes:
+            return lax.all_gather(w, self.data, axis=axes.index("embed"), tiled=True)
+        return w
+
+    def _ckpt(self, fn):
+        """FSDP: re-gather in the backward pass instead of keeping gathered weights."""
+        return sl.checkpoint(fn, policy="dots_saveable") if self.s.zero == 3 else fn
+
+    def _norm(self, p, axes, x):
+        def run(p, x):
+            return norm({k: self.use(v, axes[k]) for k, v in p.items()}, x, self.cfg)
+        return self._ckpt(run)(p, x)
+
+    def _proj(self, x, w, axes, b=None, b_axes=None):
+        def run(x, w, *b):
+            y = jnp.matmul(x, self.use(w, axes))
+            return y + self.use(b[0], b_axes) if b else y
+        return self._ckpt(run)(x, w, *(() if b is None else (b,)))
+
+    def _gather_seq(self, h):
+        return lax.all_gather(h, self.model, axis=1, tiled=True) if self.s.sequence_parallel else h
+
+    def _reduce_out(self, y):
+        """g: the block output's partial sums over the model axis."""
+        if self.model is None:
+            return y
+        if self.s.sequence_parallel:
+            return lax.psum_scatter(y, self.model, scatter_dimension=1, tiled=True)
+        return lax.psum(y, self.model)
+
+    def _add_bias_after(self, y, p, name, axes):
+        return y if name not in p else y + self.use(p[name], axes[name])
+
+    # -- blocks ---------------------------------------------------------------------------
+    def embed(self, table, tokens, pos=None):
+        """Token ids [b, T] → residual stream; vocab-parallel under a model axis."""
+        cfg, axes = self.cfg, ("vocab", "embed")
+
+        def run(table, tokens, *pos):
+            e = self.use(table, axes)
+            idx = tokens.astype(np.int32)
+            if self.model is not None and self.s.vocab_parallel:
+                v_local = e.shape[0]
+                local = idx - lax.axis_index(self.model) * np.int32(v_local)
+                inside = jnp.logical_and(local >= 0, local < v_local)
+                rows = embedding_lookup(e, jnp.clip(local, 0, v_local - 1))
+                x = self._reduce_out(jnp.where(jnp.expand_dims(inside, -1), rows, jnp.zeros_like(rows)))
+            else:
+                x = embedding_lookup(e, idx)
+                if self.s.sequence_parallel:  # vocab replicated: each device keeps its slice
+                    t = x.shape[1] // self.Y
+                    x = lax.dynamic_slice_in_dim(x, lax.axis_index(self.model) * np.int32(t), t, axis=1)
+            if pos:
+                table_p = self.use(pos[0], ("seq", "embed"))
+                t = x.shape[1]
+                if self.s.sequence_parallel:
+                    table_p = lax.dynamic_slice_in_dim(table_p, lax.axis_index(self.model) * np.int32(t), t, axis=0)
+                else:
+                    table_p = table_p[:t]
+                x = x + table_p[None]
+            return x
+
+        return self._ckpt(run)(table, tokens, *(() if pos is None else (pos,)))
+
+    def attention(self, p, axes, x):
+        """x + attention(norm(x)) with the local heads."""
+        cfg, lcfg = self.cfg, self.lcfg
+        a, aa = p["attn"], axes["attn"]
+        h = self._gather_seq(self._norm(p["attn_norm"], axes["attn_norm"], x))
+        B, T, _ = h.shape
+        N, K, H = lcfg.num_heads, lcfg.num_kv_heads, lcfg.head_dim
+        q = jnp.reshape(self._proj(h, a["wq"], aa["wq"], a.get("bq"), aa.get("bq")), (B, T, N, H))
+        k = jnp.reshape(self._proj(h, a["wk"], aa["wk"], a.get("bk"), aa.get("bk")), (B, T, K, H))
+        v = jnp.reshape(self._proj(h, a["wv"], aa["wv"], a.get("bv"), aa.get("bv")), (B, T, K, H))
+        if cfg.positions == "rotary":
+            q, k = rotary(q, lcfg), rotary(k, lcfg)
+        o = snn.dot_product_attention(q, k, v, is_causal=True)
+        y = self._reduce_out(self._proj(jnp.reshape(o, (B, T, N * H)), a["wo"], aa["wo"]))
+        return x + self._add_bias_after(y, a, "bo", aa)
+
+    def mlp(self, p, axes, x):
+        """x + mlp(norm(x)) with the local slice of F."""
+        cfg = self.cfg
+        m, ma = p["mlp"], axes["mlp"]
+        h = self._gather_seq(self._norm(p["mlp_norm"], axes["mlp_norm"], x))
+        if cfg.gated_mlp:
+            g = self._proj(h, m["w_gate"], ma["w_gate"], m.get("b_gate"), ma.get("b_gate"))
+            u = self._proj(h, m["w_up"], ma["w_up"], m.get("b_up"), ma.get("b_up"))
+            z = activation(cfg.activation, g) * u
+        else:
+            z = activation(cfg.activation, self._proj(h, m["w_in"], ma["w_in"], m.get("b_in"), ma.get("b_in")))
+        y = self._reduce_out(self._proj(z.astype(x.dtype), m["w_down"], ma["w_down"]))
+        return x + self._add_bias_after(y, m, "b_down", ma)
+
+    def head_loss(self, final_norm, fn_axes, head, head_axes, x, targets, total_tokens: int):
+        """Summed cross-entropy of this device's tokens / ``total_tokens``, summed over the
+        data axes. Vocab-parallel: the softmax needs B·T maxima, B·T sums and B·T target
+        logits from the model axis (three B·T collectives), never the B·T·V logits."""
+        h = self._gather_seq(self._norm(final_norm, fn_axes, x))
+
+        def logits_of(h, w):
+            w = self.use(w, head_axes)
+            return jnp.matmul(h, w.T if head_axes == ("vocab", "embed") else w)
+
+        logits = self._ckpt(logits_of)(h, head).astype(np.float32)
+        t = targets.astype(np.int32)
+        if self.model is not None and self.s.vocab_parallel:
+            v_local = logits.shape[-1]
+            m = _stop(lax.pmax(jnp.max(logits, axis=-1), self.model))
+            s = lax.psum(jnp.sum(jnp.exp(logits - jnp.expand_dims(m, -1)), axis=-1), self.model)
+            local = t - lax.axis_index(self.model) * np.int32(v_local)
+            inside = jnp.logical_and(local >= 0, local < v_local)
+            picked = jnp.take_along_axis(logits, jnp.expand_dims(jnp.clip(local, 0, v_local - 1), -1), axis=-1)[..., 0]
+            target = lax.psum(jnp.where(inside, picked, jnp.zeros_like(picked)), self.model)
+            nll = jnp.log(s) + m - target
+        else:
+            m = _stop(jnp.max(logits, axis=-1, keepdims=True))
+            lse = jnp.log(jnp.sum(jnp.exp(logits - m), axis=-1)) + m[..., 0]
+            nll = lse - jnp.take_along_axis(logits, jnp.expand_dims(t, -1), axis=-1)[..., 0]
+        loss = jnp.sum(nll) / np.float32(total_tokens)
+        return lax.psum(loss, self.data) if self.s.data else loss

@@ -1,0 +1,238 @@
+"""Training strategies as data: which mesh axes each logical axis of the params, optimizer
+states and activations is split over, and the collectives the book prescribes for them.
+
+A :class:`Strategy` is written once and applied to any ``ModelConfig`` through the logical
+axis names of :func:`shardlab.models.param_axes` (``vocab, embed, heads, kv, mlp``):
+
+========== ================================== ============================================
+strategy   layout (book part 5 notation)      collectives per layer
+========== ================================== ============================================
+dp         In[B_X,D] W_in[D,F] W_out[F,D]     backward: AllReduce_X of every weight grad
+zero1      dp + optimizer states [D_X, ...]   ReduceScatter_X grads, AllGather_X new params
+zero2      zero1 + gradients [D_X, ...]       same bytes; grads reduce-scattered per microbatch
+fsdp/zero3 W_in[D_X,F] W_out[F,D_X]           AllGather_X weights (fwd, again in bwd), RS_X grads
+tp         In[B,D] W_in[D,F_Y] W_out[F_Y,D]   Megatron f (bwd AllReduce_Y) and g (fwd AllReduce_Y)
+tp_sp      In[B,T_Y,D] W_in[D,F_Y] ...        AllGather_Y before, ReduceScatter_Y after a block
+fsdp_tp    In[B_X,T_Y,D] W_in[D_X,F_Y] ...    both of the above
+========== ================================== ============================================
+
+Embeddings and the output head are vocab-parallel under a model axis (``vocab -> Y``): the
+lookup all-reduces B·T·D, and the cross-entropy all-reduces B·T maxima, sums and target
+logits instead of B·T·V logits.
+
+Example:
+    >>> from shardlab import train
+    >>> s = train.strategies.fsdp_tp()
+    >>> s.param_spec(("embed", "mlp")), s.batch_spec()
+    (PartitionSpec('data', 'model'), PartitionSpec('data', None))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from shardlab import P
+
+__all__ = ["Strategy", "dp", "fsdp", "zero1", "zero2", "zero3", "tp", "tp_sp", "fsdp_tp", "get", "NAMES"]
+
+_TP_LOGICAL = ("heads", "kv", "mlp")
+
+
+def _axes_tuple(axes) -> tuple:
+    if axes is None:
+        return ()
+    if isinstance(axes, str):
+        return (axes,)
+    return tuple(axes)
+
+
+@dataclasses.dataclass(frozen=True)
+class Strategy:
+    """A sharding strategy over logical axes.
+
+    Attributes:
+        name: a label.
+        data: mesh axes the batch is split over (data parallelism, ZeRO, FSDP).
+        model: the tensor-parallel mesh axis, or None.
+        zero: 0 (replicated params and states), 1 (optimizer states sharded over ``data``),
+            2 (+ gradients), 3 (+ parameters: FSDP).
+        sequence_parallel: between blocks the residual stream is split over ``model`` along the
+            sequence (all-gather / reduce-scatter instead of all-reduce).
+        vocab_parallel: embedding and head split over ``model`` along the vocabulary.
+    """
+
+    name: str
+    data: tuple = ()
+    model: str | None = None
+    zero: int = 0
+    sequence_parallel: bool = False
+    vocab_parallel: bool = True
+
+    def __post_init__(self):
+        object.__setattr__(self, "data", _axes_tuple(self.data))
+        if self.zero not in (0, 1, 2, 3):
+            raise ValueError(f"[Strategy] zero stage {self.zero!r} must be 0, 1, 2 or 3")
+        if self.zero and not self.data:
+            raise ValueError(f"[Strategy] ZeRO stage {self.zero} shards over the data axes, but data=() ")
+        if self.sequence_parallel and self.model is None:
+            raise ValueError("[Strategy] sequence_parallel needs a model axis")
+        if self.model is not None and self.model in self.data:
+            raise ValueError(f"[Strategy] mesh axis {self.model!r} is both a data and the model axis")
+
+    # -- rules -----------------------------------------------------------------------------
+    def rules(self) -> dict:
+        """The strategy as a table: ``{"params" | "states" | "grads" | "activations":
+        {logical axis: mesh axes}}``."""
+        tp = {n: (self.model,) for n in _TP_LOGICAL} if self.model else {}
+        if self.model and self.vocab_parallel:
+            tp["vocab"] = (self.model,)
+        sharded = dict(tp, embed=self.data)
+        act = {"batch": self.data}
+        if self.sequence_parallel:
+            act["seq"] = (self.model,)
+        return {"params": sharded if self.zero >= 3 else tp,
+                "grads": sharded if self.zero >= 2 else tp,
+                "states": sharded if self.zero >= 1 else tp,
+                "activations": act}
+
+    def _spec(self, axes: tuple, table: dict) -> P:
+        entries = []
+        for name in axes:
+            mesh_axes = table.get(name, ())
+            entries.append(None if not mesh_axes else mesh_axes[0] if len(mesh_axes) == 1 else tuple(mesh_axes))
+        return P(*entries)
+
+    def param_spec(self, axes: tuple) -> P:
+        """The PartitionSpec of a param with logical ``axes`` as stored."""
+        return self._spec(axes, self.rules()["params"])
+
+    def state_spec(self, axes: tuple) -> P:
+        """The PartitionSpec of its optimizer states (and fp32 master copy)."""
+        return self._spec(axes, self.rules()["states"])
+
+    def grad_spec(self, axes: tuple) -> P:
+        """The PartitionSpec of its (accumulated) gradient."""
+        return self._spec(axes, self.rules()["grads"])
+
+    def batch_spec(self) -> P:
+        """Token ids ``[B, T]``."""
+        return P(self.data[0] if len(self.data) == 1 else (self.data or None), None)
+
+    def activation_spec(self) -> P:
+        """The residual stream ``[B, T, D]`` between blocks."""
+        b = self.data[0] if len(self.data) == 1 else (self.data or None)
+        return P(b, self.model if self.sequence_parallel else None, None)
+
+    def collectives(self) -> list:
+        """The collectives the strategy prescribes, as (where, op, mesh axes) rows."""
+        rows = []
+        d, y = self.data, self.model
+        if self.zero == 3:
+            rows += [("forward: each weight", "all_gather", d), ("backward: each weight (re-gather)", "all_gather", d),
+                     ("backward: each weight grad", "psum_scatter", d)]
+        elif self.zero in (1, 2):
+            rows += [("after backward: grads", "psum_scatter", d), ("after update: params", "all_gather", d)]
+        elif d:
+            rows += [("backward: each weight grad", "psum", d)]
+        if y and self.sequence_parallel:
+            rows += [("forward: block input", "all_gather", (y,)), ("forward: block output", "psum_scatter", (y,)),
+                     ("backward: block output grad", "all_gather", (y,)),
+                     ("backward: block input grad", "psum_scatter", (y,))]
+        elif y:
+            rows += [("forward: g after each block", "psum", (y,)), ("backward: f before each block", "psum", (y,))]
+        if y and self.vocab_parallel:
+            rows += [("forward: embedding lookup", "psum" if not self.sequence_parallel else "psum_scatter", (y,)),
+                     ("forward: softmax max / sum / target logit (B·T each)", "pmax, psum, psum", (y,))]
+        return rows
+
+    # -- checks -----------------------------------------------------------------------------
+    def sizes(self, mesh) -> tuple[int, int]:
+        """(data-parallel size X, model-parallel size Y) on ``mesh``."""
+        shape = dict(mesh.shape)
+        for a in self.data + ((self.model,) if self.model else ()):
+            if a not in shape:
+                raise ValueError(f"[{self.name}] mesh axis {a!r} is not in the mesh ({list(shape)}); "
+                                 f"make a mesh with axis names {self.data + ((self.model,) if self.model else ())}")
+        return math.prod(shape[a] for a in self.data), (shape[self.model] if self.model else 1)
+
+    def validate(self, cfg, mesh, batch: int | None = None, seq: int | None = None) -> None:
+        """Raises ValueError naming the dimension and the axis when ``mesh`` cannot split
+        ``cfg`` (heads, kv heads, F, vocab, D) or the batch / sequence this way."""
+        X, Y = self.sizes(mesh)
+        op = f"[{self.name}]"
+        if Y > 1:
+            checks = [("num_heads", cfg.num_heads), ("num_kv_heads", cfg.num_kv_heads)]
+            checks += [("ffw_dim", cfg.ffw_dim)] if not cfg.is_moe else [("expert_ffw_dim", cfg.moe_ffw_dim)]
+            if self.vocab_parallel:
+                checks.append(("vocab_size", cfg.vocab_size))
+            for name, v in checks:
+                if v % Y:
+                    raise ValueError(f"{op} {name} {v} is not divisible by the model axis {self.model!r} of size {Y}; "
+                                     f"use a model axis that divides it")
+            if self.sequence_parallel and seq is not None and seq % Y:
+                raise ValueError(f"{op} sequence length {seq} is not divisible by the model axis "
+                                 f"{self.model!r} of size {Y} (sequence parallelism splits it)")
+        if self.zero and X > 1:
+            if cfg.d_model % X:
+                raise ValueError(f"{op} d_model {cfg.d_model} is not divisible by the data axes {self.data} "
+                                 f"of size {X} (ZeRO-{self.zero} shards the embed dimension)")
+        if batch is not None and batch % X:
+            raise ValueError(f"{op} batch {batch} is not divisible by the data axes {self.data} of size {X}; "
+                             f"use a multiple of {X}")
+        if cfg.is_moe:
+            raise NotImplementedError(f"{op} mixture-of-experts layers are not supported by shardlab.train yet")
+
+
+def dp(data="data") -> Strategy:
+    """Data parallelism: params and optimizer states replicated, the batch split."""
+    return Strategy("dp", data=data)
+
+
+def zero1(data="data") -> Strategy:
+    """ZeRO-1 (P_os): optimizer states split over the data axes."""
+    return Strategy("zero1", data=data, zero=1)
+
+
+def zero2(data="data") -> Strategy:
+    """ZeRO-2 (P_os+g): optimizer states and gradients split over the data axes."""
+    return Strategy("zero2", data=data, zero=2)
+
+
+def fsdp(data="data") -> Strategy:
+    """FSDP = ZeRO-3 (P_os+g+p): params too, gathered for use (and again in the backward)."""
+    return Strategy("fsdp", data=data, zero=3)
+
+
+def zero3(data="data") -> Strategy:
+    """The same as :func:`fsdp`."""
+    return Strategy("zero3", data=data, zero=3)
+
+
+def tp(model="model", data=()) -> Strategy:
+    """Megatron tensor parallelism with the f / g operators (all-reduces)."""
+    return Strategy("tp", data=data, model=model)
+
+
+def tp_sp(model="model", data=()) -> Strategy:
+    """Tensor + sequence parallelism: all-gather / reduce-scatter of the sequence-split stream."""
+    return Strategy("tp_sp", data=data, model=model, sequence_parallel=True)
+
+
+def fsdp_tp(data="data", model="model") -> Strategy:
+    """FSDP over ``data`` and tensor (+ sequence) parallelism over ``model`` on a 2-D mesh."""
+    return Strategy("fsdp_tp", data=data, model=model, zero=3, sequence_parallel=True)
+
+
+_FACTORIES = {"dp": dp, "zero1": zero1, "zero2": zero2, "fsdp": fsdp, "zero3": zero3, "tp": tp, "tp_sp": tp_sp,
+              "fsdp_tp": fsdp_tp}
+NAMES = tuple(_FACTORIES)
+
+
+def get(name) -> Strategy:
+    """A built-in strategy by name (a Strategy is returned as is)."""
+    if isinstance(name, Strategy):
+        return name
+    if name not in _FACTORIES:
+        raise ValueError(f"[strategy] {name!r} is not one of {', '.join(NAMES)}")
+    return _FACTORIES[name]()
