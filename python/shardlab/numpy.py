@@ -9,5 +9,9 @@ Example:
 
 from ._src.ops.numpy import *  # noqa: F401,F403
 from ._src.ops.numpy import (  # noqa: F401  (names starting with _ or shadowing builtins)
-    abs, all, any, astype, max, min, pow, round, round_, sum,
+    abs, all, any, astype, max, min, pow, sum,
+)
+from ._src.ops.numpy_more import *  # noqa: F401,F403
+from ._src.ops.numpy_more import (  # noqa: F401  (names shadowing builtins, and the table)
+    UNSUPPORTED, coverage, divmod, round, round_,
 )

@@ -14,7 +14,7 @@ import numpy as np
 
 import shardlab._core as _core
 
-from ..core.dtypes import bfloat16, float32, float64, int8, int32
+from ..core.dtypes import bfloat16, default_int_dtype, float32, float64, int8, int32
 from ..core.einsum_spec import free_letters
 from ..kernels.attention import run_backward, run_forward
 from ..kernels.einsum import einsum_arrays
@@ -27,6 +27,11 @@ from ..primitives import reductions as red
 from ..primitives import structural as st
 from ..primitives.fallback import FALLBACK, mesh_dims
 from ..primitives.shapes import align
+
+try:  # scipy is optional: its erf is vectorised; math.erf per element otherwise
+    from scipy.special import erf as _erf
+except ImportError:  # pragma: no cover - exercised only without scipy
+    _erf = np.vectorize(math.erf, otypes=[np.float64])
 
 _SELECT_DTYPES = (float32, float64, bfloat16, int32, int8)
 
@@ -44,9 +49,28 @@ def _local(k, axes):
 
 
 # -- elementwise -----------------------------------------------------------------------------
+def _cast_operand(v, target):
+    """An operand converted to the rule's operand dtype (Python scalars as numpy scalars of
+    it, so ``bfloat16 * 2.0`` stays bfloat16 as in JAX)."""
+    if target is None:
+        return v
+    if isinstance(v, np.ndarray):
+        return v if v.dtype == target else v.astype(target)
+    if isinstance(v, np.generic):
+        return v if v.dtype == target else v.astype(target)
+    return target.type(v)
+
+
 def _ufunc_impl(ufunc):
+    if not isinstance(ufunc, np.ufunc):
+        return lambda storages, mesh: [np.asarray(ufunc(*align(storages, mesh.ndim)))]
+
     def impl(storages, mesh):
-        return [np.asarray(ufunc(*align(storages, mesh.ndim)))]
+        target, out_dtype = ew.dtype_rule(ufunc, storages)
+        args = [_cast_operand(v, target) for v in align(storages, mesh.ndim)]
+        with np.errstate(all="ignore"):
+            out = np.asarray(ufunc(*args))
+        return [out if out.dtype == out_dtype else out.astype(out_dtype)]
 
     return impl
 
@@ -58,13 +82,21 @@ for _name, _prim in ew.PRIMS.items():
 @_impl(ew.SELECT)
 def _select(storages, mesh):
     c, a, b = align(storages, mesh.ndim)
-    dt = np.result_type(a, b)
+    dt = ew.SELECT.shape_rule(storages, mesh)[0][1]
+    a, b = _cast_operand(a, dt), _cast_operand(b, dt)
     shape = np.broadcast_shapes(np.shape(c), np.shape(a), np.shape(b))
     if dt in _SELECT_DTYPES and math.prod(shape) >= 4096:
         # Branchless C++ select: numpy's where branches per element (5x slower on random masks).
         views = [np.broadcast_to(np.asarray(v, dtype=t), shape) for v, t in ((c, np.bool_), (a, dt), (b, dt))]
         return [_core.select(*views)]
-    return [np.asarray(np.where(c, a, b))]
+    return [np.asarray(np.where(c, a, b), dtype=dt)]
+
+
+@_impl(ew.ERF)
+def _erf_impl(storages, mesh):
+    x = storages[0]
+    dt = ew.ERF.shape_rule(storages, mesh)[0][1]
+    return [np.asarray(_erf(x.astype(np.float64)), dtype=dt)]
 
 
 @_impl(ew.CONVERT)
@@ -93,7 +125,7 @@ red.REDUCE_ALL.impl["emulated"] = _reduction_impl(np.all)
 def _arg_impl(np_fn):
     def impl(storages, mesh, *, axes, keepdims=False):
         (axis,) = axes
-        return [np_fn(storages[0], axis=mesh.ndim + axis, keepdims=keepdims).astype(np.int32)]
+        return [np_fn(storages[0], axis=mesh.ndim + axis, keepdims=keepdims).astype(default_int_dtype())]
 
     return impl
 
@@ -374,11 +406,21 @@ def _pcast(storages, mesh, *, axes, to):
 
 
 # -- fallback --------------------------------------------------------------------------------
+def _fallback_name(fn) -> str:
+    return getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", "numpy_fallback")
+
+
 @_impl(FALLBACK)
-def _fallback(storages, mesh, *, fn, kwargs):
+def _fallback(storages, mesh, *, fn, kwargs, vectorised=False):
     k = mesh.ndim
     dims = mesh_dims(storages, k)
     kw = dict(kwargs)
+    ((want, want_dtype),) = FALLBACK.shape_rule(storages, mesh, fn=fn, kwargs=kwargs)
+    if vectorised:
+        arrays = align(storages, k)
+        out = np.asarray(fn(*arrays, **kw))
+        if out.shape[k:] == tuple(want[k:]) and out.ndim == len(want):
+            return [out.astype(want_dtype, copy=False)]
     blocks = {}
     results = None
     for coords in np.ndindex(*dims):
@@ -388,6 +430,10 @@ def _fallback(storages, mesh, *, fn, kwargs):
         if r is None:
             r = blocks[key] = np.asarray(fn(*args, **kw))
         if results is None:
-            results = np.empty(dims + r.shape, r.dtype)
+            results = np.empty(dims + r.shape, want_dtype)
+        elif r.shape != results.shape[k:]:
+            raise ValueError(f"[{_fallback_name(fn)}] gives local shape {results.shape[k:]} on one device and "
+                             f"{r.shape} on another; shardlab needs one local shape (as JAX does: pass a "
+                             f"fixed size, e.g. jnp.nonzero(x, size=n) in JAX)")
         results[coords] = r
     return [results]

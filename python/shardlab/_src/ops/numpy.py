@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import builtins
 import math
-import operator
 
 import numpy as np
 
 from ..arrays.local_array import HANDLED, UFUNC, LocalArray, lift, local_axes, mesh_of, register_method
 from ..arrays.sharded_array import ShardedArray
 from ..arrays.storage import AbstractStorage, is_abstract
+from ..core import dtypes as _dt
 from ..core.dtypes import bfloat16, float32, float64, int8, int32  # noqa: F401  (jnp.float32, ...)
 from ..core.einsum_spec import parse
 from ..kernels.einsum import einsum_arrays, gemm_batched
@@ -95,16 +95,16 @@ def _operand(v, mesh):
     return lift(v, mesh)
 
 
-def _jax_promotion(args, mesh) -> list:
-    """JAX's rule for integer and floating arrays together: the result has the floating type
-    (int32 * float32 is float32 and int32 * bfloat16 is bfloat16, where numpy would give
-    float64 or refuse). Python scalars stay weak, as in JAX."""
-    arrays = [a for a in args if isinstance(a, LocalArray)]
-    floats = [a.dtype for a in arrays if a.dtype.kind == "f" or a.dtype == bfloat16]
-    if not floats or builtins.all(a.dtype.kind not in "iub" for a in arrays):
+def _promote(ufunc, args) -> list:
+    """jax.numpy's promotion: every array operand converted to the common dtype
+    (dtypes.result_type; float-valued functions of integers go to to_inexact_dtype), so
+    ``int32 * float32`` is float32, ``uint8 + 3`` stays uint8 and ``tanh(int32)`` is float32.
+    Python scalars stay weak. The conversions are primitives, so cotangents come back in each
+    operand's own dtype."""
+    target, _ = ew.dtype_rule(ufunc, args)
+    if target is None:
         return args
-    target = np.result_type(*floats)
-    return [astype(a, target) if isinstance(a, LocalArray) and a.dtype.kind in "iub" else a for a in args]
+    return [astype(a, target) if isinstance(a, LocalArray) and a.dtype != target else a for a in args]
 
 
 def _ufunc(ufunc, method, inputs, kwargs):
@@ -124,8 +124,7 @@ def _ufunc(ufunc, method, inputs, kwargs):
                             f"on per-device values")
         mesh = mesh_of(inputs)
         args = [_operand(v, mesh) for v in inputs]
-        if ufunc is not np.ldexp:
-            args = _jax_promotion(args, mesh)
+        args = _promote(ufunc, args)
         out = bind(prim, args, mesh)
         return out if dtype is None else astype(out, dtype)
     if method == "reduce" and len(inputs) == 1:
@@ -147,7 +146,7 @@ array, asarray, zeros, ones, full, empty, arange, linspace, eye, identity, tri =
 
 def _const_like(x: LocalArray, fill, dtype=None) -> LocalArray:
     """A constant with `x`'s storage shape (varying axes included), held once (stride 0)."""
-    dt = np.dtype(x.dtype if dtype is None else dtype)
+    dt = _dt.canonicalize_dtype(x.dtype if dtype is None else dtype)
     if is_abstract(x.storage):
         return LocalArray(AbstractStorage(x.storage.shape, dt), x.mesh)
     return LocalArray(np.broadcast_to(np.full((), fill, dt), x.storage.shape), x.mesh)
@@ -202,7 +201,7 @@ def astype(x, dtype, copy=False):
     """``x`` converted to `dtype` (a primitive: differentiable for float to float)."""
     if not isinstance(x, LocalArray):
         return np.asarray(x).astype(dtype)
-    dtype = np.dtype(dtype)
+    dtype = _dt.canonicalize_dtype(dtype)
     return x if dtype == x.dtype else bind(ew.CONVERT, [x], x.mesh, dtype=dtype)
 
 
@@ -266,7 +265,8 @@ all = _nodtype(red.REDUCE_ALL, np.all)  # noqa: A001
 
 
 def _inexact(x: LocalArray) -> LocalArray:
-    return x if x.dtype.kind in "fc" or x.dtype == bfloat16 else astype(x, np.float32)
+    """`x` in dtypes.to_inexact_dtype (int32 -> float32, float64 -> float32 with x64 off)."""
+    return astype(x, _dt.to_inexact_dtype(x.dtype))
 
 
 def _count(x: LocalArray, axes: tuple) -> int:
@@ -458,7 +458,7 @@ def concatenate(arrays, axis=0, dtype=None):
     for i, x in enumerate(xs):
         if x.ndim != r or builtins.any(a != b for d, (a, b) in enumerate(zip(x.shape, xs[0].shape)) if d != ax):
             raise ValueError(f"[concatenate] local shapes {[v.shape for v in xs]} differ outside axis {ax}")
-    dt = np.result_type(*[x.dtype for x in xs]) if dtype is None else np.dtype(dtype)
+    dt = _dt.result_type(*[x.dtype for x in xs]) if dtype is None else _dt.canonicalize_dtype(dtype)
     xs = [astype(x, dt) for x in xs]
     return bind(st.CONCATENATE, xs, mesh, axis=ax)
 
@@ -549,7 +549,9 @@ def where(condition, x=None, y=None):
     c = _operand(condition, mesh)
     if isinstance(c, LocalArray) and c.dtype != np.bool_:
         c = astype(c, np.bool_)
-    args = _jax_promotion([_operand(x, mesh), _operand(y, mesh)], mesh)
+    args = [_operand(x, mesh), _operand(y, mesh)]
+    dt = _dt.result_type(*[v if _scalar(v) else v.dtype for v in args])
+    args = [astype(v, dt) if isinstance(v, LocalArray) else v for v in args]
     return bind(ew.SELECT, [c, *args], mesh)
 
 
@@ -601,7 +603,7 @@ register_method("__getitem__", _getitem)
 
 # -- contractions ----------------------------------------------------------------------------
 def _contract(terms, out, ops, mesh, op_name, preferred_element_type):
-    dt = np.result_type(*[o.dtype for o in ops])
+    dt = _dt.result_type(*[o.dtype for o in ops])
     ops = [astype(o, dt) for o in ops]
     return bind(con.EINSUM, ops, mesh, terms=tuple(terms), out=out, op_name=op_name,
                 preferred_element_type=None if preferred_element_type is None
@@ -700,43 +702,3 @@ for _name, _fn in (("sum", sum), ("mean", mean), ("max", max), ("min", min), ("p
 for _op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or", "xor", "lshift",
             "rshift"):
     register_method(f"__i{_op}__", getattr(LocalArray, f"__{_op}__"))
-
-
-# -- everything else: numpy's function on each device's block ----------------------------------
-def fallback(np_fn):
-    """``np_fn`` applied to each device's local block (not differentiable; see
-    docs/numpy_coverage.md)."""
-
-    def fn(*args, **kwargs):
-        if not _is_local(*args, *kwargs.values()):
-            return np_fn(*args, **kwargs)
-        if _is_local(*kwargs.values()):
-            raise TypeError(f"[{np_fn.__name__}] per-device values as keyword arguments are not supported")
-        mesh = mesh_of(args)
-        ops = [lift(a, mesh) if isinstance(a, (LocalArray, np.ndarray)) else a for a in args]
-        return bind(FALLBACK, ops, mesh, fn=np_fn, kwargs=tuple(sorted(kwargs.items())))
-
-    fn.__name__ = np_fn.__name__
-    fn.__doc__ = f"``numpy.{np_fn.__name__}`` on each device's local block (a per-device fallback)."
-    return fn
-
-
-FALLBACK_NAMES = ("sort", "argsort", "flip", "fliplr", "flipud", "roll", "rot90", "diff", "cumprod",
-                  "nancumsum", "nansum", "nanmean", "nanmax", "nanmin", "median", "percentile", "quantile",
-                  "searchsorted", "diag", "diagonal", "trace", "kron", "cross", "convolve", "pad", "round",
-                  "around", "nan_to_num", "isclose", "allclose", "array_equal", "histogram", "bincount",
-                  "count_nonzero", "ptp", "average", "interp", "polyval", "unwrap", "atleast_1d",
-                  "atleast_2d", "atleast_3d", "meshgrid", "digitize", "lexsort", "partition", "argpartition",
-                  "tensordot", "heaviside", "sinc", "i0", "deg2rad", "rad2deg", "degrees", "radians",
-                  "cbrt", "fabs", "logaddexp2", "nextafter", "spacing", "gcd", "lcm", "float_power",
-                  "fmod", "frexp", "ldexp", "modf", "divmod", "real", "imag", "conj", "conjugate", "angle")
-for _name in FALLBACK_NAMES:
-    _np_fn = getattr(np, _name, None)
-    if _np_fn is None or _name in globals():
-        continue
-    globals()[_name] = fallback(_np_fn)
-    if not isinstance(_np_fn, np.ufunc):
-        HANDLED[_np_fn] = globals()[_name]
-round_ = globals()["round"]
-
-_ = operator  # keep the import list honest for linters that check usage

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..arrays.local_array import LocalArray
+from ..core import dtypes
 from .primitive import Primitive, bind
 from .structural import RESHAPE
 
@@ -32,13 +33,14 @@ def _reduce_shape_for(dtype_rule):
 
 
 def _sum_dtype(dt):
-    """Sums of booleans and small integers accumulate in int32 (uint32), as jax.numpy's."""
+    """Sums of booleans and integers accumulate in the default integer type (int32, or int64
+    with x64 on; uint32 / uint64 for unsigned), as jax.numpy's; floats keep their type."""
     dt = np.dtype(dt)
-    if dt.kind == "b" or (dt.kind == "i" and dt.itemsize < 4):
-        return np.dtype(np.int32)
-    if dt.kind == "u" and dt.itemsize < 4:
-        return np.dtype(np.uint32)
-    return dt
+    if dt.kind in "bi":
+        return dtypes.default_int_dtype()
+    if dt.kind == "u":
+        return dtypes.default_uint_dtype()
+    return dtypes.canonicalize_dtype(dt)
 
 
 def _expand(ct: LocalArray, x: LocalArray, axes: tuple, keepdims: bool) -> LocalArray:

@@ -14,9 +14,12 @@ Example:
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..arrays.local_array import LocalArray
+from ..core import dtypes
 from .primitive import Primitive, bind
 from .shapes import align, broadcast_avals
 from .broadcasting import unbroadcast
@@ -100,19 +103,77 @@ def _select_rule(ct, cond):
     return (bind(SELECT, [cond, ct, zero], ct.mesh), bind(SELECT, [cond, zero, ct], ct.mesh))
 
 
-def _shape_rule_for(ufunc):
-    cache: dict = {}
+# Functions whose result is inexact: integer and bool inputs are first converted with
+# dtypes.to_inexact_dtype (jnp.tanh of int32 is float32; numpy would give float64).
+# numpy's reciprocal keeps integers; jax.numpy's does not.
+_ALWAYS_INEXACT = ("reciprocal",)
+# Functions whose operands keep their own dtypes (no common promotion), as in jax.numpy.
+_MIXED_OPERANDS = ("ldexp", "left_shift", "right_shift")
 
+
+def _operand_key(a):
+    """A hashable stand-in for an operand's type: its np.dtype, or the Python scalar type
+    (int and float are weakly typed, as in JAX)."""
+    if isinstance(a, (bool, int, float, complex)) and not isinstance(a, np.generic):
+        return type(a)
+    return np.dtype(a.dtype)
+
+
+@functools.cache
+def _is_inexact_fn(ufunc) -> bool:
+    if ufunc.__name__ in _ALWAYS_INEXACT:
+        return True
+    try:
+        with np.errstate(all="ignore"):
+            out = ufunc(*([np.ones((), np.int32)] * ufunc.nin))
+    except TypeError:
+        return False
+    return np.asarray(out).dtype.kind in "fc"
+
+
+@functools.cache
+def _rule(ufunc, key: tuple, x64: bool) -> tuple:
+    """(operand dtype, result dtype) of `ufunc` on operands of types `key`: jax.numpy's
+    promotion (dtypes.result_type), then to_inexact_dtype for float-valued functions."""
+    name = ufunc.__name__
+    if name in _MIXED_OPERANDS:
+        probes = [np.zeros((), k) if isinstance(k, np.dtype) else k(0) for k in key]
+        with np.errstate(all="ignore"):
+            out = np.asarray(ufunc(*probes)).dtype
+        return None, dtypes.canonicalize_dtype(out)
+    try:
+        target = dtypes.result_type(*key)
+    except TypeError as e:
+        raise TypeError(f"[{name}] {e}") from None
+    if target.kind in "biu" and _is_inexact_fn(ufunc):
+        target = dtypes.to_inexact_dtype(target)
+    with np.errstate(all="ignore"):
+        try:
+            out = np.asarray(ufunc(*([np.zeros((), target)] * ufunc.nin))).dtype
+        except (TypeError, ValueError):
+            raise TypeError(f"[{name}] is not defined for dtype {target} (operands "
+                            f"{', '.join(getattr(k, 'name', getattr(k, '__name__', str(k))) for k in key)})") from None
+    return target, dtypes.canonicalize_dtype(out) if out != target else out
+
+
+def dtype_rule(ufunc, operands) -> tuple:
+    """(dtype the operands are cast to, result dtype) of `ufunc` on `operands` (storages,
+    LocalArrays or Python scalars), following jax.numpy.
+
+    Example:
+        >>> import numpy as np
+        >>> dtype_rule(np.tanh, [np.zeros(2, np.int32)])
+        (dtype('float32'), dtype('float32'))
+        >>> dtype_rule(np.add, [np.zeros(2, np.uint8), 3])
+        (dtype('uint8'), dtype('uint8'))
+    """
+    return _rule(ufunc, tuple(_operand_key(a) for a in operands), dtypes.x64_enabled())
+
+
+def _shape_rule_for(ufunc):
     def shape_rule(avals, mesh):
         shape = broadcast_avals(avals, mesh.ndim)
-        key = tuple(a.dtype if hasattr(a, "dtype") and not isinstance(a, (int, float, complex, bool))
-                    else type(a) for a in avals)
-        dt = cache.get(key)
-        if dt is None:
-            probes = [np.zeros((), k) if isinstance(k, np.dtype) else k(0) for k in key]
-            with np.errstate(all="ignore"):
-                dt = cache[key] = np.asarray(ufunc(*probes)).dtype
-        return [(shape, dt)]
+        return [(shape, dtype_rule(ufunc, avals)[1])]
 
     return shape_rule
 
@@ -157,9 +218,7 @@ UFUNC_OF["where_positive"] = _where_positive
 # -- select: where(cond, x, y) ----------------------------------------------------------------
 def _select_shape(avals, mesh):
     shape = broadcast_avals(avals, mesh.ndim)
-    dts = [a.dtype if hasattr(a, "dtype") and not isinstance(a, (int, float, bool)) else type(a) for a in avals[1:]]
-    probes = [np.zeros((), d) if isinstance(d, np.dtype) else d(0) for d in dts]
-    return [(shape, np.result_type(*probes))]
+    return [(shape, dtypes.result_type(*[_operand_key(a) for a in avals[1:]]))]
 
 
 def _select_vjp(cts, ins, outs, mesh):
@@ -187,4 +246,22 @@ CONVERT = Primitive("convert_element_type",
                     vjp=_convert_vjp)
 
 
-__all__ = ["PRIMS", "SELECT", "CONVERT", "UFUNC_OF", "align"]
+# -- erf (jax.scipy.special.erf / lax.erf): d/dx erf(x) = 2/sqrt(pi) exp(-x^2) ---------------
+_TWO_OVER_SQRT_PI = float(2.0 / np.sqrt(np.pi))
+
+
+def _erf_shape(avals, mesh):
+    x = avals[0]
+    return [(tuple(x.shape), dtypes.to_inexact_dtype(x.dtype))]
+
+
+def _erf_vjp(cts, ins, outs, mesh):
+    x = ins[0]
+    slope = _ew("multiply", _ew("exp", _neg(_ew("multiply", x, x))), _TWO_OVER_SQRT_PI)
+    return [_ew("multiply", cts[0], slope)]
+
+
+ERF = Primitive("erf", shape_rule=_erf_shape, vjp=_erf_vjp)
+
+
+__all__ = ["PRIMS", "SELECT", "CONVERT", "ERF", "UFUNC_OF", "align", "dtype_rule"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core import dtypes
 from .broadcasting import REDUCE_SUM, _expand, _reduce_shape_for, _sum_dtype
 from .elementwise import CONVERT, PRIMS as EW
 from .primitive import Primitive, bind
@@ -45,8 +46,8 @@ def _prod_vjp(cts, ins, outs, mesh, *, axes, keepdims=False, dtype=None):
 REDUCE_PROD = Primitive("reduce_prod", shape_rule=_reduce_shape_for(_sum_dtype), vjp=_prod_vjp)
 REDUCE_ANY = Primitive("reduce_any", shape_rule=_reduce_shape_for(lambda d: np.dtype(np.bool_)))
 REDUCE_ALL = Primitive("reduce_all", shape_rule=_reduce_shape_for(lambda d: np.dtype(np.bool_)))
-ARGMAX = Primitive("argmax", shape_rule=_reduce_shape_for(lambda d: np.dtype(np.int32)))
-ARGMIN = Primitive("argmin", shape_rule=_reduce_shape_for(lambda d: np.dtype(np.int32)))
+ARGMAX = Primitive("argmax", shape_rule=_reduce_shape_for(lambda d: dtypes.default_int_dtype()))
+ARGMIN = Primitive("argmin", shape_rule=_reduce_shape_for(lambda d: dtypes.default_int_dtype()))
 
 
 def _cumsum_shape(avals, mesh, *, axis, reverse=False):
