@@ -40,21 +40,25 @@ class LocalArray(np.lib.mixins.NDArrayOperatorsMixin):
     __array_priority__ = 200
 
     def __init__(self, storage, mesh):
+        if not isinstance(storage, (np.ndarray, np.generic, AbstractStorage)):
+            raise TypeError(f"[LocalArray] storage must be a numpy array in mesh-factorized layout (mesh dims, "
+                            f"then the local shape), got {type(storage).__name__}")
+        k = mesh.ndim
+        if storage.ndim < k:
+            raise ValueError(f"[LocalArray] storage of shape {tuple(storage.shape)} has fewer dims than the "
+                             f"{k} mesh axes {mesh.axis_names}; its leading dims are the mesh axes")
+        for a, (s, m) in enumerate(zip(storage.shape, mesh.axis_sizes)):
+            if s != 1 and s != m:
+                raise ValueError(f"[LocalArray] storage of shape {tuple(storage.shape)}: dim {a} has size {s}; "
+                                 f"it must be 1 (the same on every device) or {m}, the size of mesh axis "
+                                 f"{mesh.axis_names[a]!r}")
         self.storage = storage
         self.mesh = mesh
 
     @classmethod
     def from_storage(cls, storage, mesh) -> "LocalArray":
-        """A LocalArray after checking that `storage` is mesh-factorized for `mesh`."""
-        if not isinstance(storage, (np.ndarray, AbstractStorage)):
-            raise TypeError(f"[LocalArray] storage must be a numpy array, got {type(storage).__name__}")
-        if storage.ndim < mesh.ndim:
-            raise ValueError(f"[LocalArray] storage of rank {storage.ndim} has fewer dims than the "
-                             f"mesh's {mesh.ndim}")
-        for a, (s, m) in enumerate(zip(storage.shape, mesh.axis_sizes)):
-            if s not in (1, m):
-                raise ValueError(f"[LocalArray] storage dim {a} has size {s}; it must be 1 or "
-                                 f"the size {m} of axis {mesh.axis_names[a]!r}")
+        """A LocalArray after checking that `storage` is mesh-factorized for `mesh` (as the
+        constructor does)."""
         return cls(storage, mesh)
 
     # -- shape -----------------------------------------------------------------------------

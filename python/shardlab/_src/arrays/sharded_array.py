@@ -19,7 +19,7 @@ import numpy as np
 
 import shardlab._core as _core
 
-from ..core import views
+from ..core import memory, views
 from ..core.dtypes import canonicalize
 from ..core.mesh import Device
 from ..core.sharding import NamedSharding, as_sharding
@@ -55,10 +55,16 @@ class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
 
     def __init__(self, storage: np.ndarray, sharding: NamedSharding, shape: tuple,
                  unreduced: frozenset = frozenset()):
+        if not isinstance(storage, (np.ndarray, AbstractStorage)):
+            raise TypeError(f"[ShardedArray] storage must be a numpy array in mesh-factorized layout, got "
+                            f"{type(storage).__name__}; use shardlab.device_put(x, sharding) to make one")
+        if not isinstance(sharding, NamedSharding):
+            raise TypeError(f"[ShardedArray] sharding must be a NamedSharding, got {sharding!r}")
         self._storage = storage
         self.sharding = sharding
         self.shape = tuple(int(s) for s in shape)
         self.unreduced = frozenset(unreduced)
+        _check_storage(storage, sharding, self.shape, self.unreduced)
 
     # -- array-like ------------------------------------------------------------------------
     @property
@@ -164,6 +170,26 @@ class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
         return view if view is not None else f"<code>{html.escape(repr(self))}</code>"
 
 
+def _check_storage(storage, sharding: NamedSharding, shape: tuple, unreduced: frozenset) -> None:
+    """Raises ValueError unless `storage` is the mesh-factorized layout of a `shape` array
+    sharded as `sharding` (mesh dims: the axis size where the spec or `unreduced` names the
+    axis, else 1; then the shard shape)."""
+    mesh = sharding.mesh
+    sharding.check_shape(shape, "ShardedArray")
+    named = set(sharding.spec.mesh_axes())
+    for a in unreduced:
+        if a not in mesh.axis_names or a in named:
+            raise ValueError(f"[ShardedArray] unreduced axis {a!r} must be a mesh axis {mesh.axis_names} "
+                             f"that the spec {sharding.spec!r} does not use")
+    want = tuple(mesh.shape[a] if a in named or a in unreduced else 1 for a in mesh.axis_names) + \
+        sharding.shard_shape(shape)
+    if tuple(storage.shape) != want:
+        raise ValueError(f"[ShardedArray] storage of shape {tuple(storage.shape)} does not hold a {shape} array "
+                         f"sharded as {sharding.spec!r} on {mesh!r}: the layout needs {want} (mesh dims "
+                         f"{want[:mesh.ndim]}, then the shard shape {want[mesh.ndim:]}); use "
+                         f"shardlab.device_put(x, sharding) to make one")
+
+
 def device_put(x, device=None, *, may_alias=None, donate=None) -> ShardedArray:
     """Places `x` on the mesh with a sharding, as ``jax.device_put``.
 
@@ -189,9 +215,16 @@ def device_put(x, device=None, *, may_alias=None, donate=None) -> ShardedArray:
         if x.sharding == sharding and not x.unreduced:
             return x
         x = np.asarray(x)
-    arr = canonicalize(np.asarray(x), "device_put")
+    arr = np.asarray(x)
+    if not arr.dtype.isnative:  # big-endian data: the core reads native byte order only
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    arr = canonicalize(arr, "device_put")
     sharding.check_shape(arr.shape, "device_put")
-    storage = _core.copy(to_storage(arr, sharding))
+    view = to_storage(arr, sharding)
+    memory.check_alloc("device_put", view.size * view.dtype.itemsize,
+                       f"a {arr.shape} {arr.dtype} array sharded as {sharding.spec!r} is that large on this mesh; "
+                       f"shard it over more axes, or use an abstract mesh (make_mesh(..., abstract=True))")
+    storage = _core.copy(view)
     return ShardedArray(storage, sharding, arr.shape)
 
 

@@ -107,7 +107,15 @@ class NamedSharding:
 
     # -- JAX's sharding interface -------------------------------------------------------------
     def check_shape(self, shape, op: str = "NamedSharding") -> None:
-        self._core.check_shape(list(shape), op)
+        """Raises ValueError unless `shape` is a tuple of ints >= 0 this sharding divides."""
+        dims = list(shape)
+        for d, size in enumerate(dims):
+            if isinstance(size, bool) or not isinstance(size, int) and not hasattr(size, "__index__"):
+                raise TypeError(f"[{op}] dimension {d} of shape {tuple(dims)} is {size!r}; sizes must be ints")
+            if size < 0:
+                raise ValueError(f"[{op}] dimension {d} of shape {tuple(dims)} has size {size}; "
+                                 f"sizes must be >= 0")
+        self._core.check_shape([int(s) for s in dims], op)
 
     def shard_shape(self, global_shape) -> tuple:
         return tuple(self._core.shard_shape(list(global_shape)))
