@@ -25,7 +25,7 @@ import numpy as np
 import shardlab._core as _core
 
 from ..cost import formulas
-from ..ledger.event import Event
+from ..ledger.event import Event, dtype_name
 from .elementwise import PRIMS as EW, SELECT
 from .primitive import Primitive, bind
 from .structural import DYNAMIC_SLICE, RESHAPE
@@ -42,7 +42,11 @@ def group_size(mesh, axes) -> int:
 
 
 def _local_bytes(aval, k) -> float:
-    return float(math.prod(aval.shape[k:]) * aval.dtype.itemsize)
+    shape = aval.shape
+    n = 1
+    for s in shape[k:]:
+        n *= s
+    return float(n * aval.dtype.itemsize)
 
 
 def _event(op, mesh, axes, x, out, *, perm=None) -> Event:
@@ -53,7 +57,7 @@ def _event(op, mesh, axes, x, out, *, perm=None) -> Event:
     sent = formulas.ring_bytes_sent(op, n, v)
     if op == "ppermute" and not perm:
         sent = 0.0
-    return Event(op, axes=axes, group_size=n, num_groups=mesh.size // n, dtype=str(x.dtype), bytes_in=b_in,
+    return Event(op, axes=axes, group_size=n, num_groups=mesh.size // n, dtype=dtype_name(x.dtype), bytes_in=b_in,
                  bytes_out=b_out, bytes_sent=sent, algorithm="ring", perm=perm)
 
 

@@ -18,7 +18,7 @@ import math
 import numpy as np
 
 from ..core.dtypes import bfloat16, float32, float64, int8, int32
-from ..ledger.event import Event
+from ..ledger.event import Event, dtype_name
 from .broadcasting import BROADCAST
 from .elementwise import CONVERT
 from .primitive import Primitive, bind
@@ -47,7 +47,7 @@ def _shape(avals, mesh, *, terms, out, op_name="einsum", preferred_element_type=
 
 def compute_event(op: str, mesh, flops: float, nbytes: float, dtype) -> Event:
     dt = np.dtype(dtype)
-    return Event(op, group_size=1, num_groups=mesh.size, dtype=str(dt) if dt in _EVENT_DTYPES else "float32",
+    return Event(op, group_size=1, num_groups=mesh.size, dtype=dtype_name(dt) if dt in _EVENT_DTYPES else "float32",
                  flops=flops, hbm_bytes=nbytes, algorithm="local")
 
 
