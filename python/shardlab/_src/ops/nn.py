@@ -18,6 +18,7 @@ from ..core.mesh import UNIT_MESH
 from ..primitives import attention as att
 from ..primitives.primitive import bind
 from . import numpy as jnp
+from .numpy_more import erf
 
 __all__ = ["dot_product_attention", "dot_product_attention_vjp", "relu", "gelu", "silu", "swish", "sigmoid",
            "softmax", "log_softmax", "logsumexp", "one_hot", "rms_norm", "layer_norm", "softplus", "tanh"]
@@ -50,10 +51,16 @@ def softplus(x):
 
 
 def gelu(x, approximate: bool = True):
-    """GELU. ``approximate=True`` (jax.nn's default) is the tanh form; ``False`` needs erf,
-    which shardlab does not have yet (NotImplementedError)."""
+    """GELU. ``approximate=True`` (jax.nn's default) is the tanh form; ``False`` the exact
+    x·Φ(x) = x/2·(1 + erf(x/√2)), with erf a primitive (derivative 2/√π·exp(-x²)).
+
+    Example:
+        >>> import numpy as np, shardlab.nn as snn
+        >>> round(float(snn.gelu(np.float32(1.0), approximate=False)), 5)
+        0.84134
+    """
     if not approximate:
-        raise NotImplementedError("[gelu] approximate=False needs erf; use approximate=True (jax.nn's default)")
+        return 0.5 * x * (1.0 + erf(x * np.float32(1.0 / np.sqrt(2.0))))
     c = np.float32(np.sqrt(2.0 / np.pi))
     return 0.5 * x * (1.0 + np.tanh(c * (x + 0.044715 * (x * x * x))))
 

@@ -287,6 +287,8 @@ def mean(x, axis=None, dtype=None, keepdims=False):
 
 @_implements(np.var)
 def var(x, axis=None, dtype=None, ddof=0, keepdims=False):
+    if isinstance(x, ShardedArray):
+        return _global(np.var, x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
     if not isinstance(x, LocalArray):
         return np.var(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
     x = _inexact(x) if dtype is None else astype(x, dtype)
@@ -297,6 +299,8 @@ def var(x, axis=None, dtype=None, ddof=0, keepdims=False):
 
 @_implements(np.std)
 def std(x, axis=None, dtype=None, ddof=0, keepdims=False):
+    if isinstance(x, ShardedArray):
+        return _global(np.std, x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
     if not isinstance(x, LocalArray):
         return np.std(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
     return sqrt(var(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims))
@@ -353,6 +357,8 @@ def _new_shape(x: LocalArray, shape, op: str) -> tuple:
 
 @_implements(np.reshape)
 def reshape(x, shape, order="C"):
+    if isinstance(x, ShardedArray):
+        return _global(np.reshape, x, shape=shape, order=order)
     if not isinstance(x, LocalArray):
         return np.reshape(x, shape, order=order)
     if order != "C":
@@ -368,6 +374,8 @@ def ravel(x, order="C"):
 
 @_implements(np.transpose)
 def transpose(x, axes=None):
+    if isinstance(x, ShardedArray):
+        return _global(np.transpose, x, axes=axes)
     if not isinstance(x, LocalArray):
         return np.transpose(x, axes)
     r = x.ndim
@@ -447,6 +455,8 @@ def broadcast_to(x, shape):
 @_implements(np.concatenate)
 def concatenate(arrays, axis=0, dtype=None):
     arrays = list(arrays)
+    if builtins.any(isinstance(a, ShardedArray) for a in arrays):
+        return GLOBAL[np.concatenate](arrays, axis=axis, dtype=dtype)
     if not _is_local(*arrays):
         return np.concatenate(arrays, axis=axis, dtype=dtype)
     mesh = mesh_of(arrays)
