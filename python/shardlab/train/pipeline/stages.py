@@ -16,7 +16,7 @@ Example:
     >>> params = transformer.init_params(cfg, seed=0)
     >>> ps = stages.split_params(params, cfg, (range(0, 1), range(1, 2)))
     >>> sorted(ps[0]), sorted(ps[1])
-    [['embed', 'layers'], ['final_norm', 'head', 'layers']]
+    (['embed', 'layers'], ['final_norm', 'head', 'layers'])
     >>> tok = np.random.default_rng(0).integers(0, 50, (2, 8)); tgt = np.roll(tok, -1, axis=1)
     >>> x = stages.stage_forward(ps[0], tok, None, cfg, first=True, last=False, layer_ids=range(0, 1))
     >>> l = stages.stage_forward(ps[1], x, tgt, cfg, first=False, last=True, layer_ids=range(1, 2))
