@@ -107,7 +107,7 @@ class Blocks:
         """Token ids [b, T] → residual stream; vocab-parallel under a model axis."""
         cfg, axes = self.cfg, ("vocab", "embed")
 
-        def run(table, tokens, *pos):
+        def run(table, tokens):
             e = self.use(table, axes)
             idx = tokens.astype(np.int32)
             if self.model is not None and self.s.vocab_parallel:
@@ -115,23 +115,27 @@ class Blocks:
                 local = idx - lax.axis_index(self.model) * np.int32(v_local)
                 inside = jnp.logical_and(local >= 0, local < v_local)
                 rows = embedding_lookup(e, jnp.clip(local, 0, v_local - 1))
-                x = self._reduce_out(jnp.where(jnp.expand_dims(inside, -1), rows, jnp.zeros_like(rows)))
+                x = jnp.where(jnp.expand_dims(inside, -1), rows, jnp.zeros_like(rows))
             else:
                 x = embedding_lookup(e, idx)
                 if self.s.sequence_parallel:  # vocab replicated: each device keeps its slice
                     t = x.shape[1] // self.Y
                     x = lax.dynamic_slice_in_dim(x, lax.axis_index(self.model) * np.int32(t), t, axis=1)
-            if pos:
-                table_p = self.use(pos[0], ("seq", "embed"))
-                t = x.shape[1]
-                if self.s.sequence_parallel:
-                    table_p = lax.dynamic_slice_in_dim(table_p, lax.axis_index(self.model) * np.int32(t), t, axis=0)
-                else:
-                    table_p = table_p[:t]
-                x = x + table_p[None]
             return x
 
-        return self._ckpt(run)(table, tokens, *(() if pos is None else (pos,)))
+        x = self._ckpt(run)(table, tokens)
+        if self.model is not None and self.s.vocab_parallel:
+            x = self._reduce_out(x)  # g: the partial rows of the vocabulary shards (B·T·D)
+        if pos is not None:
+            def add_pos(x, pos):
+                table_p = self.use(pos, ("seq", "embed"))
+                t = x.shape[1]
+                if self.s.sequence_parallel:
+                    start = lax.axis_index(self.model) * np.int32(t)
+                    return x + lax.dynamic_slice_in_dim(table_p, start, t, axis=0)[None]
+                return x + table_p[:t][None]
+            x = self._ckpt(add_pos)(x, pos)
+        return x
 
     def attention(self, p, axes, x):
         """x + attention(norm(x)) with the local heads."""
