@@ -677,6 +677,49 @@ UNSUPPORTED = {
     "fill_diagonal": "mutates its argument in numpy; per-device values are immutable (use jnp.where)",
 }
 
+# Functions of shapes, dtypes and Python values (no per-device operand): numpy's own.
+(bartlett, blackman, hamming, hanning, kaiser, broadcast_shapes, can_cast, diag_indices, einsum_path,
+ fromfunction, geomspace, logspace, get_printoptions, printoptions, set_printoptions, indices, iscomplexobj,
+ isrealobj, isscalar, issubdtype, isdtype, iterable, ix_, mask_indices, tril_indices, triu_indices) = (
+    np.bartlett, np.blackman, np.hamming, np.hanning, np.kaiser, np.broadcast_shapes, np.can_cast,
+    np.diag_indices, np.einsum_path, np.fromfunction, np.geomspace, np.logspace, np.get_printoptions,
+    np.printoptions, np.set_printoptions, np.indices, np.iscomplexobj, np.isrealobj, np.isscalar,
+    np.issubdtype, np.isdtype, np.iterable, np.ix_, np.mask_indices, np.tril_indices, np.triu_indices)
+
+
+@_implements(np.meshgrid)
+def meshgrid(*xi, indexing="xy", copy=True, sparse=False):
+    if not _is_local(*xi):
+        return np.meshgrid(*xi, indexing=indexing, copy=copy, sparse=sparse)
+    mesh = mesh_of(xi)
+    xs = [reshape(lift(v, mesh), (-1,)) for v in xi]
+    n = len(xs)
+    shape = [x.shape[0] for x in xs]
+    if indexing == "xy" and n > 1:
+        shape[0], shape[1] = shape[1], shape[0]
+    out = []
+    for i, x in enumerate(xs):
+        d = (1 if i == 0 else 0 if i == 1 else i) if indexing == "xy" and n > 1 else i
+        v = reshape(x, tuple(-1 if j == d else 1 for j in range(n)))
+        out.append(v if sparse else _np_ops.broadcast_to(v, tuple(shape)))
+    return out
+
+
+def _refuse(np_fn, reason):
+    def fn(*args, **kwargs):
+        if _is_local(*args, *kwargs.values()):
+            raise TypeError(f"[{np_fn.__name__}] is not supported on per-device values: {reason}")
+        return np_fn(*args, **kwargs)
+
+    fn.__name__ = np_fn.__name__
+    fn.__doc__ = f"``numpy.{np_fn.__name__}`` on numpy values; on per-device values it raises ({reason})."
+    return fn
+
+
+for _name, _why in UNSUPPORTED.items():
+    globals()[_name] = _refuse(getattr(np, _name), _why)
+    HANDLED[getattr(np, _name)] = globals()[_name]
+
 for _name in _ELEMENTWISE_FALLBACK + _AXIS_FALLBACK + _SHAPE_DEPENDS + _DEVICE_FALLBACK:
     _np_fn = getattr(np, _name, None)
     if _np_fn is None or _name in globals():
@@ -710,13 +753,16 @@ def coverage(name: str) -> tuple:
             mode += "; the result shape depends on values, so every device must get the same shape"
         return "fallback", mode
     fn = getattr(np, name, None)
+    if name in ("matmul", "matvec", "vecdot", "vecmat"):
+        return "fast", "contraction on shardlab's GEMM (einsum primitive), differentiable"
     if isinstance(fn, np.ufunc):
         if fn.nout > 1:
             return "fast", "composition of primitives"
-        diff = name in ew._RULES or name in ew._ZERO_GRAD
-        nodiff = name in ew._NO_GRAD
+        diff = fn.__name__ in ew._RULES or fn.__name__ in ew._ZERO_GRAD
+        nodiff = fn.__name__ in ew._NO_GRAD
         return "fast", "elementwise primitive" + (", differentiable" if diff else
-                                                   "" if nodiff else ", not differentiable")
+                                                   " (integer or boolean valued)" if nodiff else
+                                                   ", not differentiable")
     if fn is not None and fn in HANDLED:
         return "fast", "composition of primitives"
     return "fast", "no per-device operand (numpy array, dtype or shape utility)"

@@ -66,6 +66,19 @@ _RULES = {
     "arccos": lambda ct, x, out: (_neg(_ew("divide", ct, _ew("sqrt", _ew("subtract", 1.0, _ew("multiply", x, x))))),),
     "arcsinh": lambda ct, x, out: (_ew("divide", ct, _ew("sqrt", _ew("add", _ew("multiply", x, x), 1.0))),),
     "absolute": lambda ct, x, out: (_ew("multiply", ct, _ew("sign", x)),),
+    "conjugate": lambda ct, x, out: (ct,),
+    "float_power": lambda ct, x, y, out: _power_rule(ct, x, y, out),
+    "ldexp": lambda ct, x, y, out: (_ew("ldexp", ct, y), None),
+    "fabs": lambda ct, x, out: (_ew("multiply", ct, _ew("sign", x)),),
+    "cbrt": lambda ct, x, out: (_ew("divide", ct, _ew("multiply", _ew("multiply", out, out), 3.0)),),
+    "deg2rad": lambda ct, x, out: (_ew("multiply", ct, float(np.pi / 180)),),
+    "radians": lambda ct, x, out: (_ew("multiply", ct, float(np.pi / 180)),),
+    "rad2deg": lambda ct, x, out: (_ew("multiply", ct, float(180 / np.pi)),),
+    "degrees": lambda ct, x, out: (_ew("multiply", ct, float(180 / np.pi)),),
+    "arccosh": lambda ct, x, out: (_ew("divide", ct, _ew("sqrt", _ew("subtract", _ew("multiply", x, x), 1.0))),),
+    "arctanh": lambda ct, x, out: (_ew("divide", ct, _ew("subtract", 1.0, _ew("multiply", x, x))),),
+    "logaddexp2": lambda ct, x, y, out: (_ew("multiply", ct, _ew("exp2", _ew("subtract", x, out))),
+                                         _ew("multiply", ct, _ew("exp2", _ew("subtract", y, out)))),
     "maximum": lambda ct, x, y, out: _select_rule(ct, _ew("greater_equal", x, y)),
     "minimum": lambda ct, x, y, out: _select_rule(ct, _ew("less_equal", x, y)),
     "fmax": lambda ct, x, y, out: _select_rule(ct, _ew("greater_equal", x, y)),
@@ -82,12 +95,14 @@ _RULES = {
 }
 
 # Piecewise-constant functions: their derivative is zero almost everywhere (as JAX).
-_ZERO_GRAD = ("sign", "floor", "ceil", "rint", "trunc", "round", "floor_divide", "mod", "remainder", "fmod")
+_ZERO_GRAD = ("sign", "floor", "ceil", "rint", "trunc", "round", "floor_divide", "mod", "remainder", "fmod",
+              "heaviside", "spacing")
 
 # Functions whose output is boolean or integer: not differentiable, no cotangent flows.
 _NO_GRAD = ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal", "logical_and",
             "logical_or", "logical_xor", "logical_not", "isnan", "isfinite", "isinf", "signbit",
-            "bitwise_and", "bitwise_or", "bitwise_xor", "invert", "left_shift", "right_shift")
+            "bitwise_and", "bitwise_or", "bitwise_xor", "invert", "left_shift", "right_shift", "gcd", "lcm",
+            "bitwise_count", "nextafter")
 
 
 def _power_rule(ct, x, y, out):
