@@ -194,3 +194,20 @@ def test_checkpointed_gather_is_redone_in_the_backward_pass_under_its_scope():
         sl.grad(lambda w: f(x, w))(sl.device_put(w, sl.NamedSharding(mesh, P("x"))))
     rows = [(e["op"], e["phase"], e["label"]) for e in led.events if e["axes"]]
     assert ("all_gather", "recompute", "blk") in rows and ("psum_scatter", "backward", "blk") in rows
+
+
+# -- estimate at scale (abstract mode) ----------------------------------------------------------
+
+def test_estimate_is_the_abstract_step_and_part5_plans_report_what_does_not_divide():
+    from shardlab.models import presets
+    cfg = presets.get("llama2-13b")
+    # 3M tokens on 4096 v5p chips: 96 sequences of 32k cannot be split 4096 ways without
+    # splitting sequences, and ZeRO-3 over 4096 does not divide D = 5120: both said plainly
+    with pytest.raises(ValueError, match=r"d_model 5120 is not divisible by the data axes"):
+        train.estimate(cfg, "fsdp", {"data": 4096}, "tpu-v5p", batch=96, seq=32768)
+    assert 1300 < train.x_opt(96 * 32768, cfg.ffw_dim, 4096, 2, 1) < 1400  # the book's ~1333
+    e = train.estimate(cfg, "fsdp_tp", {"data": 64, "model": 4}, "tpu-v5p", batch=64, seq=4096, remat="full")
+    one = e.ledger.filter(label="layer0/mlp", phase="forward")
+    flops = sum(ev["flops"] for ev in one.events)
+    assert flops == 2 * (64 * 4096 / 64) * 3 * cfg.d_model * cfg.ffw_dim / 4
+    assert 0 < e.mfu < 1 and e.step_seconds >= e.compute_seconds and set(e.comm_seconds) == {"data", "model"}

@@ -10,7 +10,7 @@ Example:
     >>> opt = AdamW(lr=0.1, weight_decay=0.0)
     >>> w, st = np.ones(2, np.float32), opt.init_state(np.ones(2, np.float32))
     >>> w2, st = opt.update(w, np.full(2, 0.5, np.float32), st, step=1)
-    >>> np.round(w2, 4).tolist()   # the first Adam step moves by lr
+    >>> [round(float(x), 4) for x in w2]   # the first Adam step moves by lr
     [0.9, 0.9]
 """
 

@@ -1,0 +1,168 @@
+"""Training at scale: the real training step run in abstract mode, priced from its ledger.
+
+:func:`estimate` builds the step of :class:`~shardlab.train.Trainer` on an abstract mesh of the
+size asked for (no data is allocated), records every matmul, attention call and collective it
+would run, and reports compute time, communication time per mesh axis, the step time with
+communication overlapped (the book's max(T_math, T_comms)), memory per device, MFU and the bound.
+:func:`search` tries the built-in strategies over mesh factorizations and keeps the fastest
+that fits, next to the book's X_opt = sqrt(B·M_X·N / (F·M_Y)).
+
+Example:
+    >>> from shardlab.models import ModelConfig
+    >>> from shardlab import train
+    >>> cfg = ModelConfig(num_layers=2, d_model=1024, ffw_dim=4096, num_heads=8, vocab_size=32000)
+    >>> e = train.estimate(cfg, "fsdp", {"data": 64}, "tpu-v5p", batch=64, seq=2048)
+    >>> e.bound, e.comm_seconds["data"] > 0
+    ('comm:data', True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+import shardlab as sl
+import shardlab.hardware as hw_mod
+from shardlab.models import flops_per_token, param_axes, training_memory
+
+from . import strategy as _strategy
+from .step import Trainer, TrainState, tree_map
+
+__all__ = ["Estimate", "estimate", "search", "x_opt"]
+
+
+@dataclasses.dataclass
+class Estimate:
+    """What one training step costs: seconds, bytes per device, utilisation."""
+
+    strategy: str
+    mesh: dict
+    compute_seconds: float
+    comm_seconds: dict           # mesh axis (or "a+b") -> seconds of its collectives
+    step_seconds: float
+    exposed_comm_seconds: dict   # per axis: what compute does not hide
+    memory: dict                 # bytes per device: params, grads, optimizer, activations
+    mfu: float
+    bound: str
+    fits: bool
+    ledger: object = dataclasses.field(repr=False, default=None)
+
+    @property
+    def memory_per_device(self) -> float:
+        return float(sum(self.memory.values()))
+
+
+def _param_structs(cfg, trainer: Trainer, dtype, spec_fn):
+    sizes = {"vocab": cfg.vocab_size, "embed": cfg.d_model, "heads": cfg.num_heads * cfg.head_dim,
+             "kv": cfg.num_kv_heads * cfg.head_dim, "mlp": cfg.ffw_dim, "seq": cfg.max_seq_len}
+    return tree_map(lambda axes: sl.ShapeDtypeStruct(tuple(sizes[a] for a in axes), dtype,
+                                                     sharding=trainer.sharding(spec_fn(axes))), param_axes(cfg))
+
+
+def _mesh(mesh, hardware):
+    if isinstance(mesh, dict):
+        return sl.make_mesh(tuple(mesh.values()), tuple(mesh), hardware=hardware, abstract=True)
+    return mesh
+
+
+def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None, microbatches: int = 1,
+             precision: str = "mixed", optimizer: str = "adamw") -> Estimate:
+    """Runs one training step of ``cfg`` shape-only and prices it on ``hardware``.
+
+    Args:
+        cfg: the model.
+        strategy: a Strategy or built-in name.
+        mesh: ``{axis: size}`` (an abstract mesh is made) or a Mesh with hardware.
+        hardware: a preset name.
+        batch: sequences per step; seq: tokens per sequence.
+        remat: None, "dots" or "full" (activation checkpointing of each layer).
+    """
+    s = _strategy.get(strategy)
+    m = _mesh(mesh, hardware)
+    s.validate(cfg, m, batch, seq)
+    t = Trainer(cfg, s, m, optimizer=optimizer, precision=precision, remat=remat, microbatches=microbatches)
+    pdt = t.dtype
+    params = _param_structs(cfg, t, pdt, s.param_spec)
+    master = _param_structs(cfg, t, np.float32, s.state_spec) if (t.mixed or s.zero in (1, 2)) else None
+    base = master if master is not None else _param_structs(cfg, t, np.float32, s.param_spec)
+    opt = {n: base for n in t.opt.state_names}
+    tok = sl.ShapeDtypeStruct((batch // microbatches, seq), np.int32, sharding=t.sharding(s.batch_spec()))
+    out = {}
+
+    def run(params, master, opt, tok):
+        state = TrainState(params, master, opt)
+        new, _ = t.step(state, tok, tok)
+        out["memory"] = t.memory(new)
+        return 0
+
+    with sl.Ledger() as ledger:
+        sl.eval_shape(run, params, master, opt, tok)
+    compute = sum(e["seconds"] or 0.0 for e in ledger.events if not e["axes"])
+    comm: dict = {}
+    for e in ledger.events:
+        if e["axes"]:
+            key = "+".join(e["axes"])
+            comm[key] = comm.get(key, 0.0) + (e["seconds"] or 0.0)
+    step = max([compute] + list(comm.values()))
+    exposed = {k: max(0.0, v - compute) for k, v in comm.items()}
+    bound = "compute" if step == compute else "comm:" + max(comm, key=comm.get)
+    tm = training_memory(cfg, _memory_name(s), dict(m.shape), batch, optimizer, precision, remat,
+                         context=seq, tp_axis=s.model)
+    memory = dict(out["memory"], activations=float(tm.parts["activations"]))
+    hw = hw_mod.get(hardware)
+    peak = sl.cost.peak_flops(hw, "bfloat16")[0]
+    model_flops = flops_per_token(cfg, seq, causal=True, training=True).matmul * batch * seq
+    mfu = model_flops / (step * m.size * peak) if step > 0 else 0.0
+    fits = sum(memory.values()) <= hw.hbm_capacity
+    return Estimate(s.name, dict(m.shape), compute, comm, step, exposed, memory, mfu, bound, fits, ledger)
+
+
+def _memory_name(s) -> str:
+    if s.model and s.zero == 3:
+        return "fsdp+tp"
+    if s.model:
+        return "tp"
+    return {0: "dp", 1: "zero1", 2: "zero2", 3: "fsdp"}[s.zero]
+
+
+def x_opt(batch_tokens: float, ffw_dim: int, chips: int, m_x: int = 1, m_y: int = 1) -> float:
+    """The book's optimal FSDP degree for FSDP + TP: sqrt(B·M_X·N / (F·M_Y))."""
+    return math.sqrt(batch_tokens * m_x * chips / (ffw_dim * m_y))
+
+
+def search(cfg, hardware, chips: int, batch: int, seq: int, *, remat="full", strategies=None) -> dict:
+    """The fastest strategy and mesh factorization that fits in HBM.
+
+    Returns ``{"best": Estimate | None, "table": [Estimate, ...], "x_opt": float}``; raises
+    ValueError saying by how much the best candidate is over HBM when nothing fits.
+    """
+    names = strategies or ("dp", "fsdp", "tp", "fsdp_tp")
+    table = []
+    for name in names:
+        s = _strategy.get(name)
+        meshes = []
+        if s.model and s.data:
+            y = 1
+            while y <= chips:
+                if chips % y == 0 and y > 1 and chips // y > 1:
+                    meshes.append({s.data[0]: chips // y, s.model: y})
+                y *= 2
+        elif s.model:
+            meshes.append({s.model: chips})
+        else:
+            meshes.append({s.data[0]: chips})
+        for mesh in meshes:
+            try:
+                table.append(estimate(cfg, s, mesh, hardware, batch, seq, remat=remat))
+            except ValueError:
+                continue
+    fitting = [e for e in table if e.fits]
+    best = min(fitting, key=lambda e: e.step_seconds) if fitting else None
+    if best is None and table:
+        least = min(table, key=lambda e: e.memory_per_device)
+        over = least.memory_per_device - hw_mod.get(hardware).hbm_capacity
+        raise ValueError(f"[search] nothing fits: the smallest footprint ({least.strategy} on {least.mesh}) is "
+                         f"{over / 2**30:.1f} GiB over the HBM of {hardware}")
+    return {"best": best, "table": table, "x_opt": x_opt(batch * seq, cfg.ffw_dim, chips)}
