@@ -16,12 +16,14 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import html
 import math
 from collections.abc import Mapping, Sequence
 
 import shardlab._core as _core
 
-Hardware = _core.Hardware
+from . import views
+
 
 __all__ = [
     "Hardware",
@@ -36,6 +38,142 @@ __all__ = [
 
 _LINK_KINDS_TPU = ("dcn",)
 _LINK_KINDS_GPU = ("nvlink", "ib")
+
+
+_FLOAT_FIELDS = ("hbm_capacity", "hbm_bandwidth", "ici_link_bandwidth", "hop_latency", "dcn_bandwidth",
+                 "dcn_latency", "nvlink_link_bandwidth", "ib_bandwidth", "ib_latency")
+_INT_FIELDS = ("ici_links_per_axis", "wrap_at", "wrap_multiple", "node_size", "nvlink_links")
+
+
+@dataclasses.dataclass(frozen=True, eq=True)
+class Hardware:
+    """Compute, memory and interconnect figures of one chip: a preset, or a chip of your own.
+
+    The presets (``get("tpu-v5e")``) come from the C++ core with a source for every number
+    (docs/hardware.md). Build a custom chip from scratch with keyword arguments, or change a
+    preset with ``replace``; either works wherever a preset name does (``hardware=`` of
+    ``make_mesh`` and every ``shardlab.cost`` function).
+
+    Attributes:
+        name, family ("tpu" or "gpu"), description.
+        peak_flops: dict dtype name → dense FLOP/s ("bfloat16", "int8", "float32", "float8").
+        hbm_capacity (bytes), hbm_bandwidth (bytes/s).
+        ici_axes, ici_link_bandwidth (one-way bytes/s of one link), ici_links_per_axis,
+        wrap_at / wrap_multiple (when a TPU axis closes into a ring), hop_latency (s).
+        dcn_bandwidth, dcn_latency: the data-centre network per chip.
+        node_size, nvlink_link_bandwidth, nvlink_links, ib_bandwidth, ib_latency: GPU nodes.
+
+    Example:
+        >>> from shardlab import hardware
+        >>> chip = hardware.get("tpu-v5e").replace(hbm_bandwidth=3.4e12)
+        >>> chip.hbm_bandwidth, chip.peak("bfloat16") == hardware.get("tpu-v5e").peak("bfloat16")
+        (3400000000000.0, True)
+        >>> toy = hardware.Hardware(name="toy", peak_flops={"bfloat16": 1e15}, hbm_bandwidth=2e12)
+        >>> round(toy.peak("bfloat16") / toy.hbm_bandwidth)
+        500
+    """
+
+    name: str = "custom"
+    family: str = "tpu"
+    description: str = ""
+    peak_flops: Mapping = dataclasses.field(default_factory=dict)
+    hbm_capacity: float = 0.0
+    hbm_bandwidth: float = 0.0
+    ici_axes: tuple = ("x", "y")
+    ici_link_bandwidth: float = 0.0
+    ici_links_per_axis: int = 0
+    wrap_at: int = 0
+    wrap_multiple: int = 0
+    hop_latency: float = 1e-6
+    dcn_bandwidth: float = 0.0
+    dcn_latency: float = 0.0
+    node_size: int = 0
+    nvlink_link_bandwidth: float = 0.0
+    nvlink_links: int = 0
+    ib_bandwidth: float = 0.0
+    ib_latency: float = 0.0
+
+    def __post_init__(self):
+        op = "Hardware"
+        if not isinstance(self.name, str) or not self.name:
+            raise ValueError(f"[{op}] name must be a non-empty string, got {self.name!r}")
+        if self.family not in ("tpu", "gpu"):
+            raise ValueError(f"[{op}] family={self.family!r}; use 'tpu' or 'gpu'")
+        if not isinstance(self.peak_flops, Mapping):
+            raise TypeError(f"[{op}] peak_flops must be a dict from dtype name to FLOP/s, got {self.peak_flops!r}")
+        peaks = {}
+        for k, v in self.peak_flops.items():
+            if not isinstance(k, str) or not _finite_nonneg(v) or v == 0:
+                raise ValueError(f"[{op}] peak_flops[{k!r}] = {v!r}; use a dtype name and a FLOP/s > 0")
+            peaks[k] = float(v)
+        object.__setattr__(self, "peak_flops", peaks)
+        for f in _FLOAT_FIELDS:
+            v = getattr(self, f)
+            if not _finite_nonneg(v):
+                raise ValueError(f"[{op}] {f}={v!r} must be a finite number >= 0")
+            object.__setattr__(self, f, float(v))
+        for f in _INT_FIELDS:
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"[{op}] {f}={v!r} must be an int >= 0")
+        if isinstance(self.ici_axes, str) or not all(isinstance(a, str) for a in self.ici_axes):
+            raise ValueError(f"[{op}] ici_axes={self.ici_axes!r} must be a tuple of axis names such as ('x', 'y')")
+        object.__setattr__(self, "ici_axes", tuple(self.ici_axes))
+        if not self.description:
+            object.__setattr__(self, "description", self.name)
+
+    def __hash__(self):
+        return hash(tuple(tuple(sorted(v.items())) if isinstance(v, dict) else v
+                          for v in (getattr(self, f.name) for f in dataclasses.fields(self))))
+
+    def __repr__(self):
+        return f"<Hardware {self.name}>"
+
+    def replace(self, **changes) -> "Hardware":
+        """A copy with some figures changed (``chip.replace(hbm_bandwidth=3.4e12)``); checked
+        as the constructor checks. The name stays unless you pass one."""
+        unknown = set(changes) - {f.name for f in dataclasses.fields(self)}
+        if unknown:
+            raise TypeError(f"[Hardware.replace] unknown field(s) {sorted(unknown)}; the fields are "
+                            f"{[f.name for f in dataclasses.fields(self)]}")
+        return dataclasses.replace(self, **changes)
+
+    def peak(self, dtype: str) -> float:
+        """Peak dense FLOP/s for ``dtype``; ValueError naming the known dtypes if absent."""
+        if dtype not in self.peak_flops:
+            raise ValueError(f"[hardware] {self.name} has no published peak FLOP/s for dtype '{dtype}'; "
+                             f"known: {', '.join(sorted(self.peak_flops))}")
+        return self.peak_flops[dtype]
+
+    def has_peak(self, dtype: str) -> bool:
+        return dtype in self.peak_flops
+
+    def wraps(self, size: int) -> bool:
+        """Whether a TPU axis of ``size`` chips closes into a ring (a ring of 2 is a line)."""
+        if size < 3:
+            return False
+        return (self.wrap_at > 0 and size == self.wrap_at) or (self.wrap_multiple > 0 and size % self.wrap_multiple == 0)
+
+    @property
+    def nvlink_bandwidth(self) -> float:
+        """One-way egress bytes/s of a GPU into NVLink (links x per-link bandwidth)."""
+        return self.nvlink_link_bandwidth * self.nvlink_links
+
+    def _repr_html_(self):
+        view = views.html_view(self)
+        return view if view is not None else f"<code>{html.escape(repr(self))}</code>"
+
+
+def _finite_nonneg(v) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
+
+
+def _from_core(c) -> Hardware:
+    return Hardware(name=c.name, family=c.family, description=c.description, peak_flops=dict(c.peak_flops),
+                    ici_axes=tuple(c.ici_axes), **{f: getattr(c, f) for f in _FLOAT_FIELDS + _INT_FIELDS})
+
+
+_PRESETS: dict = {}
 
 
 def names() -> list[str]:
@@ -61,11 +199,15 @@ def get(name_or_obj):
         raise TypeError(f"[hardware] expected a preset name or a Hardware, got {type(name_or_obj).__name__}: "
                         f"use one of {', '.join(names())}")
     try:
-        return _core.get_hardware(name_or_obj)
+        c = _core.get_hardware(name_or_obj)
     except ValueError:
         raise
     except Exception as e:  # pybind11 maps std::invalid_argument to ValueError; keep it so
         raise ValueError(str(e)) from None
+    hw = _PRESETS.get(c.name)
+    if hw is None:
+        hw = _PRESETS[c.name] = _from_core(c)
+    return hw
 
 
 @dataclasses.dataclass(frozen=True)

@@ -30,7 +30,7 @@ import numpy as np
 
 import shardlab._core as _core
 from ..core import hardware as _hw
-from ..core import views
+from ..core import memory, views
 from . import formulas
 
 __all__ = [
@@ -46,6 +46,8 @@ __all__ = [
     "psum_time",
     "all_to_all_time",
     "ppermute_time",
+    "neighbour_shift",
+    "hbm_load_time",
     "shard_bytes",
     "itemsize",
     "peak_flops",
@@ -76,6 +78,15 @@ def _np_dtype(dtype) -> np.dtype:
         return np.dtype(dtype)
     except TypeError:
         raise ValueError(f"[cost] unknown dtype {dtype!r}: use e.g. 'float32', 'bfloat16', 'int8'") from None
+
+
+def _require_hw(op: str, hardware):
+    """The Hardware for `hardware` (a preset name or Hardware); None is an error naming `op`."""
+    hw = _hw.get(hardware)
+    if hw is None:
+        raise ValueError(f"[{op}] hardware=None: pass a preset name such as hardware='tpu-v5e' (shardlab.hardware."
+                         f"names() lists them) or a custom chip, shardlab.hardware.Hardware(...)")
+    return hw
 
 
 def itemsize(dtype) -> int:
@@ -147,13 +158,20 @@ class ShardBytes:
 def shard_bytes(shape, dtype, spec=None, *, mesh_shape=None, mesh=None) -> ShardBytes:
     """Local shape and bytes of ``shape``/``dtype`` sharded as ``spec`` over the mesh.
 
+    An unsharded array (no ``spec``, or a spec of Nones) needs no mesh: it is priced as one
+    device holding all of it.
+
     Example:
+        >>> shard_bytes((1024, 1024), "bfloat16").bytes_per_device
+        2097152
         >>> shard_bytes((128, 2048), "int8", (("X", "Y"), None), mesh_shape={"X": 2, "Y": 8, "Z": 2})
         ShardBytes(local_shape=(8, 2048), bytes_per_device=16384, total_bytes=524288, array_bytes=262144, replication=2)
     """
     dims = _check_shape("shard_bytes", shape)
-    mshape = _mesh_shape("shard_bytes", mesh_shape, mesh)
     entries = _spec_entries("shard_bytes", spec, len(dims))
+    if mesh is None and mesh_shape is None and not any(entries):
+        mesh_shape = {}  # an unsharded array needs no mesh: one device holds all of it
+    mshape = _mesh_shape("shard_bytes", mesh_shape, mesh)
     local = []
     for d, e in zip(dims, entries):
         for a in e:
@@ -255,7 +273,13 @@ def collective_time(op: str, nbytes: float, *, axes, mesh_shape=None, hardware=N
         axes: mesh axis name or tuple of names.
         mesh_shape / hardware / physical_axes: the machine, or ``mesh=`` carrying them.
         topology: force torus axes to "ring", "uni_ring" or "line".
-        perm: (source, destination) pairs for ppermute (default: shift by one).
+        perm: (source, destination) pairs for ppermute; default: the neighbour shift
+            (see ``neighbour_shift``), one hop on every topology.
+
+    Raises:
+        ValueError: an unknown axis, bad bytes, or an axis so long that scheduling it link by
+            link would take minutes.
+        MemoryError: the link-level schedule would not fit in this machine's memory.
 
     Example:
         >>> t = collective_time("all_gather", 34e6, axes="Y", mesh_shape={"X": 16, "Y": 16},
@@ -273,6 +297,9 @@ def collective_time(op: str, nbytes: float, *, axes, mesh_shape=None, hardware=N
     if len(set(axes_t)) != len(axes_t):
         raise ValueError(f"[{op}] axes {axes_t} repeat a mesh axis")
     links = _hw.axis_links(hardware, mshape, axes_t, physical_axes, topology=topology)
+    if op == "ppermute" and perm is None:
+        perm = neighbour_shift([mshape[a] for a in axes_t])
+    _check_schedule_size(op, links, perm)
     core_axes = [link.as_core() for link in links]
     lt = _core.collective_time(op, float(nbytes), core_axes, list(perm or []))
     bt = _core.book_collective_time(op, float(nbytes), core_axes)
@@ -284,6 +311,67 @@ def collective_time(op: str, nbytes: float, *, axes, mesh_shape=None, hardware=N
         book_seconds=bt.seconds if bt.available else None,
         book_bandwidth_seconds=bt.bandwidth_seconds if bt.available else None,
         book_latency_seconds=bt.latency_seconds if bt.available else None)
+
+
+def neighbour_shift(axis_sizes) -> list[tuple[int, int]]:
+    """The default ppermute of the cost functions: device i sends to device i + 1 along the
+    minor axis, without wrapping round (the last device of each row sends nothing).
+
+    Every pair is one hop apart on a ring, a line (an axis without wraparound, e.g. a TPU
+    v5e axis of 4) and a switch, so "a ppermute" costs one hop wherever it runs. For a cyclic
+    shift pass ``perm=[(i, (i + 1) % n) for i in range(n)]``: without wraparound its last
+    pair crosses the whole axis.
+
+    Args:
+        axis_sizes: sizes of the axes the ppermute runs over, major to minor (indices are
+            flattened major-to-minor, as ``lax.ppermute`` flattens a tuple of axis names).
+
+    Example:
+        >>> neighbour_shift([4])
+        [(0, 1), (1, 2), (2, 3)]
+        >>> neighbour_shift([2, 2])
+        [(0, 1), (2, 3)]
+    """
+    sizes = [int(n) for n in axis_sizes]
+    minor, total = (sizes[-1] if sizes else 1), math.prod(sizes)
+    return [(i, i + 1) for i in range(total) if (i + 1) % minor]
+
+
+# The link-level model walks every path hop by hop: about n^2 hop visits for a ring
+# AllGather on an axis of n, n^3 for an AllToAll. Past this many it would run for minutes.
+_MAX_HOP_VISITS = 1e9
+_PATH_BYTES = 64  # one scheduled path in the core (start, direction, hops, bytes, step)
+
+
+def _check_schedule_size(op: str, links, perm) -> None:
+    """Raises before the link-level model is asked to schedule an axis too long for this
+    machine's memory (MemoryError) or for a reply within seconds (ValueError)."""
+    base = {"psum": "all_reduce", "pmean": "all_reduce", "pmax": "all_reduce", "pmin": "all_reduce",
+            "psum_scatter": "reduce_scatter"}.get(op, op)
+    paths = visits = 0.0
+    for link in links:
+        n = float(link.size)
+        if n <= 1:
+            continue
+        hop = 1.0 if link.topology == "switch" else n  # hops of one routed message, at most
+        if base == "all_to_all":
+            p, v = 2 * n * n, n * n * hop / 2
+        elif base == "ppermute":
+            k = len(perm) if perm else n
+            p, v = 2 * k, k * hop
+        elif base in ("gather", "scatter"):
+            p, v = 2 * n, n * hop
+        else:  # ring all_gather / reduce_scatter / all_reduce / broadcast / reduce
+            p, v = 4 * n, 2 * n * n
+        paths, visits = max(paths, p), visits + v
+    sizes = tuple(link.size for link in links)
+    memory.check_alloc(op, paths * _PATH_BYTES + 32 * sum(sizes),
+                       f"the link-level model schedules every device of axes of sizes {sizes}; "
+                       f"use the book's formula (shardlab.cost.formulas) at this scale")
+    if visits > _MAX_HOP_VISITS:
+        raise ValueError(f"[{op}] axes of sizes {sizes} are too long for the link-level model (about "
+                         f"{visits:.2g} hop visits); no real interconnect axis is this long: split it "
+                         f"over more mesh axes, or use the book's formula (shardlab.cost.formulas)")
 
 
 def _group_bytes(op, shape, dtype, spec, mshape, axes, *, axes_must_shard: bool) -> tuple[float, tuple[str, ...]]:
@@ -378,7 +466,18 @@ def all_to_all_time(shape, dtype, spec=None, *, mesh_shape=None, hardware=None, 
 
 def ppermute_time(shape, dtype, spec=None, *, axes, mesh_shape=None, hardware=None, mesh=None, perm=None,
                   physical_axes=None, topology=None) -> CollectiveCost:
-    """ppermute of each device's shard over ``axes``; ``perm`` defaults to a shift by one."""
+    """ppermute of each device's shard over ``axes``.
+
+    ``perm`` defaults to the neighbour shift (device i sends to i + 1, no wraparound; see
+    ``neighbour_shift``): one hop on a ring, a line or a switch. A cyclic shift on an axis
+    without wraparound (a TPU v5e axis of 4) costs n - 1 hops; pass it explicitly.
+
+    Example:
+        >>> t = ppermute_time((1024, 1024), "float32", ("X", None), axes="X", mesh_shape={"X": 4},
+        ...                   hardware="tpu-v5e")
+        >>> t.hops, t.links[0].topology
+        (1, 'line')
+    """
     mshape = _mesh_shape("ppermute", mesh_shape, mesh)
     local = shard_bytes(shape, dtype, spec, mesh_shape=mshape)
     return collective_time("ppermute", local.bytes_per_device, axes=axes, mesh_shape=mshape, hardware=hardware,
@@ -389,6 +488,22 @@ def ppermute_time(shape, dtype, spec=None, *, axes, mesh_shape=None, hardware=No
 # compute
 
 
+def hbm_load_time(nbytes: float, hardware) -> float:
+    """Seconds to read ``nbytes`` from HBM once at the chip's HBM bandwidth (``nbytes / W_hbm``).
+
+    Example:
+        >>> from shardlab import hardware
+        >>> chip = hardware.get("tpu-v5e").replace(hbm_bandwidth=3.4e12)   # the quiz's custom chip
+        >>> round(hbm_load_time(2 * 13e9, chip) * 1e3, 2)                  # 13B bf16 parameters, ms
+        7.65
+    """
+    hw = _require_hw("hbm_load_time", hardware)
+    if isinstance(nbytes, bool) or not isinstance(nbytes, (int, float, np.integer, np.floating)) \
+            or not nbytes >= 0 or not math.isfinite(nbytes):
+        raise ValueError(f"[hbm_load_time] nbytes {nbytes!r} must be a finite number >= 0")
+    return float(nbytes) / hw.hbm_bandwidth
+
+
 def peak_flops(hardware, dtype) -> tuple[float, str | None]:
     """Peak FLOP/s for a matmul in ``dtype`` and a note when a stand-in figure is used.
 
@@ -396,7 +511,7 @@ def peak_flops(hardware, dtype) -> tuple[float, str | None]:
     When the vendor publishes no figure for the dtype (fp32 on TPUs, float64 everywhere) the
     bf16 peak is used and the note says so.
     """
-    hw = _hw.get(hardware)
+    hw = _require_hw("peak_flops", hardware)
     name = _dtype_name(dtype) if not isinstance(dtype, str) or not dtype.startswith("float8") else "float8"
     key = {"float16": "bfloat16", "uint8": "int8"}.get(name, name)
     if key.startswith("float8"):
@@ -465,7 +580,7 @@ def matmul_time(m: int, k: int, n: int, dtype="bfloat16", *, hardware, batch: in
     flops = matmul_flops(m, k, n, batch=batch)
     size = itemsize(dtype)
     hbm = batch * (m * k + k * n) * size + batch * m * n * itemsize(out_dtype or dtype)
-    hw = _hw.get(hardware)
+    hw = _require_hw("matmul_time", hardware)
     peak, _ = peak_flops(hw, dtype)
     t_math, t_hbm = flops / peak, hbm / hw.hbm_bandwidth
     return MatmulCost(flops, hbm, t_math, t_hbm, max(t_math, t_hbm), flops / hbm if hbm else math.inf,
@@ -482,7 +597,7 @@ def critical_batch_size(hardware, dtype="bfloat16", *, weight_dtype=None) -> flo
         >>> round(critical_batch_size("tpu-v5e"))
         240
     """
-    hw = _hw.get(hardware)
+    hw = _require_hw("critical_batch_size", hardware)
     peak, _ = peak_flops(hw, dtype)
     scale = itemsize(weight_dtype) / itemsize("bfloat16") if weight_dtype is not None else itemsize(dtype) / 2
     return peak / hw.hbm_bandwidth * scale
@@ -490,7 +605,7 @@ def critical_batch_size(hardware, dtype="bfloat16", *, weight_dtype=None) -> flo
 
 def ici_critical_intensity(hardware, dtype="bfloat16") -> float:
     """Peak FLOP/s over bidirectional ICI bandwidth of one axis (2550 on TPU v5p in bf16)."""
-    hw = _hw.get(hardware)
+    hw = _require_hw("ici_critical_intensity", hardware)
     if hw.family != "tpu":
         raise ValueError(f"[cost] {hw.name} has no ICI; use the NVLink bandwidth ({hw.nvlink_bandwidth:.3g} B/s)")
     return peak_flops(hw, dtype)[0] / (2 * hw.ici_link_bandwidth)
@@ -515,11 +630,21 @@ def event_seconds(event: Mapping, mesh) -> float:
 
     Collectives use the link-level model (collective_time) on V derived from the event's
     per-device bytes; compute events use max(flops / peak, hbm_bytes / HBM bandwidth).
+
+    Raises:
+        ValueError: the mesh has no hardware, the op is unknown, or a field the estimate needs
+            (bytes_in and bytes_out of a collective, flops of a compute event) is missing.
     """
     op = event.get("op")
     shape, hw, physical = _mesh_parts(mesh)
     if hw is None:
         raise ValueError(f"[{op}] the mesh has no hardware: make_mesh(..., hardware='tpu-v5e')")
+    needed = ("flops",) if op in _COMPUTE else ("bytes_in", "bytes_out") if op in _COLLECTIVES else ()
+    missing = [k for k in needed if event.get(k) is None]
+    if missing:
+        raise ValueError(f"[event_seconds] the {op!r} event has no {' or '.join(missing)}; pass a ledger event "
+                         f"(Ledger.to_dicts()) or a dict with {', '.join(needed)}"
+                         f"{' and axes, group_size' if op in _COLLECTIVES else ''}")
     if op in _COMPUTE:
         peak, _ = peak_flops(hw, event.get("dtype") or "bfloat16")
         return max(float(event.get("flops") or 0) / peak, float(event.get("hbm_bytes") or 0) / hw.hbm_bandwidth)
@@ -549,7 +674,7 @@ def event_cost(event, mesh) -> tuple:
         t_math, t_hbm = event.flops / peak, event.hbm_bytes / hw.hbm_bandwidth
         return max(t_math, t_hbm), None, 0, "compute" if t_math >= t_hbm else "memory"
     perm = tuple(map(tuple, event.perm)) if event.perm else None
-    key = (mesh.axis_names, mesh.axis_sizes, hw.name, repr(mesh.physical_axes), event.op, event.axes, event.group_size, event.bytes_in,
+    key = (mesh.axis_names, mesh.axis_sizes, hw, repr(mesh.physical_axes), event.op, event.axes, event.group_size, event.bytes_in,
            event.bytes_out, perm)
     hit = _EVENT_COST_CACHE.get(key)
     if hit is None:

@@ -55,7 +55,19 @@ def _int(value, name: str, op: str) -> int:
     """`value` as an int; floats, strings and bools are rejected (as JAX rejects them)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"[{op}] {name} must be an int, got {value!r}")
+    if not -2**31 <= value < 2**31:  # no rank, axis size or index is this large
+        raise ValueError(f"[{op}] {name} {value} is out of range")
     return int(value)
+
+
+def _root(root, mesh, names, op: str) -> int:
+    """`root` as an int index along `names` (checked here, so the core never sees an index it
+    cannot hold)."""
+    root = _int(root, "root", op)
+    n = math.prod(mesh.shape[a] for a in names)
+    if not 0 <= root < n:
+        raise ValueError(f"[{op}] root {root} is outside [0, {n}), the devices along {names}")
+    return root
 
 
 def _lift(v, mesh, op: str) -> LocalArray:
@@ -162,11 +174,23 @@ def ppermute(x, axis_name, perm):
     """Sends device src's value to device dst for each (src, dst) in `perm`; devices that
     receive nothing get zeros."""
     mesh, names = _axes(axis_name, "ppermute")
+    n = math.prod(mesh.shape[a] for a in names)
+    label = repr(names[0]) if len(names) == 1 else repr(names)
+    pairs = []
     try:
-        pairs = tuple((_int(s, "a source", "ppermute"), _int(d, "a destination", "ppermute")) for s, d in perm)
+        for pair in perm:
+            src, dst = pair
+            if any(isinstance(i, bool) or not isinstance(i, (int, np.integer)) for i in (src, dst)):
+                raise TypeError
+            pairs.append((int(src), int(dst)))
     except (TypeError, ValueError):
         raise TypeError(f"[ppermute] perm must be a sequence of (source, destination) int pairs, "
                         f"got {perm!r}") from None
+    for pair in pairs:
+        for i in pair:
+            if not 0 <= i < n:
+                raise ValueError(f"[ppermute] index {i} in perm pair {pair} is outside [0, {n}), the size of {label}")
+    pairs = tuple(pairs)
     return _tree_map(lambda v: bind(col.PPERMUTE, [_lift(v, mesh, "ppermute")], mesh, axes=names, perm=pairs), x)
 
 
@@ -196,14 +220,14 @@ def pcast(x, axis_name, *, to="varying"):
 def broadcast(x, axis_name, root: int = 0):
     """Every device along `axis_name` gets device `root`'s value (MPI_Bcast)."""
     mesh, names = _axes(axis_name, "broadcast")
-    root = _int(root, "root", "broadcast")
+    root = _root(root, mesh, names, "broadcast")
     return _tree_map(lambda v: bind(col.PBROADCAST, [_lift(v, mesh, "broadcast")], mesh, axes=names, root=root), x)
 
 
 def reduce(x, axis_name, root: int = 0, op: str = "sum"):
     """Device `root` gets the reduction (op: sum, max, min, mean); the others hold zeros (MPI_Reduce)."""
     mesh, names = _axes(axis_name, "reduce")
-    root = _int(root, "root", "reduce")
+    root = _root(root, mesh, names, "reduce")
     if op not in ("sum", "max", "min", "mean"):
         raise ValueError(f"[reduce] op={op!r}; use sum, max, min or mean")
     return _tree_map(lambda v: bind(col.REDUCE, [_lift(v, mesh, "reduce")], mesh, axes=names, root=root,
@@ -213,7 +237,7 @@ def reduce(x, axis_name, root: int = 0, op: str = "sum"):
 def gather(x, axis_name, root: int = 0, *, axis=0, tiled=False):
     """Device `root` gets every device's value (as all_gather); the others hold zeros (MPI_Gather)."""
     mesh, names = _axes(axis_name, "gather")
-    root, axis = _int(root, "root", "gather"), _int(axis, "axis", "gather")
+    root, axis = _root(root, mesh, names, "gather"), _int(axis, "axis", "gather")
     return _tree_map(lambda v: bind(col.GATHER, [_lift(v, mesh, "gather")], mesh, axes=names, root=root,
                                     axis=axis, tiled=bool(tiled)), x)
 
@@ -221,7 +245,7 @@ def gather(x, axis_name, root: int = 0, *, axis=0, tiled=False):
 def scatter(x, axis_name, root: int = 0, *, scatter_dimension=0, tiled=False):
     """Device i gets chunk i of device `root`'s value along `scatter_dimension` (MPI_Scatter)."""
     mesh, names = _axes(axis_name, "scatter")
-    root, dim = _int(root, "root", "scatter"), _int(scatter_dimension, "scatter_dimension", "scatter")
+    root, dim = _root(root, mesh, names, "scatter"), _int(scatter_dimension, "scatter_dimension", "scatter")
     return _tree_map(lambda v: bind(col.SCATTER, [_lift(v, mesh, "scatter")], mesh, axes=names, root=root,
                                     dim=dim, tiled=bool(tiled)), x)
 

@@ -28,7 +28,7 @@ from ..arrays.sharded_array import ShardedArray, abstract_array, device_put
 from ..arrays.storage import AbstractStorage, is_abstract
 from ..core import tree
 from ..core.context import CTX, shard_map_frame
-from ..core.dtypes import canonicalize
+from ..core.dtypes import bfloat16, canonicalize
 from ..core.mesh import UNIT_MESH, Mesh, get_mesh
 from ..core.sharding import NamedSharding, PartitionSpec
 from ..primitives import collectives as col
@@ -189,6 +189,13 @@ def _enter(x, spec, mesh: Mesh, i: int) -> LocalArray:
 
 def _exit(x, spec, mesh: Mesh, i: int, check_vma: bool) -> ShardedArray:
     spec = _check_spec(spec, f"out_specs for output {i}")
+    if not isinstance(x, LocalArray):
+        arr = np.asarray(x) if isinstance(x, (bool, int, float, np.generic, np.ndarray)) else None
+        if arr is None or arr.dtype.kind not in "biuf" and arr.dtype != bfloat16:
+            raise TypeError(f"[shard_map] output {i} of the function is a {type(x).__name__} ({x!r:.60}); "
+                            f"a shard_map body returns arrays, numbers, or pytrees (tuples, lists, "
+                            f"dicts) of them")
+        x = arr
     v = lift(x, mesh)
     if v.mesh != mesh:
         raise ValueError(f"[shard_map] output {i} is a per-device value of {v.mesh!r}, not of this "
