@@ -160,3 +160,14 @@ def test_bad_input():
     ex = pp.execute(pp.gpipe(2, 2), params, TOK, TGT, CFG, sl.make_mesh((2,), ("stage",)))
     with pytest.raises(ValueError, match=r"has no seconds: build the mesh with hardware="):
         ex.durations()
+
+
+def test_uneven_stages_and_interleaving_on_three_devices(reference):
+    # 4 layers over 3 stages: (2, 1, 1) layers; the first stage's forward costs the most FLOPs
+    mesh = sl.make_mesh((3,), ("stage",), hardware="tpu-v5e")
+    ex = pp.execute(pp.one_f_one_b(3, 4), _params(), TOK, TGT, CFG, mesh)
+    assert abs(ex.loss - reference[0]) <= 1e-5
+    for a, b in zip(_leaves(ex.grads), _leaves(reference[1])):
+        assert np.max(np.abs(a - b)) <= 1e-5
+    f = ex.stage_flops()["forward"]
+    assert f[0] > f[1] and ex.timeline().busy[0] > ex.timeline().busy[1]
