@@ -3,7 +3,9 @@
 Build a schedule (:func:`gpipe`, :func:`one_f_one_b`, :func:`interleaved_1f1b`, :func:`zb_h1`),
 check it (:func:`validate`), time it with given or cost-model durations (:func:`clock` with
 :class:`Durations`), and read the step time, the bubble fraction and the peak activations per
-stage from the :class:`Timeline`, which draws itself in Jupyter and with ``.plot()``.
+stage from the :class:`Timeline`, which draws itself in Jupyter and with ``.plot()``. Run it on
+real data with :func:`execute` (a training step of a ``shardlab.models.transformer`` model along a
+``stage`` mesh axis, equal to :func:`reference_step`); its ledger gives the clock the executed times.
 
 Example:
     >>> from shardlab.train import pipeline as pp

@@ -10,7 +10,7 @@ A :class:`Schedule` is the ``p`` ordered action lists plus ``p``, ``m``, ``v`` a
 virtual stages on devices: ``"loop"`` (Megatron's interleaving: device ``d`` holds virtual stages
 ``d, d + p, d + 2p, ...``) or ``"v"`` (ZB-V / DualPipeV: device ``d`` holds stages ``d`` and
 ``2p - 1 - d``). Nothing here runs or times anything; :mod:`.validate` checks a schedule,
-:mod:`.clock` times it, and a later executor will run the same lists on real data.
+:mod:`.clock` times it, and :mod:`.execute` runs the same lists on real data.
 
 Example:
     >>> from shardlab.train import pipeline as pp
