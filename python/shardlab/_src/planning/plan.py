@@ -21,6 +21,21 @@ _OP_NAMES = {"all_gather": "AllGather", "all_to_all": "AllToAll", "dynamic_slice
 
 # -- layouts and their rendering ---------------------------------------------------------------
 
+# The book's names (and their CamelCase forms) for the collectives a plan uses.
+_JAX_NAMES = {"all_gather": "all_gather", "all_to_all": "all_to_all", "psum": "psum", "psum_scatter": "psum_scatter",
+              "all_reduce": "psum", "allreduce": "psum", "reduce_scatter": "psum_scatter",
+              "reducescatter": "psum_scatter", "allgather": "all_gather", "alltoall": "all_to_all"}
+
+
+def _op_name(name) -> str:
+    """A collective's name as plans spell it (JAX's), from JAX's or the book's name."""
+    key = name.lower().replace("-", "_") if isinstance(name, str) else None
+    if key not in _JAX_NAMES:
+        raise ValueError(f"[Plan.alternative] unknown collective {name!r}; use one of all_gather, all_to_all, "
+                         f"psum (the book's all_reduce) or psum_scatter (reduce_scatter)")
+    return _JAX_NAMES[key]
+
+
 @dataclass(frozen=True)
 class Layout:
     """How a value is laid out: the mesh axes splitting each dim, and its unreduced axes."""
@@ -210,10 +225,28 @@ class Plan:
         return tuple(s.op for s in self.steps if s.op not in ("einsum", "dynamic_slice"))
 
     def alternative(self, ops) -> "Plan | None":
-        """The cheapest of this plan and its alternatives whose collectives are ``ops``
-        (e.g. ``("all_gather",)``), or None."""
+        """The cheapest of this plan and its alternatives whose collectives are ``ops``, or None.
+
+        ``ops`` names collectives in order, with JAX's names (``psum``, ``psum_scatter``,
+        ``all_gather``, ``all_to_all``) or the book's (``all_reduce``, ``reduce_scatter``,
+        ``AllReduce``, ``ReduceScatter``, ...); a single name may be passed as a string.
+
+        Raises:
+            ValueError: a name that is not one of those collectives.
+
+        Example:
+            >>> import shardlab as sl
+            >>> from shardlab import P
+            >>> mesh = sl.make_mesh((4,), ("X",))
+            >>> p = sl.plan_einsum("ij,jk->ik", ((8, 8), P(None, "X")), ((8, 8), P("X")), mesh=mesh,
+            ...                    out_sharding=P())
+            >>> p.alternative(("all_reduce",)).ops
+            ('psum',)
+        """
+        names = (ops,) if isinstance(ops, str) else tuple(ops)
+        wanted = tuple(_op_name(n) for n in names)
         for p in [self] + self.alternatives:
-            if p.ops == tuple(ops):
+            if p.ops == wanted:
                 return p
         return None
 

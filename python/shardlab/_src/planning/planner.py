@@ -220,7 +220,17 @@ def _operand(x, op: str):
         dtype = np.dtype(x[2]) if len(x) == 3 else np.dtype(np.float32)
         if len(x) == 3 and isinstance(x[2], str) and x[2] == "bfloat16":
             dtype = bfloat16
-        return tuple(int(s) for s in x[0]), dtype, x[1], frozenset()
+        shape = tuple(x[0])
+        for d, size in enumerate(shape):
+            if isinstance(size, bool) or not isinstance(size, (int, np.integer)):
+                raise TypeError(f"[{op}] shape {shape} has dim {d} = {size!r}; sizes must be ints")
+            if size < 0:
+                raise ValueError(f"[{op}] shape {shape} has dim {d} of size {size}; sizes must be >= 0")
+        sharding = x[1]
+        if not isinstance(sharding, (NamedSharding, PartitionSpec, tuple)):
+            raise TypeError(f"[{op}] the sharding of operand {shape} must be a NamedSharding or PartitionSpec, "
+                            f"got {sharding!r}")
+        return tuple(int(s) for s in shape), dtype, sharding, frozenset()
     raise TypeError(f"[{op}] operands must be ShardedArrays or (shape, sharding[, dtype]) tuples, "
                     f"got {type(x).__name__}")
 
@@ -273,6 +283,9 @@ def _parse(subscripts: str, ranks, op: str):
 
 
 def _out_layout(out_sharding, unreduced, rank, mesh, op):
+    if out_sharding is not None and not isinstance(out_sharding, (NamedSharding, PartitionSpec, tuple)):
+        raise TypeError(f"[{op}] the target sharding must be a NamedSharding or a PartitionSpec, got "
+                        f"{out_sharding!r}; for one axis write P({out_sharding!r})")
     if out_sharding is None:
         if unreduced:
             return Layout(((),) * rank, frozenset(unreduced))
