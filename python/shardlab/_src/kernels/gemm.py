@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import ml_dtypes
 import numpy as np
 
 import shardlab._core as _core
+
+from ..core import memory
 
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _F32 = np.dtype(np.float32)
@@ -94,12 +98,15 @@ def gemm(a, b, *, preferred_element_type=None) -> np.ndarray:
     a2 = a2[(None,) * (nd - a2.ndim)]
     b2 = b2[(None,) * (nd - b2.ndim)]
     try:
-        np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+        batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
     except ValueError:
         raise ValueError(
             f"[gemm] a has shape {a.shape} and b {b.shape}: batch dims {a.shape[:-2]} and "
             f"{b.shape[:-2]} do not broadcast"
         ) from None
+    out_elems = math.prod(batch) * a2.shape[-2] * b2.shape[-1]
+    memory.check_alloc("gemm", out_elems * (4 + (out_dtype.itemsize if out_dtype != _F32 else 0)),
+                       f"the result of {a.shape} @ {b.shape} is that large; multiply in blocks of rows")
     out = _core.gemm(_packable(a2), _packable(b2))
     if a.ndim == 1:
         out = out[..., 0, :]

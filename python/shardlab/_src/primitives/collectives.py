@@ -66,7 +66,10 @@ def _collective(name, shape_fn, op_of=lambda p: None, vjp=None):
 
     def shape_rule(avals, mesh, *, axes, **params):
         x = avals[0]
-        return [(tuple(shape_fn(mesh, list(x.shape), list(axes), params)), x.dtype)]
+        dtype = x.dtype
+        if params.get("reduction") == "mean" and np.dtype(dtype).kind in "iub":
+            dtype = np.dtype(np.float32)  # a mean of integers is a float, as JAX's pmean
+        return [(tuple(shape_fn(mesh, list(x.shape), list(axes), params)), dtype)]
 
     def cost(ins, outs, mesh, *, axes, **params):
         op = op_of(params) or name
