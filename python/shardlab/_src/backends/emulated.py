@@ -14,6 +14,7 @@ import numpy as np
 
 import shardlab._core as _core
 
+from ..core import memory
 from ..core.dtypes import bfloat16, default_int_dtype, float32, float64, int8, int32
 from ..core.einsum_spec import free_letters
 from ..kernels.attention import run_backward, run_forward
@@ -332,7 +333,29 @@ def _attention_bwd(storages, mesh, *, is_causal, scale, has_mask, recompute):
 
 
 # -- collectives -----------------------------------------------------------------------------
-@_impl(col.PSUM)
+def _check_output(prim, storages, mesh, **params):
+    """MemoryError naming the collective before the core allocates an output larger than this
+    machine's memory (an all_gather's output is every device's input together)."""
+    (shape, dtype), = prim.shape_rule([storages[0]], mesh, **params)
+    memory.check_alloc(prim.name, math.prod(shape) * np.dtype(dtype).itemsize,
+                       f"its output of local shape {tuple(shape[mesh.ndim:])} is held for every device "
+                       f"of the mesh; use an abstract mesh (make_mesh(..., abstract=True)) to cost it")
+
+
+def _collective_impl(prim):
+    """Registers a collective's implementation behind the output-size check."""
+    def register(fn):
+        def impl(storages, mesh, **params):
+            _check_output(prim, storages, mesh, **params)
+            return fn(storages, mesh, **params)
+
+        prim.impl["emulated"] = impl
+        return fn
+
+    return register
+
+
+@_collective_impl(col.PSUM)
 def _psum(storages, mesh, *, axes, reduction):
     x = storages[0]
     if reduction == "mean" and x.dtype.kind in "iub":
@@ -340,22 +363,22 @@ def _psum(storages, mesh, *, axes, reduction):
     return [_core.all_reduce(mesh._core, x, list(axes), reduction)[0]]
 
 
-@_impl(col.ALL_GATHER)
+@_collective_impl(col.ALL_GATHER)
 def _all_gather(storages, mesh, *, axes, axis, tiled):
     return [_core.all_gather(mesh._core, storages[0], list(axes), axis, tiled)[0]]
 
 
-@_impl(col.PSUM_SCATTER)
+@_collective_impl(col.PSUM_SCATTER)
 def _psum_scatter(storages, mesh, *, axes, dim, tiled):
     return [_core.psum_scatter(mesh._core, storages[0], list(axes), dim, tiled)[0]]
 
 
-@_impl(col.ALL_TO_ALL)
+@_collective_impl(col.ALL_TO_ALL)
 def _all_to_all(storages, mesh, *, axes, split, concat, tiled):
     return [_core.all_to_all(mesh._core, storages[0], list(axes), split, concat, tiled)[0]]
 
 
-@_impl(col.PPERMUTE)
+@_collective_impl(col.PPERMUTE)
 def _ppermute(storages, mesh, *, axes, perm):
     return [_core.ppermute(mesh._core, storages[0], list(axes), list(perm))[0]]
 
@@ -365,12 +388,12 @@ def _axis_index(storages, mesh, *, axes):
     return [_core.axis_index(mesh._core, list(axes))]
 
 
-@_impl(col.PBROADCAST)
+@_collective_impl(col.PBROADCAST)
 def _pbroadcast(storages, mesh, *, axes, root):
     return [_core.broadcast(mesh._core, storages[0], list(axes), root)[0]]
 
 
-@_impl(col.REDUCE)
+@_collective_impl(col.REDUCE)
 def _reduce(storages, mesh, *, axes, root, reduction):
     x = storages[0]
     if reduction == "mean" and x.dtype.kind in "iub":
@@ -378,12 +401,12 @@ def _reduce(storages, mesh, *, axes, root, reduction):
     return [_core.reduce(mesh._core, x, list(axes), root, reduction)[0]]
 
 
-@_impl(col.GATHER)
+@_collective_impl(col.GATHER)
 def _gather(storages, mesh, *, axes, root, axis, tiled):
     return [_core.gather(mesh._core, storages[0], list(axes), root, axis, tiled)[0]]
 
 
-@_impl(col.SCATTER)
+@_collective_impl(col.SCATTER)
 def _scatter(storages, mesh, *, axes, root, dim, tiled):
     return [_core.scatter(mesh._core, storages[0], list(axes), root, dim, tiled)[0]]
 
