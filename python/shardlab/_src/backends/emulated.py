@@ -106,21 +106,23 @@ def _convert(storages, mesh, *, dtype):
 
 
 # -- reductions ------------------------------------------------------------------------------
-def _reduction_impl(np_fn, dtype_rule=None):
-    def impl(storages, mesh, *, axes, keepdims=False):
+def _reduction_impl(prim, np_fn, accumulate=False):
+    def impl(storages, mesh, *, axes, keepdims=False, **_):
         x = storages[0]
-        kw = {} if dtype_rule is None else {"dtype": dtype_rule(x.dtype)}
-        return [np.asarray(np_fn(x, axis=_local(mesh.ndim, axes), keepdims=keepdims, **kw))]
+        ((_, dt),) = prim.shape_rule(storages, mesh, axes=axes, keepdims=keepdims)
+        kw = {"dtype": dt} if accumulate else {}
+        out = np.asarray(np_fn(x, axis=_local(mesh.ndim, axes), keepdims=keepdims, **kw))
+        return [out if out.dtype == dt else out.astype(dt)]
 
-    return impl
+    prim.impl["emulated"] = impl
 
 
-bc.REDUCE_SUM.impl["emulated"] = _reduction_impl(np.sum, bc._sum_dtype)
-red.REDUCE_PROD.impl["emulated"] = _reduction_impl(np.prod, bc._sum_dtype)
-red.REDUCE_MAX.impl["emulated"] = _reduction_impl(np.max)
-red.REDUCE_MIN.impl["emulated"] = _reduction_impl(np.min)
-red.REDUCE_ANY.impl["emulated"] = _reduction_impl(np.any)
-red.REDUCE_ALL.impl["emulated"] = _reduction_impl(np.all)
+_reduction_impl(bc.REDUCE_SUM, np.sum, accumulate=True)
+_reduction_impl(red.REDUCE_PROD, np.prod, accumulate=True)
+_reduction_impl(red.REDUCE_MAX, np.max)
+_reduction_impl(red.REDUCE_MIN, np.min)
+_reduction_impl(red.REDUCE_ANY, np.any)
+_reduction_impl(red.REDUCE_ALL, np.all)
 
 
 def _arg_impl(np_fn):
@@ -139,7 +141,7 @@ red.ARGMIN.impl["emulated"] = _arg_impl(np.argmin)
 def _cumsum(storages, mesh, *, axis, reverse=False):
     x = storages[0]
     ax = mesh.ndim + axis
-    dt = bc._sum_dtype(x.dtype)
+    dt = red.cumsum_dtype(x.dtype)
     if reverse:
         return [np.flip(np.cumsum(np.flip(x, ax), axis=ax, dtype=dt), ax)]
     return [np.cumsum(x, axis=ax, dtype=dt)]

@@ -32,8 +32,8 @@ def _make_extremum_vjp():
     return vjp
 
 
-REDUCE_MAX = Primitive("reduce_max", shape_rule=_reduce_shape_for(lambda d: np.dtype(d)), vjp=_make_extremum_vjp())
-REDUCE_MIN = Primitive("reduce_min", shape_rule=_reduce_shape_for(lambda d: np.dtype(d)), vjp=_make_extremum_vjp())
+REDUCE_MAX = Primitive("reduce_max", shape_rule=_reduce_shape_for(dtypes.canonicalize_dtype), vjp=_make_extremum_vjp())
+REDUCE_MIN = Primitive("reduce_min", shape_rule=_reduce_shape_for(dtypes.canonicalize_dtype), vjp=_make_extremum_vjp())
 
 
 def _prod_vjp(cts, ins, outs, mesh, *, axes, keepdims=False, dtype=None):
@@ -50,9 +50,15 @@ ARGMAX = Primitive("argmax", shape_rule=_reduce_shape_for(lambda d: dtypes.defau
 ARGMIN = Primitive("argmin", shape_rule=_reduce_shape_for(lambda d: dtypes.default_int_dtype()))
 
 
+def cumsum_dtype(dt):
+    """jnp.cumsum keeps integer types (int8 stays int8) and sums booleans in the default int."""
+    dt = np.dtype(dt)
+    return dtypes.default_int_dtype() if dt.kind == "b" else dtypes.canonicalize_dtype(dt)
+
+
 def _cumsum_shape(avals, mesh, *, axis, reverse=False):
     x = avals[0]
-    return [(tuple(x.shape), _sum_dtype(x.dtype))]
+    return [(tuple(x.shape), cumsum_dtype(x.dtype))]
 
 
 def _cumsum_vjp(cts, ins, outs, mesh, *, axis, reverse=False):
