@@ -81,6 +81,11 @@ def _check(op, q, k, v, mask, scale, *, out=None, dout=None, lse=None):
     Tk = k.shape[1]
     if scale is None:
         scale = 1.0 / math.sqrt(D) if D else 1.0
+    if isinstance(scale, bool) or not (isinstance(scale, (int, float, np.integer, np.floating))
+                                       or (isinstance(scale, np.ndarray) and scale.ndim == 0)):
+        raise TypeError(f"[{op}] scale must be a Python or numpy scalar, got {type(scale).__name__}"
+                        f"{' of shape ' + str(scale.shape) if hasattr(scale, 'shape') else ''}; one scale "
+                        f"multiplies every logit (scale per head: multiply q by it first)")
     scale = float(scale)
     if not math.isfinite(scale):
         raise ValueError(f"[{op}] scale must be finite, got {scale}")
