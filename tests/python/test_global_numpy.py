@@ -1,0 +1,128 @@
+"""jax.numpy on global ShardedArrays: values and shardings against JAX's explicit sharding,
+recorded collectives for reductions over sharded dims, reshard requests where JAX asks for
+them, and gradients through shard_map."""
+
+import numpy as np
+import pytest
+
+import shardlab as sl
+import shardlab.numpy as snp
+from shardlab import P
+
+MESH = sl.make_mesh((4, 2), ("x", "y"))
+X = (np.arange(64, dtype=np.float32).reshape(8, 8) % 7 - 3) / 4
+
+
+def put(x, *spec):
+    return sl.device_put(x, sl.NamedSharding(MESH, P(*spec)))
+
+
+REDUCTIONS = ["sum", "mean", "max", "min", "prod", "any", "all", "var", "std"]
+
+
+@pytest.mark.parametrize("name", REDUCTIONS)
+@pytest.mark.parametrize("axis", [None, 0, 1, (0, 1)])
+def test_reductions_values_and_shardings(name, axis):
+    a = put(X, "x", "y")
+    got = getattr(snp, name)(a, axis=axis)
+    want = getattr(np, name)(X, axis=axis)
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-5, atol=1e-6)
+    kept = {None: (), 0: ("y",), 1: ("x",), (0, 1): ()}[axis]
+    assert got.sharding.spec == P(*kept)
+    kd = getattr(snp, name)(a, axis=axis, keepdims=True)
+    assert np.asarray(kd).shape == np.asarray(getattr(np, name)(X, axis=axis, keepdims=True)).shape
+
+
+def test_reduction_over_a_sharded_dim_records_its_collective():
+    a = put(X, "x", "y")
+    with sl.Ledger() as ledger:
+        snp.sum(a, axis=0)
+    ops = [(e["op"], tuple(e["axes"])) for e in ledger.events]
+    assert ops == [("psum", ("x",))]
+    with sl.Ledger() as ledger:
+        snp.sum(put(X, None, "y"), axis=0)  # the reduced dim is not sharded: no collective
+    assert [e["op"] for e in ledger.events] == []
+
+
+def test_integer_mean_is_float32_as_jax():
+    a = put(np.arange(8, dtype=np.int32).reshape(4, 2), "x")
+    m = snp.mean(a, axis=0)
+    assert m.dtype == np.float32 and np.asarray(m).tolist() == [3.0, 4.0]
+
+
+def test_reshape_keeps_the_sharding_where_jax_does_and_asks_for_reshard_otherwise():
+    a = put(X, "x", "y")
+    r = snp.reshape(a, (4, 2, 8))
+    assert r.sharding.spec == P("x", None, "y")
+    np.testing.assert_array_equal(np.asarray(r), X.reshape(4, 2, 8))
+    r = snp.reshape(put(X, "x"), (64,))
+    assert r.sharding.spec == P("x")
+    np.testing.assert_array_equal(np.asarray(r), X.reshape(64))
+    with pytest.raises(ValueError, match=r"\[reshape\] reshaping \(8, 8\) sharded as .* would move data.*reshard"):
+        snp.reshape(a, (64,))  # merging two sharded dims
+    with pytest.raises(ValueError, match=r"\[reshape\].*reshard"):
+        snp.reshape(a, (2, 4, 8))  # the split leaves 2 rows for 4 shards
+
+
+def test_transpose_permutes_the_spec():
+    a = put(X, "x", "y")
+    t = snp.transpose(a)
+    assert t.sharding.spec == P("y", "x")
+    np.testing.assert_array_equal(np.asarray(t), X.T)
+
+
+def test_indexing_keeps_whole_dims_sharded_and_refuses_slicing_sharded_ones():
+    a = put(X, "x")
+    s = a[:, 2:5]
+    assert s.sharding.spec == P("x", None)
+    np.testing.assert_array_equal(np.asarray(s), X[:, 2:5])
+    s = a[..., 3]
+    assert s.sharding.spec == P("x")
+    np.testing.assert_array_equal(np.asarray(s), X[:, 3])
+    assert a[None].sharding.spec == P(None, "x", None)
+    with pytest.raises(ValueError, match=r"\[getitem\] index slice\(0, 2, None\) on dim 0 .* sharded over"):
+        a[0:2]
+
+
+def test_concatenate_along_an_unsharded_dim_only():
+    a = put(X, "x")
+    c = snp.concatenate([a, a * 2], axis=1)
+    assert c.sharding.spec == P("x") and c.shape == (8, 16)
+    np.testing.assert_array_equal(np.asarray(c), np.concatenate([X, X * 2], axis=1))
+    with pytest.raises(ValueError, match=r"\[concatenate\] axis 0 is sharded"):
+        snp.concatenate([a, a], axis=0)
+    with pytest.raises(ValueError, match=r"\[concatenate\] operands have shardings"):
+        snp.concatenate([a, put(X, None, "y")], axis=1)
+
+
+@pytest.mark.jax
+def test_sum_of_shard_map_output_squared_and_mean_match_jax_with_gradients():
+    jax = pytest.importorskip("jax")
+    if len(jax.devices()) < 8:
+        pytest.skip("JAX started with fewer than 8 CPU devices")
+    jmesh = jax.make_mesh((4, 2), ("x", "y"))
+    jx = jax.device_put(X, jax.sharding.NamedSharding(jmesh, jax.sharding.PartitionSpec("x", "y")))
+    jf = jax.shard_map(lambda v: jax.numpy.tanh(v) * 2, mesh=jmesh, in_specs=jax.sharding.PartitionSpec("x", "y"),
+                       out_specs=jax.sharding.PartitionSpec("x", "y"))
+    f = sl.shard_map(lambda v: snp.tanh(v) * 2, mesh=MESH, in_specs=P("x", "y"), out_specs=P("x", "y"))
+    a = put(X, "x", "y")
+    with jax.set_mesh(jmesh):
+        want_sum = np.asarray(jax.numpy.sum(jf(jx) ** 2))
+        want_mean = jax.numpy.mean(jf(jx), axis=0)
+    np.testing.assert_allclose(np.asarray(snp.sum(f(a) ** 2)), want_sum, rtol=1e-5)
+    got_mean = snp.mean(f(a), axis=0)
+    np.testing.assert_allclose(np.asarray(got_mean), np.asarray(want_mean), rtol=1e-5, atol=1e-6)
+    assert tuple(got_mean.sharding.spec) == tuple(want_mean.sharding.spec)  # P('y') in both
+
+    def ours(v):
+        y = f(v)
+        return snp.sum(snp.mean(y, axis=0) ** 2) + snp.sum(snp.transpose(snp.reshape(y, (4, 2, 8))) ** 3)
+
+    def theirs(v):
+        y = jf(v)
+        return jax.numpy.sum(jax.numpy.mean(y, axis=0) ** 2) + jax.numpy.sum(jax.numpy.transpose(y.reshape(4, 2, 8)) ** 3)
+
+    got = sl.grad(ours)(a)
+    with jax.set_mesh(jmesh):
+        want = jax.grad(theirs)(jx)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
