@@ -297,9 +297,9 @@ def collective_time(op: str, nbytes: float, *, axes, mesh_shape=None, hardware=N
     if len(set(axes_t)) != len(axes_t):
         raise ValueError(f"[{op}] axes {axes_t} repeat a mesh axis")
     links = _hw.axis_links(hardware, mshape, axes_t, physical_axes, topology=topology)
+    _check_schedule_size(op, links, perm)
     if op == "ppermute" and perm is None:
         perm = neighbour_shift([mshape[a] for a in axes_t])
-    _check_schedule_size(op, links, perm)
     core_axes = [link.as_core() for link in links]
     lt = _core.collective_time(op, float(nbytes), core_axes, list(perm or []))
     bt = _core.book_collective_time(op, float(nbytes), core_axes)
