@@ -65,7 +65,7 @@ def erf(x):
 
     Example:
         >>> import numpy as np, shardlab.numpy as jnp
-        >>> round(float(jnp.erf(np.float32(0.5))), 4)
+        >>> print(f"{float(jnp.erf(np.float32(0.5))):.4f}")
         0.5205
     """
     if _local(x):

@@ -19,8 +19,8 @@ Example:
     >>> a = sl.device_put(np.arange(8.0, dtype=np.float32).reshape(4, 2), sl.NamedSharding(mesh, P("x")))
     >>> float(np.asarray(jnp.sum(a))), np.asarray(jnp.mean(a, axis=0)).tolist()
     (28.0, [3.0, 4.0])
-    >>> jnp.reshape(a, (2, 2, 2)).sharding.spec, jnp.transpose(a).sharding.spec
-    (PartitionSpec('x', None, None), PartitionSpec(None, 'x'))
+    >>> jnp.reshape(a, (8,)).sharding.spec, jnp.transpose(a).sharding.spec
+    (PartitionSpec('x'), PartitionSpec(None, 'x'))
 """
 
 from __future__ import annotations
