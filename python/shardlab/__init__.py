@@ -14,6 +14,7 @@ Example:
     (2, 2)
 """
 
+import html as _html
 import os as _os
 
 if _os.environ.get("SHARDLAB_CORE_DIR"):
@@ -62,6 +63,6 @@ for _cls, _fn in viz.VIEWS.items():
     if _cls.__module__ == "shardlab._core":  # pybind classes have no Python methods to ask the registry
         _cls._repr_html_ = _fn
         _cls.__repr__ = viz.TEXTS[_cls]
-_views.register("ShardedArray", lambda arr: viz.sharding(arr).html)
+_views.register("ShardedArray", lambda arr: f"<div><code>{_html.escape(repr(arr))}</code>{viz.sharding(arr).html}</div>")
 __all__.append("viz")
 del _cls, _fn

@@ -56,7 +56,7 @@ def test_text_and_html_rendering():
     assert "all_gather" in text and "psum" in text and "512 B" in text and " µs" in text
     assert str(ledger) == text and "3 events" in repr(ledger)
     html = ledger._repr_html_()
-    assert html.startswith("<table>") and html.count("<tr>") == 4   # header + 3 events
+    assert "<table" in html and html.count("<tr") == 5   # header + 3 events + the totals row
     assert all(e["seconds"] > 0 for e in ledger.events)
     assert ledger.roofline().bound == "communication"
 

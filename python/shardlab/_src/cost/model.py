@@ -30,7 +30,7 @@ import numpy as np
 
 import shardlab._core as _core
 from ..core import hardware as _hw
-from ..core import memory, views
+from ..core import memory, units, views
 from . import formulas
 
 __all__ = [
@@ -744,7 +744,7 @@ class Roofline:
 
 
 def _us(s: float) -> str:
-    return f"{s * 1e6:.4g} us"
+    return units.fmt_seconds(s)
 
 
 def roofline(events: Sequence[Mapping], mesh, overlap: str = "max") -> Roofline:
