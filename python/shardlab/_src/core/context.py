@@ -25,6 +25,7 @@ class _Context(threading.local):
         self.scopes: list[str] = []     # named_scope labels, outermost first
         self.phase: str = "forward"     # 'forward', 'backward' or 'recompute'
         self.tapes: list = []           # active gradient tapes, innermost last
+        self.wanted = None              # ids of values whose cotangents a backward walk needs (None: all)
         self.remat_saving = None        # (saveable primitives, outputs saved) in a checkpoint
         self.remat_replay = None        # (saveable primitives, saved outputs to hand back)
         self.mesh_stack: list = []      # `with mesh:` blocks
@@ -84,6 +85,12 @@ def phase(name: str):
         yield
     finally:
         CTX.phase = previous
+
+
+def wanted(value) -> bool:
+    """Whether the running backward walk needs `value`'s cotangent (rules may skip the work
+    for values it does not, e.g. a weight gradient when only input gradients are asked for)."""
+    return CTX.wanted is None or id(value) in CTX.wanted
 
 
 # The ledger layer registers how a mesh gets its default ledger (core cannot import it).

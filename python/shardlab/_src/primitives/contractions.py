@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 
+from ..core.context import wanted
 from ..core.dtypes import bfloat16, float32, float64, int8, int32
 from ..ledger.event import Event, dtype_name
 from .broadcasting import BROADCAST
@@ -64,7 +65,7 @@ def _vjp(cts, ins, outs, mesh, *, terms, out, op_name="einsum", preferred_elemen
     ct = cts[0]
     grads = []
     for i, (t, x) in enumerate(zip(terms, ins)):
-        if x.dtype.kind not in "fc" and x.dtype != bfloat16:
+        if (x.dtype.kind not in "fc" and x.dtype != bfloat16) or not wanted(x):
             grads.append(None)
             continue
         if len(set(t)) != len(t):

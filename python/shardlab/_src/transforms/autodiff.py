@@ -85,33 +85,58 @@ def add_cotangents(primal, a, b):
 
 
 # -- the backward walk -----------------------------------------------------------------------
-def backward(tape: Tape, seeds: dict) -> dict:
+def _depending_on(tape: Tape, sources) -> set:
+    """ids of the values on `tape` that depend on the values `sources` (a forward scan)."""
+    active = {id(x) for x in sources}
+    for _, _, ins, outs, _ in tape.entries:
+        if any(id(x) in active for x in ins):
+            active.update(id(o) for o in outs)
+    return active
+
+
+def backward(tape: Tape, seeds: dict, wrt=None) -> dict:
     """Walks `tape` in reverse from `seeds` (id(value) → (value, cotangent)); returns the
-    cotangents of every value reached, as id → (value, cotangent)."""
+    cotangents of every value reached, as id → (value, cotangent).
+
+    With `wrt` (values), only cotangents leading to those values are computed: steps that do
+    not depend on them are skipped, and rules skip operands nobody asked for (a weight
+    gradient's matmul when only the input gradient is wanted — zero-bubble pipelines split a
+    backward pass this way)."""
     cts = dict(seeds)
-    with phase("backward"):
-        for (rule, params, ins, outs, mesh), scopes in zip(reversed(tape.entries), reversed(tape.labels)):
-            found = [cts.pop(id(o), None) for o in outs]
-            if all(c is None for c in found):
-                continue
-            out_cts = [zeros_like_value(o) if c is None else c[1] for o, c in zip(outs, found)]
-            if rule.vjp is None:
-                if any(_is_value(x) and _is_float(x.dtype) for x in ins):
-                    raise NotImplementedError(f"[grad] {rule.name} is not differentiable; "
-                                              f"keep it out of the function being differentiated")
-                continue
-            # The transpose of an op is labelled with the op's named scope (as in JAX).
-            outer, CTX.scopes = CTX.scopes, list(scopes)
-            try:
-                in_cts = rule.vjp(out_cts, list(ins), list(outs), mesh, **params)
-            finally:
-                CTX.scopes = outer
-            for x, c in zip(ins, in_cts):
-                if c is None or not _is_value(x):
-                    continue
-                prev = cts.get(id(x))
-                cts[id(x)] = (x, c if prev is None else add_cotangents(x, prev[1], c))
+    active = None if wrt is None else _depending_on(tape, wrt)
+    outer_wanted, CTX.wanted = CTX.wanted, active
+    try:
+        with phase("backward"):
+            _walk(tape, cts, active)
+    finally:
+        CTX.wanted = outer_wanted
     return cts
+
+
+def _walk(tape: Tape, cts: dict, active) -> None:
+    for (rule, params, ins, outs, mesh), scopes in zip(reversed(tape.entries), reversed(tape.labels)):
+        if active is not None and not any(id(x) in active for x in ins):
+            continue
+        found = [cts.pop(id(o), None) for o in outs]
+        if all(c is None for c in found):
+            continue
+        out_cts = [zeros_like_value(o) if c is None else c[1] for o, c in zip(outs, found)]
+        if rule.vjp is None:
+            if any(_is_value(x) and _is_float(x.dtype) for x in ins):
+                raise NotImplementedError(f"[grad] {rule.name} is not differentiable; "
+                                          f"keep it out of the function being differentiated")
+            continue
+        # The transpose of an op is labelled with the op's named scope (as in JAX).
+        outer, CTX.scopes = CTX.scopes, list(scopes)
+        try:
+            in_cts = rule.vjp(out_cts, list(ins), list(outs), mesh, **params)
+        finally:
+            CTX.scopes = outer
+        for x, c in zip(ins, in_cts):
+            if c is None or not _is_value(x) or (active is not None and id(x) not in active):
+                continue
+            prev = cts.get(id(x))
+            cts[id(x)] = (x, c if prev is None else add_cotangents(x, prev[1], c))
 
 
 # -- vjp / grad ------------------------------------------------------------------------------
@@ -167,7 +192,10 @@ def vjp(f, *primals, has_aux: bool = False):
         result, aux = result
     out_leaves, out_def = _flatten_values(result)
 
-    def vjp_fn(cotangent):
+    def vjp_fn(cotangent, *, argnums=None):
+        """Cotangents of the primals. ``argnums`` (shardlab's extension) computes only those of
+        the primals it names — the others come back as zeros — and skips the work that only
+        the others need (e.g. weight gradients when the input gradient is asked for)."""
         ct_leaves, ct_def = _flatten_values(cotangent)
         if len(ct_leaves) != len(out_leaves):
             raise ValueError(f"[vjp] the cotangent has {len(ct_leaves)} leaves but the output has "
@@ -176,7 +204,11 @@ def vjp(f, *primals, has_aux: bool = False):
         for o, c in zip(out_leaves, ct_leaves):
             if _is_value(o):
                 seeds[id(o)] = (o, _as_cotangent(o, c))
-        cts = backward(tape, seeds)
+        wrt = None
+        if argnums is not None:
+            nums = _argnums(argnums, len(primals), "vjp")
+            wrt = [x for a in nums for x in _flatten_values(tree.unflatten(treedef, inputs)[a])[0] if _is_value(x)]
+        cts = backward(tape, seeds, wrt=wrt)
         grads = []
         for x, orig in zip(inputs, leaves):
             hit = cts.get(id(x))
