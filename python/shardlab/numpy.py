@@ -12,6 +12,6 @@ from ._src.ops.numpy import (  # noqa: F401  (names starting with _ or shadowing
     abs, all, any, astype, max, min, pow, sum,
 )
 from ._src.ops.numpy_more import *  # noqa: F401,F403
-from ._src.ops.numpy_more import (  # noqa: F401  (names shadowing builtins, and the table)
-    UNSUPPORTED, coverage, divmod, round, round_,
-)
+from ._src.ops.numpy_more import divmod  # noqa: F401  (shadows a builtin)
+from ._src.ops.numpy_fallback import *  # noqa: F401,F403
+from ._src.ops.numpy_fallback import UNSUPPORTED, coverage, round, round_  # noqa: F401

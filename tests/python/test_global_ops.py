@@ -83,7 +83,7 @@ def test_unreduced_output_and_reshard():
     assert c.unreduced == {"x"} and c.sharding.spec == P()
     # Each device holds a partial sum; np.asarray sums them.
     partial = a_np[:, 4:8] @ b_np[4:8]
-    np.testing.assert_allclose(c.addressable_data(2), partial)  # device (1, 0)
+    np.testing.assert_allclose(c.addressable_data(2), partial, rtol=1e-5)  # device (1, 0), in float32 as JAX computes float64 inputs with x64 off
     np.testing.assert_allclose(np.asarray(c), a_np @ b_np)
     for target in (P(), P("x"), P(None, "x"), P(("x", "y")), P("y", "x")):
         with sl.Ledger() as ledger:
