@@ -5,7 +5,7 @@ JOBS ?= 2
 APT_PACKAGES := xtensor-dev libgtest-dev g++ cmake
 export CMAKE_BUILD_PARALLEL_LEVEL := $(JOBS)
 
-.PHONY: notebooks demo test system-deps install cpp-test cpp-test-sanitize py-test bench docs
+.PHONY: fuzz notebooks demo test system-deps install cpp-test cpp-test-sanitize py-test bench docs
 
 demo: install
 	$(PYTHON) -m shardlab.demo
@@ -59,3 +59,8 @@ docs:
 # Re-executes the notebooks in place (their committed outputs are the current code's).
 notebooks: install
 	$(PYTHON) docs/run_notebooks.py
+
+# The hypothesis fuzzing of tests/python/test_fuzz.py with the long profile (2,000 examples per
+# test; the test command runs a bounded number).
+fuzz:
+	HYPOTHESIS_PROFILE=fuzz $(PYTHON) -m pytest -q -p no:cacheprovider tests/python/test_fuzz.py

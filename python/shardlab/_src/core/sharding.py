@@ -108,6 +108,8 @@ class NamedSharding:
     # -- JAX's sharding interface -------------------------------------------------------------
     def check_shape(self, shape, op: str = "NamedSharding") -> None:
         """Raises ValueError unless `shape` is a tuple of ints >= 0 this sharding divides."""
+        if isinstance(shape, (str, bytes)) or not isinstance(shape, (tuple, list)):
+            raise TypeError(f"[{op}] shape must be a tuple of ints, got {shape!r}")
         dims = list(shape)
         for d, size in enumerate(dims):
             if isinstance(size, bool) or not isinstance(size, int) and not hasattr(size, "__index__"):
@@ -122,8 +124,8 @@ class NamedSharding:
 
     def devices_indices_map(self, global_shape) -> dict:
         """Device → tuple of slices into the global array, in mesh (row-major) order."""
-        global_shape = tuple(global_shape)
         self.check_shape(global_shape, "devices_indices_map")
+        global_shape = tuple(global_shape)
         out = {}
         for pos, dev in enumerate(self.mesh.devices.ravel()):
             out[dev] = self._index(pos, global_shape)

@@ -99,10 +99,10 @@ def _dtype_name(dtype) -> str:
 
 
 def _check_shape(op: str, shape) -> tuple[int, ...]:
-    try:
-        dims = tuple(int(d) for d in shape)
-    except TypeError:
-        raise ValueError(f"[{op}] shape {shape!r} must be a sequence of ints") from None
+    if isinstance(shape, (str, bytes)) or not isinstance(shape, (tuple, list)) or \
+            any(isinstance(d, bool) or not isinstance(d, (int, np.integer)) for d in shape):
+        raise ValueError(f"[{op}] shape {shape!r} must be a sequence of ints")
+    dims = tuple(int(d) for d in shape)
     for d in dims:
         if d < 0:
             raise ValueError(f"[{op}] shape {dims} has a negative dimension {d}; sizes must be >= 0")
@@ -112,6 +112,9 @@ def _check_shape(op: str, shape) -> tuple[int, ...]:
 def _spec_entries(op: str, spec, rank: int) -> list[tuple[str, ...]]:
     if spec is None:
         spec = ()
+    if isinstance(spec, (str, bytes)) or not isinstance(spec, (tuple, list)):
+        raise TypeError(f"[{op}] spec must be a PartitionSpec or a tuple of entries (None, an axis name or a "
+                        f"tuple of names), got {spec!r}")
     entries = list(spec)
     if len(entries) > rank:
         raise ValueError(f"[{op}] spec {tuple(spec)} has {len(entries)} entries for an array of rank {rank}")
@@ -137,7 +140,14 @@ def _mesh_shape(op: str, mesh_shape=None, mesh=None) -> dict[str, int]:
         mesh_shape = mesh.shape
     if mesh_shape is None:
         raise ValueError(f"[{op}] pass mesh_shape={{'X': 8, ...}} or mesh=...")
-    shape = {str(k): int(v) for k, v in dict(mesh_shape).items()}
+    try:
+        items = dict(mesh_shape).items()
+    except (TypeError, ValueError):
+        raise TypeError(f"[{op}] mesh_shape must be a dict from axis name to size, got {mesh_shape!r}") from None
+    for k, v in items:
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"[{op}] mesh axis {k!r} has size {v!r}; sizes must be ints")
+    shape = {str(k): int(v) for k, v in items}
     for k, v in shape.items():
         if v < 1:
             raise ValueError(f"[{op}] mesh axis {k!r} has size {v}; sizes must be >= 1")
@@ -287,6 +297,10 @@ def collective_time(op: str, nbytes: float, *, axes, mesh_shape=None, hardware=N
         >>> round(t.book_seconds * 1e6)   # V / W_bidi
         378
     """
+    if not isinstance(op, str) or op not in _COLLECTIVES:
+        raise ValueError(f"[collective_time] unknown collective {op!r}; use one of {', '.join(sorted(_COLLECTIVES))}")
+    if perm is not None:
+        perm = _check_perm(op, perm)
     if mesh is not None:
         hardware = hardware if hardware is not None else getattr(mesh, "hardware", None)
         physical_axes = physical_axes if physical_axes is not None else getattr(mesh, "physical_axes", None)
@@ -311,6 +325,22 @@ def collective_time(op: str, nbytes: float, *, axes, mesh_shape=None, hardware=N
         book_seconds=bt.seconds if bt.available else None,
         book_bandwidth_seconds=bt.bandwidth_seconds if bt.available else None,
         book_latency_seconds=bt.latency_seconds if bt.available else None)
+
+
+def _check_perm(op: str, perm) -> list[tuple[int, int]]:
+    """`perm` as a list of (source, destination) int pairs, or a TypeError naming it."""
+    try:
+        pairs = [tuple(p) for p in perm]
+        ok = all(len(p) == 2 and all(not isinstance(i, bool) and isinstance(i, (int, np.integer)) for i in p)
+                 for p in pairs)
+    except TypeError:
+        ok = False
+    if not ok or isinstance(perm, (str, bytes)):
+        raise TypeError(f"[{op}] perm must be a sequence of (source, destination) int pairs, got {perm!r}")
+    for p in pairs:
+        if not all(0 <= i < 2**62 for i in p):
+            raise ValueError(f"[{op}] perm pair {p} has an index outside the axis")
+    return [(int(a), int(b)) for a, b in pairs]
 
 
 def neighbour_shift(axis_sizes) -> list[tuple[int, int]]:
@@ -524,6 +554,8 @@ def peak_flops(hardware, dtype) -> tuple[float, str | None]:
 def matmul_flops(m: int, k: int, n: int, *, batch: int = 1) -> int:
     """2 x batch x m x k x n: one multiply and one add per term."""
     for name, v in (("m", m), ("k", k), ("n", n), ("batch", batch)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"[matmul_flops] {name}={v!r} must be an int")
         if v < 0:
             raise ValueError(f"[matmul_flops] {name}={v} must be >= 0")
     return 2 * batch * m * k * n
@@ -636,6 +668,8 @@ def event_seconds(event: Mapping, mesh) -> float:
             (bytes_in and bytes_out of a collective, flops of a compute event) is missing.
     """
     op = event.get("op")
+    if not isinstance(op, str):
+        raise ValueError(f"[event_seconds] the event's op is {op!r}; pass a ledger event (Ledger.to_dicts())")
     shape, hw, physical = _mesh_parts(mesh)
     if hw is None:
         raise ValueError(f"[{op}] the mesh has no hardware: make_mesh(..., hardware='tpu-v5e')")

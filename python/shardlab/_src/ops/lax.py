@@ -252,7 +252,14 @@ def scatter(x, axis_name, root: int = 0, *, scatter_dimension=0, tiled=False):
 
 # -- per-device slicing (jax.lax.dynamic_slice family) ----------------------------------------
 
+def _seq(value, name: str, op: str) -> tuple:
+    if isinstance(value, (str, bytes)) or not isinstance(value, (tuple, list, np.ndarray)):
+        raise TypeError(f"[{op}] {name} must be a sequence with one entry per dimension, got {value!r}")
+    return tuple(value)
+
+
 def _starts(start_indices, operand: LocalArray, op: str) -> list:
+    start_indices = _seq(start_indices, "start_indices", op)
     if len(start_indices) != operand.ndim:
         raise ValueError(f"[{op}] {len(start_indices)} start indices for an operand of rank {operand.ndim} "
                          f"(local shape {operand.shape})")
@@ -266,7 +273,7 @@ def _starts(start_indices, operand: LocalArray, op: str) -> list:
 
 
 def _sizes(slice_sizes, x: LocalArray, op: str) -> tuple:
-    sizes = tuple(_int(n, "a slice size", op) for n in slice_sizes)
+    sizes = tuple(_int(n, "a slice size", op) for n in _seq(slice_sizes, "slice_sizes", op))
     if len(sizes) != x.ndim:
         raise ValueError(f"[{op}] {len(sizes)} slice sizes for an operand of rank {x.ndim} (local shape {x.shape})")
     for size, dim in zip(sizes, x.shape):
