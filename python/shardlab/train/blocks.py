@@ -38,6 +38,8 @@ from shardlab.models.layers import norm, rotary
 from shardlab.models.ops import activation
 from shardlab.models.transformer import embedding_lookup
 
+from .strategy import param_sizes
+
 __all__ = ["local_config", "Blocks"]
 
 
@@ -57,20 +59,33 @@ class Blocks:
     """Per-device block functions of ``cfg`` under ``strategy`` on a mesh with data size X and
     model size Y (from ``strategy.sizes(mesh)``)."""
 
-    def __init__(self, cfg, strategy, X: int, Y: int):
+    def __init__(self, cfg, strategy, X: int, Y: int, mesh_shape=None):
         self.cfg, self.s, self.X, self.Y = cfg, strategy, X, Y
         self.lcfg = local_config(cfg, Y)
         self.data = strategy.data[0] if len(strategy.data) == 1 else tuple(strategy.data)
         self.model = strategy.model
+        self.mesh_shape = dict(mesh_shape) if mesh_shape is not None else {a: X for a in strategy.data[:1]}
+        self._sizes = param_sizes(cfg)
+        self._splits: dict = {}
+
+    def split(self, axes: tuple) -> tuple:
+        """``Strategy.zero_split`` of a param with logical ``axes`` (its shape follows from them)."""
+        if axes not in self._splits:
+            shape = tuple(self._sizes[a] for a in axes)
+            self._splits[axes] = self.s.zero_split(axes, shape, self.mesh_shape)
+        return self._splits[axes]
 
     # -- params as the block sees them -------------------------------------------------------
     def use(self, w, axes: tuple):
-        """The weight a device computes with: gathered over the data axes under ZeRO-3, the
+        """The weight a device computes with: gathered over the data axes under ZeRO-3 (on each
+        dimension :meth:`split` put them), the
         device's copy under ZeRO-1/2 (passed as a per-device view), the local shard otherwise."""
         if self.s.zero in (1, 2):
             return w[0]
-        if self.s.zero == 3 and "embed" in axes:
-            return lax.all_gather(w, self.data, axis=axes.index("embed"), tiled=True)
+        if self.s.zero == 3:
+            # the dimension with the fewest data axes first: the bigger gather gets the most links
+            for dim, data_axes in sorted(self.split(axes), key=lambda d: len(d[1])):
+                w = lax.all_gather(w, data_axes[0] if len(data_axes) == 1 else data_axes, axis=dim, tiled=True)
         return w
 
     def _ckpt(self, fn):

@@ -29,8 +29,9 @@ from shardlab.models import flops_per_token, param_axes, training_memory
 
 from . import strategy as _strategy
 from .step import Trainer, TrainState, tree_map
+from .strategy import param_sizes
 
-__all__ = ["Estimate", "estimate", "search", "x_opt"]
+__all__ = ["Estimate", "estimate", "search", "sequence_chunks", "x_opt"]
 
 
 @dataclasses.dataclass
@@ -48,6 +49,8 @@ class Estimate:
     bound: str
     fits: bool
     ledger: object = dataclasses.field(repr=False, default=None)
+    sequence_chunks: int = 1     # pieces each sequence was cut into to split tokens over the data axes
+    matmul_seconds: float = 0.0  # forward + backward matmuls only (the book's T_math: no attention, no remat)
 
     @property
     def memory_per_device(self) -> float:
@@ -55,8 +58,7 @@ class Estimate:
 
 
 def _param_structs(cfg, trainer: Trainer, dtype, spec_fn):
-    sizes = {"vocab": cfg.vocab_size, "embed": cfg.d_model, "heads": cfg.num_heads * cfg.head_dim,
-             "kv": cfg.num_kv_heads * cfg.head_dim, "mlp": cfg.ffw_dim, "seq": cfg.max_seq_len}
+    sizes = param_sizes(cfg)
     return tree_map(lambda axes: sl.ShapeDtypeStruct(tuple(sizes[a] for a in axes), dtype,
                                                      sharding=trainer.sharding(spec_fn(axes))), param_axes(cfg))
 
@@ -76,19 +78,32 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
         strategy: a Strategy or built-in name.
         mesh: ``{axis: size}`` (an abstract mesh is made) or a Mesh with hardware.
         hardware: a preset name.
-        batch: sequences per step; seq: tokens per sequence.
+        batch: sequences per step; seq: tokens per sequence. When the data axes are more than
+            the sequences, the tokens are split instead (each sequence cut into
+            :func:`sequence_chunks` pieces, as context parallelism does); attention is then
+            priced over whole sequences, the K/V exchange of ring attention is not counted.
         remat: None, "dots" or "full" (activation checkpointing of each layer).
+        microbatches: gradient accumulation steps.
+        precision: "mixed" (bf16 params, fp32 master and moments) or "fp32".
+        optimizer: "adamw" or "sgd".
+
+    Returns:
+        An :class:`Estimate`; params, grads and optimizer bytes are the live buffers of the
+        abstract step, activations come from ``models.training_memory``.
     """
     s = _strategy.get(strategy)
     m = _mesh(mesh, hardware)
-    s.validate(cfg, m, batch, seq)
+    X, Y = s.sizes(m)
+    chunks = sequence_chunks(batch, seq, X, Y if s.sequence_parallel else 1, microbatches)
+    rows, cols = batch * chunks, seq // chunks
+    s.validate(cfg, m, rows, cols)
     t = Trainer(cfg, s, m, optimizer=optimizer, precision=precision, remat=remat, microbatches=microbatches)
     pdt = t.dtype
-    params = _param_structs(cfg, t, pdt, s.param_spec)
-    master = _param_structs(cfg, t, np.float32, s.state_spec) if (t.mixed or s.zero in (1, 2)) else None
-    base = master if master is not None else _param_structs(cfg, t, np.float32, s.param_spec)
+    params = _param_structs(cfg, t, pdt, t.param_spec)
+    master = _param_structs(cfg, t, np.float32, t.state_spec) if (t.mixed or s.zero in (1, 2)) else None
+    base = master if master is not None else _param_structs(cfg, t, np.float32, t.param_spec)
     opt = {n: base for n in t.opt.state_names}
-    tok = sl.ShapeDtypeStruct((batch // microbatches, seq), np.int32, sharding=t.sharding(s.batch_spec()))
+    tok = sl.ShapeDtypeStruct((rows // microbatches, cols), np.int32, sharding=t.sharding(s.batch_spec()))
     out = {}
 
     def run(params, master, opt, tok):
@@ -99,7 +114,14 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
 
     with sl.Ledger() as ledger:
         sl.eval_shape(run, params, master, opt, tok)
-    compute = sum(e["seconds"] or 0.0 for e in ledger.events if not e["axes"])
+    # sequences cut into `chunks` pieces (context parallelism): price attention over whole sequences
+    attn_scale = 1.0
+    if chunks > 1:
+        full, cut = flops_per_token(cfg, seq, causal=True), flops_per_token(cfg, cols, causal=True)
+        attn_scale = full.attention / cut.attention if cut.attention else 1.0
+    matmul = sum(e["seconds"] or 0.0 for e in ledger.events if e["op"] == "matmul" and e["phase"] != "recompute")
+    compute = sum((e["seconds"] or 0.0) * (attn_scale if e["op"].startswith("attention") else 1.0)
+                  for e in ledger.events if not e["axes"])
     comm: dict = {}
     for e in ledger.events:
         if e["axes"]:
@@ -108,15 +130,40 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
     step = max([compute] + list(comm.values()))
     exposed = {k: max(0.0, v - compute) for k, v in comm.items()}
     bound = "compute" if step == compute else "comm:" + max(comm, key=comm.get)
-    tm = training_memory(cfg, _memory_name(s), dict(m.shape), batch, optimizer, precision, remat,
-                         context=seq, tp_axis=s.model)
+    # activations: tokens per device = batch x seq / X, whatever the sequences were cut into
+    tm = training_memory(cfg, _memory_name(s), dict(m.shape), batch=X, optimizer=optimizer, precision=precision,
+                         remat=_TM_REMAT.get(remat, remat), context=batch * seq // X, tp_axis=s.model)
     memory = dict(out["memory"], activations=float(tm.parts["activations"]))
     hw = hw_mod.get(hardware)
     peak = sl.cost.peak_flops(hw, "bfloat16")[0]
     model_flops = flops_per_token(cfg, seq, causal=True, training=True).matmul * batch * seq
     mfu = model_flops / (step * m.size * peak) if step > 0 else 0.0
     fits = sum(memory.values()) <= hw.hbm_capacity
-    return Estimate(s.name, dict(m.shape), compute, comm, step, exposed, memory, mfu, bound, fits, ledger)
+    return Estimate(s.name, dict(m.shape), compute, comm, step, exposed, memory, mfu, bound, fits, ledger,
+                    sequence_chunks=chunks, matmul_seconds=matmul)
+
+
+_TM_REMAT = {"dots": "attention"}
+
+
+def sequence_chunks(batch: int, seq: int, X: int, seq_split: int = 1, microbatches: int = 1) -> int:
+    """How many pieces each sequence is cut into so the data axes (size ``X``) get whole pieces.
+
+    The book counts the batch in tokens ("a token is a token" for the MLP): 96 sequences of 32k
+    tokens on 4096 data-parallel chips are 768 tokens per chip, i.e. each sequence cut into 128
+    pieces (context parallelism). 1 when the sequences divide evenly; the smallest cut that
+    divides ``seq`` and leaves pieces divisible by ``seq_split`` (sequence parallelism) otherwise.
+
+    Example:
+        >>> sequence_chunks(96, 32768, 4096), sequence_chunks(96, 32768, 1024, 4)
+        (128, 32)
+    """
+    for c in range(1, seq + 1):
+        if seq % c == 0 and (batch * c) % (X * microbatches) == 0 and (seq // c) % seq_split == 0:
+            return c
+    raise ValueError(f"[estimate] {batch} x {seq} tokens cannot be split over the data axes of size {X}"
+                     f"{f' in {microbatches} microbatches' if microbatches > 1 else ''}: "
+                     f"use a batch whose token count is a multiple of {X * microbatches}")
 
 
 def _memory_name(s) -> str:

@@ -109,18 +109,30 @@ class Trainer:
         self.X, self.Y = self.s.sizes(mesh)
         self.s.validate(cfg, mesh)
         self.axes = param_axes(cfg)
-        self.blocks = Blocks(cfg, self.s, self.X, self.Y)
+        self.blocks = Blocks(cfg, self.s, self.X, self.Y, dict(mesh.shape))
         self._data = self.s.data[0] if len(self.s.data) == 1 else tuple(self.s.data)
 
     # -- layouts ----------------------------------------------------------------------------
     def sharding(self, spec: P) -> NamedSharding:
         return NamedSharding(self.mesh, spec)
 
+    def param_spec(self, axes: tuple) -> P:
+        """A param's PartitionSpec as stored (ZeRO's data axes where :meth:`Blocks.split` puts them)."""
+        return self.s.param_spec(axes, self.blocks.split(axes))
+
+    def state_spec(self, axes: tuple) -> P:
+        """Its optimizer states' (and fp32 master copy's) PartitionSpec."""
+        return self.s.state_spec(axes, self.blocks.split(axes))
+
+    def grad_spec(self, axes: tuple) -> P:
+        """Its accumulated gradient's PartitionSpec."""
+        return self.s.grad_spec(axes, self.blocks.split(axes))
+
     def _param_specs(self):
-        return tree_map(self.s.param_spec, self.axes)
+        return tree_map(self.param_spec, self.axes)
 
     def _state_specs(self):
-        return tree_map(self.s.state_spec, self.axes)
+        return tree_map(self.state_spec, self.axes)
 
     def _use_specs(self):
         """What the blocks receive: the params, or under ZeRO-1/2 a per-device view [X, ...]."""
@@ -193,14 +205,19 @@ class Trainer:
         return tree_map(view, params, self._param_specs())
 
     def _reduce_scatter(self, g_view, axes):
-        sp = self.s.param_spec(axes)
-        dim = axes.index("embed") if "embed" in axes else None
-        if dim is None:
-            raise ValueError(f"[{self.s.name}] a param with axes {axes} has no 'embed' dimension to shard "
-                             f"its optimizer state over")
-        f = self._smap(lambda g: lax.psum_scatter(g[0], self._data, scatter_dimension=dim, tiled=True),
-                       _spec_with_lead(sp, self._data), self.s.state_spec(axes))
-        return f(g_view)
+        """Per-device gradients -> their sum, split over the data axes as the optimizer state
+        is (a reduce-scatter on each dimension the split names; a psum over data axes that
+        shard nothing of this param)."""
+        sp, split = self.param_spec(axes), self.blocks.split(axes)
+        rest = tuple(a for a in self.s.data if all(a not in d for _, d in split))
+
+        def body(g):
+            g = g[0]
+            for dim, data_axes in split:
+                g = lax.psum_scatter(g, _one(data_axes), scatter_dimension=dim, tiled=True)
+            return lax.psum(g, _one(rest)) if rest else g
+
+        return self._smap(body, _spec_with_lead(sp, self._data), self.state_spec(axes))(g_view)
 
     def _add(self, a, b):
         sp = a.sharding.spec
@@ -235,15 +252,16 @@ class Trainer:
         z12 = self.s.zero in (1, 2)
 
         def leaf(axes, p, g, master, *st):
-            sspec, pspec = self.s.state_spec(axes), self.s.param_spec(axes)
+            sspec, pspec = self.state_spec(axes), self.param_spec(axes)
             m_spec = sspec if master is not None else pspec
-            gspec = sspec if z12 else self.s.grad_spec(axes)
+            gspec = sspec if z12 else self.grad_spec(axes)
 
             def body(g, w, *st):
                 new_w, new_st = opt.update(w.astype(np.float32), g, dict(zip(names, st)), step)
                 out_p = new_w.astype(self.dtype)
                 if z12:
-                    out_p = lax.all_gather(out_p, self._data, axis=axes.index("embed"), tiled=True)
+                    for dim, data_axes in self.blocks.split(axes):
+                        out_p = lax.all_gather(out_p, _one(data_axes), axis=dim, tiled=True)
                 return (out_p, new_w, *(new_st[n] for n in names))
 
             f = self._smap(body, (gspec, m_spec, *(sspec if master is not None else pspec for _ in st)),
@@ -301,6 +319,11 @@ class _Out:
 
     def __init__(self, v):
         self.v = v
+
+
+def _one(axes: tuple):
+    """A mesh axis name, or a tuple of them."""
+    return axes[0] if len(axes) == 1 else tuple(axes)
 
 
 def _abstract(x) -> bool:

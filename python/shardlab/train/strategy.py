@@ -33,10 +33,25 @@ import dataclasses
 import math
 
 from shardlab import P
+from shardlab.models import param_axes
 
-__all__ = ["Strategy", "dp", "fsdp", "zero1", "zero2", "zero3", "tp", "tp_sp", "fsdp_tp", "get", "NAMES"]
+__all__ = ["Strategy", "param_sizes", "dp", "fsdp", "zero1", "zero2", "zero3", "tp", "tp_sp", "fsdp_tp", "get", "NAMES"]
 
 _TP_LOGICAL = ("heads", "kv", "mlp")
+
+
+def param_sizes(cfg) -> dict:
+    """The size of each logical axis of ``cfg``'s params (``vocab, embed, heads, kv, mlp, seq``)."""
+    return {"vocab": cfg.vocab_size, "embed": cfg.d_model, "heads": cfg.num_heads * cfg.head_dim,
+            "kv": cfg.num_kv_heads * cfg.head_dim, "mlp": cfg.ffw_dim, "seq": cfg.max_seq_len}
+
+
+def _leaves(tree) -> list:
+    if isinstance(tree, dict):
+        return [x for v in tree.values() for x in _leaves(v)]
+    if isinstance(tree, list):
+        return [x for v in tree for x in _leaves(v)]
+    return [tree]
 
 
 def _axes_tuple(axes) -> tuple:
@@ -84,9 +99,7 @@ class Strategy:
     def rules(self) -> dict:
         """The strategy as a table: ``{"params" | "states" | "grads" | "activations":
         {logical axis: mesh axes}}``."""
-        tp = {n: (self.model,) for n in _TP_LOGICAL} if self.model else {}
-        if self.model and self.vocab_parallel:
-            tp["vocab"] = (self.model,)
+        tp = self._tp()
         sharded = dict(tp, embed=self.data)
         act = {"batch": self.data}
         if self.sequence_parallel:
@@ -96,24 +109,79 @@ class Strategy:
                 "states": sharded if self.zero >= 1 else tp,
                 "activations": act}
 
-    def _spec(self, axes: tuple, table: dict) -> P:
+    def zero_split(self, axes: tuple, shape: tuple, mesh_shape) -> tuple:
+        """Where ZeRO puts the data axes in a param of logical ``axes`` and global ``shape``.
+
+        Each data axis goes to the first dimension (the ``embed`` one first, as the book's
+        ``W_in[D_X, F]``) whose local size it divides after the model axis and the data axes
+        placed before it; so ZeRO-3 over a 16x16x16 mesh shards LLaMA-2 13B's ``D = 5120``
+        over two axes and ``F`` over the third. A vector (norm scale, bias) that no remaining
+        axis divides stays replicated over that axis; a matrix raises ValueError.
+
+        Returns:
+            ``((dim, (mesh axes...)), ...)`` in dimension order; ``()`` without ZeRO.
+
+        Example:
+            >>> fsdp(("x", "y", "z")).zero_split(("embed", "mlp"), (5120, 13824), {"x": 16, "y": 16, "z": 16})
+            ((0, ('x', 'y')), (1, ('z',)))
+        """
+        if not self.zero:
+            return ()
+        sizes = dict(mesh_shape)
+        y = sizes.get(self.model, 1) if self.model else 1
+        tp = self._tp()
+        local = [n // (y if tp.get(a) else 1) for a, n in zip(axes, shape)]
+        order = [i for i, a in enumerate(axes) if a == "embed"] + [i for i, a in enumerate(axes) if a != "embed"]
+        placed: dict = {}
+        for a in self.data:
+            n = sizes[a]
+            dim = next((i for i in order if local[i] % n == 0), None)
+            if dim is None:
+                if len(shape) >= 2:
+                    raise ValueError(
+                        f"[{self.name}] no dimension of a weight with axes {axes} and shape {tuple(shape)} "
+                        f"(local {tuple(local)}) is divisible by the data axis {a!r} of size {n} (ZeRO-{self.zero} "
+                        f"shards it); split the data axis into several (e.g. 16x16x16 instead of 4096) so "
+                        f"each can shard a different dimension")
+                continue
+            local[dim] //= n
+            placed.setdefault(dim, []).append(a)
+        return tuple((d, tuple(placed[d])) for d in sorted(placed))
+
+    def _tp(self) -> dict:
+        """Logical axis -> the model axis, for the tensor-parallel dimensions."""
+        tp = {n: (self.model,) for n in _TP_LOGICAL} if self.model else {}
+        if self.model and self.vocab_parallel:
+            tp["vocab"] = (self.model,)
+        return tp
+
+    def _spec(self, axes: tuple, table: dict, split=None, sharded: bool = False) -> P:
+        tp = self._tp()
+        if split is None:  # the book's layout: every data axis on the embed dimension
+            entries = []
+            for name in axes:
+                mesh_axes = table.get(name, ())
+                entries.append(None if not mesh_axes else mesh_axes[0] if len(mesh_axes) == 1 else tuple(mesh_axes))
+            return P(*entries)
+        by_dim = dict(split) if sharded else {}
         entries = []
-        for name in axes:
-            mesh_axes = table.get(name, ())
-            entries.append(None if not mesh_axes else mesh_axes[0] if len(mesh_axes) == 1 else tuple(mesh_axes))
+        for i, name in enumerate(axes):
+            mesh_axes = tuple(tp.get(name, ())) + tuple(by_dim.get(i, ()))  # model major, data minor
+            entries.append(None if not mesh_axes else mesh_axes[0] if len(mesh_axes) == 1 else mesh_axes)
         return P(*entries)
 
-    def param_spec(self, axes: tuple) -> P:
-        """The PartitionSpec of a param with logical ``axes`` as stored."""
-        return self._spec(axes, self.rules()["params"])
+    def param_spec(self, axes: tuple, split=None) -> P:
+        """The PartitionSpec of a param with logical ``axes`` as stored (``split`` from
+        :meth:`zero_split`; without it every data axis shards the embed dimension)."""
+        return self._spec(axes, self.rules()["params"], split, self.zero >= 3)
 
-    def state_spec(self, axes: tuple) -> P:
+    def state_spec(self, axes: tuple, split=None) -> P:
         """The PartitionSpec of its optimizer states (and fp32 master copy)."""
-        return self._spec(axes, self.rules()["states"])
+        return self._spec(axes, self.rules()["states"], split, self.zero >= 1)
 
-    def grad_spec(self, axes: tuple) -> P:
+    def grad_spec(self, axes: tuple, split=None) -> P:
         """The PartitionSpec of its (accumulated) gradient."""
-        return self._spec(axes, self.rules()["grads"])
+        return self._spec(axes, self.rules()["grads"], split, self.zero >= 2)
 
     def batch_spec(self) -> P:
         """Token ids ``[B, T]``."""
@@ -161,6 +229,8 @@ class Strategy:
         ``cfg`` (heads, kv heads, F, vocab, D) or the batch / sequence this way."""
         X, Y = self.sizes(mesh)
         op = f"[{self.name}]"
+        if cfg.is_moe:
+            raise NotImplementedError(f"{op} mixture-of-experts layers are not supported by shardlab.train yet")
         if Y > 1:
             checks = [("num_heads", cfg.num_heads), ("num_kv_heads", cfg.num_kv_heads)]
             checks += [("ffw_dim", cfg.ffw_dim)] if not cfg.is_moe else [("expert_ffw_dim", cfg.moe_ffw_dim)]
@@ -174,14 +244,12 @@ class Strategy:
                 raise ValueError(f"{op} sequence length {seq} is not divisible by the model axis "
                                  f"{self.model!r} of size {Y} (sequence parallelism splits it)")
         if self.zero and X > 1:
-            if cfg.d_model % X:
-                raise ValueError(f"{op} d_model {cfg.d_model} is not divisible by the data axes {self.data} "
-                                 f"of size {X} (ZeRO-{self.zero} shards the embed dimension)")
+            sizes = param_sizes(cfg)
+            for axes in _leaves(param_axes(cfg)):
+                self.zero_split(axes, tuple(sizes[a] for a in axes), mesh.shape)
         if batch is not None and batch % X:
             raise ValueError(f"{op} batch {batch} is not divisible by the data axes {self.data} of size {X}; "
                              f"use a multiple of {X}")
-        if cfg.is_moe:
-            raise NotImplementedError(f"{op} mixture-of-experts layers are not supported by shardlab.train yet")
 
 
 def dp(data="data") -> Strategy:
