@@ -182,7 +182,8 @@ def test_random_shard_map_programs_match_jax(program):
     ours = sl.shard_map(lambda a: _run("sl", steps, a), mesh=MESH, in_specs=P(*spec), out_specs=P(*out_spec),
                         check_vma=False)(x)
     jm = _jax_mesh()
+    xj = jax.device_put(x, jax.sharding.NamedSharding(jm, jax.P(*spec)))
     theirs = jax.shard_map(lambda a: _run("jax", steps, a), mesh=jm, in_specs=jax.P(*spec),
-                           out_specs=jax.P(*out_spec), check_vma=False)(x)
+                           out_specs=jax.P(*out_spec), check_vma=False)(xj)
     np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=2e-5, atol=2e-5,
                                err_msg=f"spec {spec}, steps {steps}")

@@ -124,8 +124,10 @@ def _spec_entries(op: str, spec, rank: int) -> list[tuple[str, ...]]:
             out.append(())
         elif isinstance(e, str):
             out.append((e,))
-        else:
+        elif isinstance(e, (tuple, list)) and all(isinstance(a, str) for a in e):
             out.append(tuple(e))
+        else:
+            raise TypeError(f"[{op}] spec entry {e!r} must be None, an axis name or a tuple of names")
     seen: set[str] = set()
     for e in out:
         for a in e:
