@@ -5,17 +5,22 @@ action list in order, as a rank of an MPMD pipeline (PyTorch's pipelining, Megat
 
 - its compute runs in :func:`shardlab.shard_map` over *its* slice of the mesh (the ``stage``
   axis cut to that one device, every other axis kept), so a ``("stage", "data")`` mesh is
-  pipeline x data parallelism: the microbatch is split over the other axes, the weights are
-  replicated there and their gradient is all-reduced over them (a ``psum`` the backward pass
-  records, as JAX's transposed ``pvary``);
-- a forward is ``shardlab.vjp`` of the stage function (embedding / blocks / head and loss,
-  :mod:`.stages`), keeping the vjp function until the backward of that microbatch;
-- a backward calls it on the gradient received from the next stage (``1/m`` on the last, whose
-  output is the microbatch's loss), sends the input gradient on and adds the weight gradient to
-  the stage's sum; a zero-bubble *input gradient* step does the same but keeps the weight
-  gradient aside, and the *weight gradient* step adds it later (one vjp whose weight part is
-  deferred: ``shardlab.vjp`` computes both cotangents in one backward walk, so the input-gradient
-  step carries the whole backward's FLOPs);
+  pipeline x data parallelism: the microbatch is split over the other axes and every replica
+  holds its own copy of the stage's weights;
+- a stage is a chain of pieces (:func:`shardlab.train.pipeline.stages.pieces`: embedding, per
+  block norm / attention / norm / MLP, final norm, head and loss); a forward is one
+  ``shardlab.vjp`` per piece, kept until that microbatch's backward;
+- a whole backward walks the pieces backwards from the gradient received from the next stage
+  (``1/(m * replicas)`` on the last, whose outputs are the replicas' losses), sends the input
+  gradient on and adds each piece's weight gradient to the replica's sum;
+- a zero-bubble *input gradient* step walks them with ``vjp_fn(ct, argnums=1)``: only the
+  input cotangents, none of the weight-gradient matmuls; it keeps each piece's output cotangent.
+  The *weight gradient* step calls ``vjp_fn(ct, argnums=0)`` on them: the weight-gradient
+  matmuls (plus, inside each piece, the input gradient of the ops between its output and its
+  first weight, which it recomputes), so the ledger puts each half's FLOPs in its own action;
+- the data-parallel gradient sum runs once per step, after the last action: per device one
+  ``psum`` over the data axes of one flat buffer holding all its weight gradients (as
+  PyTorch's DDP buckets do), not one per microbatch (:meth:`Execution.gradient_all_reduce_events`);
 - a send is ``shardlab.lax.ppermute`` over the pipeline axis with the one pair
   ``(sender, receiver)``, run in ``shard_map`` over the whole mesh; the receive takes the
   receiver's block.
@@ -43,6 +48,7 @@ from __future__ import annotations
 import numpy as np
 
 import shardlab as sl
+import shardlab.numpy as jnp
 from shardlab import P
 from shardlab.models import ModelConfig, transformer
 
@@ -83,13 +89,15 @@ class Execution:
         schedule, mesh, axis: the schedule, the mesh and its pipeline axis.
         loss: the step's loss (mean over the batch); grads: params-shaped gradients (numpy).
         ledger: every event of the step (compute on each stage's slice, ppermute sends, the
-            data-parallel gradient all-reduces), each labelled ``pipeline/<action>``.
+            data-parallel gradient all-reduce), each labelled ``pipeline/<action>/<piece>``
+            (the all-reduce ``pipeline/gradient all-reduce s<device>``).
         order: the actions in the order the executor ran them (devices interleaved).
         peak_live: per device, the most vjp functions (microbatch activations) held at once.
     """
 
-    def __init__(self, schedule, mesh, axis, loss, grads, ledger, order, spans, peak_live):
+    def __init__(self, schedule, mesh, axis, loss, grads, ledger, order, spans, peak_live, reduce_spans=None):
         self.schedule, self.mesh, self.axis = schedule, mesh, axis
+        self._reduce_spans = dict(reduce_spans or {})
         self.loss, self.grads, self.ledger = loss, grads, ledger
         self.order = order
         self.peak_live = tuple(peak_live)
@@ -102,6 +110,14 @@ class Execution:
             self._events = self.ledger.events
         i, j = self._spans.get(action, (0, 0))
         return self._events[i:j]
+
+    def gradient_all_reduce_events(self, stage: int | None = None) -> list[dict]:
+        """The ledger events of the end-of-step data-parallel gradient all-reduce (one psum of one
+        flat buffer per device; ``stage`` picks one device's). Empty without data axes."""
+        if self._events is None:
+            self._events = self.ledger.events
+        spans = [self._reduce_spans[stage]] if stage is not None else list(self._reduce_spans.values())
+        return [e for i, j in spans for e in self._events[i:j]]
 
     def _per_virtual_stage(self, kinds, field: str) -> tuple[float, ...]:
         """Per virtual stage: the value of ``field`` summed over one microbatch's ``kinds`` actions
@@ -225,6 +241,42 @@ def _submesh(mesh, axis: str, s: int):
                    physical_axes=getattr(mesh, "physical_axes", None))
 
 
+def _stack(tree, dp: int):
+    """Every leaf repeated along a new leading axis of size dp: each data-parallel replica's copy
+    of the weights (so each computes its own weight gradient; they are summed once per step)."""
+    if isinstance(tree, dict):
+        return {k: _stack(v, dp) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_stack(v, dp) for v in tree)
+    a = np.asarray(tree)
+    return np.broadcast_to(a[None], (dp,) + a.shape)
+
+
+def _unstack(tree):
+    """Inside shard_map: the local copy ``[1, ...]`` of stacked weights as ``[...]``."""
+    if isinstance(tree, dict):
+        return {k: _unstack(v) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_unstack(v) for v in tree)
+    return jnp.reshape(tree, tuple(tree.shape[1:]))
+
+
+def _leaves(tree) -> list:
+    if isinstance(tree, dict):
+        return [x for k in tree for x in _leaves(tree[k])]
+    if isinstance(tree, (list, tuple)):
+        return [x for v in tree for x in _leaves(v)]
+    return [tree]
+
+
+def _fill(tree, it):
+    if isinstance(tree, dict):
+        return {k: _fill(v, it) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_fill(v, it) for v in tree)
+    return next(it)
+
+
 def execute(schedule: Schedule, params: dict, tokens, targets, cfg: ModelConfig, mesh, *, axis: str = "stage",
             causal: bool = True) -> Execution:
     """Runs one training step of ``transformer.loss`` with ``schedule`` on ``mesh``.
@@ -251,23 +303,29 @@ def execute(schedule: Schedule, params: dict, tokens, targets, cfg: ModelConfig,
     validate(schedule)
     tokens, targets, data_axes, layers = _check_inputs(schedule, tokens, targets, cfg, mesh, axis)
     p, m, n = schedule.p, schedule.m, schedule.num_virtual_stages
+    shape = dict(mesh.shape)
+    dp = int(np.prod([shape[a] for a in data_axes], dtype=np.int64)) if data_axes else 1
     mb_size = tokens.shape[0] // m
-    stage_params = _stages.split_params(params, cfg, layers)
     subs = [_submesh(mesh, axis, s) for s in range(p)]
     spec_x = P(data_axes) if data_axes else P()
     full_spec = P(axis, data_axes) if data_axes else P(axis)
+    pieces = [_stages.pieces(params, cfg, layers[vs], first=vs == 0, last=vs == n - 1, causal=causal)
+              for vs in range(n)]
+    stacked = [[_stack(q.params, dp) for q in pcs] for pcs in pieces]
 
-    def stage_fn(vs: int, s: int):
-        first, last = vs == 0, vs == n - 1
+    def piece_fn(vs: int, k: int):
+        q = pieces[vs][k]
+        last = vs == n - 1 and k == len(pieces[vs]) - 1
 
-        def body(sp, x, tgt):
-            return _stages.stage_forward(sp, x, tgt, cfg, first=first, last=last, layer_ids=layers[vs],
-                                         causal=causal, data_axes=data_axes)
+        def body(w, c, tgt):
+            out = q.apply(_unstack(w), c, tgt)
+            return jnp.reshape(out, (1,)) if last else out   # each replica's own loss
 
-        return sl.shard_map(body, mesh=subs[s], in_specs=(P(), spec_x, spec_x),
-                            out_specs=P() if last else spec_x)
+        return sl.shard_map(body, mesh=subs[schedule.placement(vs)[0]], in_specs=(spec_x, spec_x, spec_x),
+                            out_specs=spec_x)
 
-    fns = [stage_fn(vs, schedule.placement(vs)[0]) for vs in range(n)]
+    fns = [[piece_fn(vs, k) for k in range(len(pieces[vs]))] for vs in range(n)]
+    seed = np.full((dp,), 1.0 / (m * dp), np.float32)   # d(mean loss over the batch) / d(each replica's loss)
 
     def transfer(value, src: int, dst: int):
         """ppermute of ``value`` from device src to dst along the pipeline axis (the one pair)."""
@@ -278,55 +336,84 @@ def execute(schedule: Schedule, params: dict, tokens, targets, cfg: ModelConfig,
                              in_specs=full_spec, out_specs=full_spec)(buf)
         return np.asarray(moved)[dst]
 
-    vjps: dict = {}       # (vs, mb) -> vjp function (the microbatch's activations on that stage)
+    vjps: dict = {}       # (vs, mb) -> the pieces' vjp functions (the microbatch's activations on that stage)
     outputs: dict = {}    # (payload, vs, mb) -> value made by a compute, waiting for its send
     inbox: dict = {}      # (payload, vs of the consumer, mb) -> received value
-    deferred: dict = {}   # (vs, mb) -> weight gradient held between I and W
-    grad_sum: list = [None] * n
+    deferred: dict = {}   # (vs, mb) -> (vjp functions, their output cotangents), held between I and W
+    grad_sum: list = [[None] * len(pcs) for pcs in pieces]   # per replica, summed over microbatches
     losses = [None] * m
     live, peak = [0] * p, [0] * p
     order: list[Action] = []
 
-    def add_grad(vs, g):
-        grad_sum[vs] = g if grad_sum[vs] is None else _stages.add_trees(grad_sum[vs], g)
+    def add_grad(vs, k, g):
+        grad_sum[vs][k] = g if grad_sum[vs][k] is None else _stages.add_trees(grad_sum[vs][k], g)
+
+    def backward(vs: int, mb: int, ct, split: bool):
+        """Walks the pieces backwards from ``ct``. Whole: each piece's vjp gives its weight and input
+        cotangents. Split: only the input cotangents (argnums=1), keeping each piece's output
+        cotangent for the weight step. Returns the stage's input cotangent (None on the first)."""
+        fs = vjps.pop((vs, mb))
+        cts = [None] * len(fs)
+        for k in range(len(fs) - 1, -1, -1):
+            cts[k] = ct
+            if not pieces[vs][k].has_input:
+                if not split:
+                    add_grad(vs, k, fs[k](ct, argnums=0)[0])
+                ct = None
+            elif split:
+                ct = fs[k](ct, argnums=1)[1]
+            else:
+                g, ct = fs[k](ct)
+                add_grad(vs, k, g)
+        if split:
+            deferred[(vs, mb)] = (fs, cts)
+        return ct
 
     def run(a: Action) -> None:
         s, mb = a.stage, a.microbatch
         vs = schedule.virtual_stage(s, a.chunk)
         rows = slice(mb * mb_size, (mb + 1) * mb_size)
-        tok, tgt = tokens[rows], targets[rows]
+        tgt = targets[rows]
         kind = a.kind
         if kind == FORWARD:
             if vs == 0:
-                out, f_vjp = sl.vjp(lambda sp: fns[vs](sp, tok, tgt), stage_params[vs])
+                c = tokens[rows]
+            elif schedule.placement(vs - 1)[0] != s:
+                c = inbox.pop((ACTIVATION, vs, mb))
             else:
-                x = inbox.pop((ACTIVATION, vs, mb)) if schedule.placement(vs - 1)[0] != s else \
-                    outputs.pop((ACTIVATION, vs - 1, mb))
-                out, f_vjp = sl.vjp(lambda sp, x: fns[vs](sp, x, tgt), stage_params[vs], x)
-            vjps[(vs, mb)] = f_vjp
+                c = outputs.pop((ACTIVATION, vs - 1, mb))
+            fs = []
+            for k, q in enumerate(pieces[vs]):
+                with sl.named_scope(q.name):
+                    if q.has_input:
+                        c, f = sl.vjp(lambda w, x, f=fns[vs][k]: f(w, x, tgt), stacked[vs][k], c)
+                    else:
+                        c, f = sl.vjp(lambda w, f=fns[vs][k], ids=c: f(w, ids, tgt), stacked[vs][k])
+                fs.append(f)
+            vjps[(vs, mb)] = fs
             live[s] += 1
             peak[s] = max(peak[s], live[s])
             if vs == n - 1:
-                losses[mb] = float(np.asarray(out))
+                losses[mb] = float(np.mean(np.asarray(c)))
             else:
-                outputs[(ACTIVATION, vs, mb)] = out
+                outputs[(ACTIVATION, vs, mb)] = c
         elif kind in (BACKWARD, BACKWARD_INPUT):
             if vs == n - 1:
-                ct = np.float32(1.0 / m)
+                ct = seed
             elif schedule.placement(vs + 1)[0] != s:
                 ct = inbox.pop((GRADIENT, vs, mb))
             else:
                 ct = outputs.pop((GRADIENT, vs + 1, mb))
-            res = vjps.pop((vs, mb))(ct)
+            ct = backward(vs, mb, ct, split=kind == BACKWARD_INPUT)
             if vs > 0:
-                outputs[(GRADIENT, vs, mb)] = res[1]
+                outputs[(GRADIENT, vs, mb)] = ct
             if kind == BACKWARD:
-                add_grad(vs, res[0])
                 live[s] -= 1
-            else:
-                deferred[(vs, mb)] = res[0]
         elif kind == BACKWARD_WEIGHT:
-            add_grad(vs, deferred.pop((vs, mb)))
+            fs, cts = deferred.pop((vs, mb))
+            for k, (f, ct) in enumerate(zip(fs, cts)):
+                with sl.named_scope(pieces[vs][k].name):
+                    add_grad(vs, k, f(ct, argnums=0)[0])
             live[s] -= 1
         elif kind == SEND:
             dst_vs = vs + 1 if a.payload == ACTIVATION else vs - 1
@@ -334,8 +421,27 @@ def execute(schedule: Schedule, params: dict, tokens, targets, cfg: ModelConfig,
             inbox[(a.payload, dst_vs, mb)] = transfer(value, s, schedule.placement(dst_vs)[0])
         # RECV: the data is in the inbox once the send ran; the loop below only runs a receive then
 
+    def all_reduce(s: int) -> list:
+        """Device s's gradients, summed over the data-parallel replicas: one psum of one flat
+        buffer (all its chunks' weight gradients), once per step."""
+        mine = [(vs, k) for vs in range(n) if schedule.placement(vs)[0] == s for k in range(len(pieces[vs]))]
+        leaves = [x for vs, k in mine for x in _leaves(grad_sum[vs][k])]
+        flat = np.concatenate([np.asarray(x, np.float32).reshape(dp, -1) for x in leaves], axis=1)
+        if data_axes:
+            flat = np.asarray(sl.shard_map(lambda g: sl.lax.psum(g, data_axes), mesh=subs[s], in_specs=spec_x,
+                                           out_specs=P())(flat))
+        flat = flat[0]
+        out, at = [], 0
+        for x in leaves:
+            size = int(np.prod(x.shape[1:], dtype=np.int64))
+            out.append(flat[at:at + size].reshape(x.shape[1:]).astype(x.dtype))
+            at += size
+        it = iter(out)
+        return [(pieces[vs][k], _fill(grad_sum[vs][k], it)) for vs, k in mine]
+
     ptr = [0] * p
     spans: dict = {}
+    reduce_spans: dict = {}
     with sl.Ledger() as ledger:
         progress = True
         while progress:
@@ -353,12 +459,19 @@ def execute(schedule: Schedule, params: dict, tokens, targets, cfg: ModelConfig,
                     order.append(a)
                     ptr[s] += 1
                     progress = True
-    stuck = [s for s in range(p) if ptr[s] < len(schedule.actions[s])]
-    if stuck:
-        parts = "; ".join(f"stage {s} waits at '{schedule.actions[s][ptr[s]]}'" for s in stuck)
-        raise ScheduleError(f"{schedule.name}: deadlock, no device can proceed: {parts}",
-                            schedule.actions[stuck[0]][ptr[stuck[0]]], op=_OP)
-    has_backward = any(g is not None for g in grad_sum)
-    grads = _stages.merge_grads(params, grad_sum, layers) if has_backward else None
+        stuck = [s for s in range(p) if ptr[s] < len(schedule.actions[s])]
+        if stuck:
+            parts = "; ".join(f"stage {s} waits at '{schedule.actions[s][ptr[s]]}'" for s in stuck)
+            raise ScheduleError(f"{schedule.name}: deadlock, no device can proceed: {parts}",
+                                schedule.actions[stuck[0]][ptr[stuck[0]]], op=_OP)
+        grads = None
+        if all(g is not None for row in grad_sum for g in row):
+            pairs = []
+            for s in range(p):
+                first = len(ledger)
+                with sl.named_scope(f"pipeline/gradient all-reduce s{s}"):
+                    pairs += all_reduce(s)
+                reduce_spans[s] = (first, len(ledger))
+            grads = _stages.assemble_grads(params, pairs)
     return Execution(schedule, mesh, axis, float(np.mean(losses)) if None not in losses else None, grads, ledger,
-                     order, spans, peak)
+                     order, spans, peak, reduce_spans)

@@ -1,12 +1,19 @@
-"""A model of ``shardlab.models.transformer`` cut into pipeline stages: params, functions, gradients.
+"""A model of ``shardlab.models.transformer`` cut into pipeline stages, and each stage into pieces.
 
 Virtual stage ``k`` of ``n`` holds a contiguous range of transformer blocks
 (:func:`~shardlab.train.pipeline.schedule.stage_layers`); the first also holds the token
-embedding (and learned positions), the last the final norm, the output head and the loss. Each
-stage is a function of its own params and its input (token ids for the first, the residual
-stream ``[b, T, D]`` for the others); the last returns the microbatch's mean cross-entropy.
-Chained, the stages compute exactly ``transformer.loss``: the block below is the body of
-``transformer.forward``'s loop, applied layer by layer.
+embedding (and learned positions), the last the final norm, the output head and the loss.
+:func:`stage_forward` runs a whole stage (the non-pipelined reference runs the whole model as
+one); chained, the stages compute exactly ``transformer.loss``.
+
+The executor runs a stage as a chain of :class:`Piece` s (:func:`pieces`): the embedding; per
+block its norm, its attention with the residual add, its MLP norm, its MLP with the residual add;
+the final norm; the head with the loss. Each piece's weights act on its input before anything
+else of the piece that has weights, so the *weight gradient* of a piece (``vjp_fn(ct,
+argnums=0)``) needs only the piece's output cotangent and the piece's own internal chain, not the
+rest of the stage: that is what lets a zero-bubble schedule run the input gradients of a stage
+(walking the pieces backwards with ``argnums=1``) and its weight gradients later, each with its
+own FLOPs. A piece's carry is the residual stream ``x``, or ``(x, h)`` with ``h`` a norm's output.
 
 Example:
     >>> import numpy as np
@@ -22,9 +29,19 @@ Example:
     >>> l = stages.stage_forward(ps[1], x, tgt, cfg, first=False, last=True, layer_ids=range(1, 2))
     >>> bool(np.isclose(float(l), float(transformer.loss(params, tok, tgt, cfg)), atol=1e-6))
     True
+    >>> [q.name for q in stages.pieces(params, cfg, range(1, 2), first=False, last=True)]
+    ['layer1.attn_norm', 'layer1.attn', 'layer1.mlp_norm', 'layer1.mlp', 'final_norm', 'head']
+    >>> c = tok
+    >>> for q in stages.pieces(params, cfg, range(0, 2), first=True, last=True):
+    ...     c = q.apply(q.params, c, tgt)
+    >>> bool(np.isclose(float(c), float(l), atol=1e-6))
+    True
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -35,7 +52,7 @@ from shardlab.models.layers import attention, mlp, norm
 from shardlab.models.moe import moe_mlp
 from shardlab.models.ops import log_softmax
 
-__all__ = ["split_params", "stage_forward", "merge_grads", "add_trees"]
+__all__ = ["split_params", "stage_forward", "merge_grads", "add_trees", "Piece", "pieces", "assemble_grads"]
 
 
 def split_params(params: dict, cfg: ModelConfig, layers: tuple[range, ...]) -> list[dict]:
@@ -63,6 +80,29 @@ def _ids(x):
     return x if isinstance(x, LocalArray) else np.asarray(x)
 
 
+def _embed(sp: dict, ids, cfg: ModelConfig):
+    """Rows of the table, as transformer's gather, with the index spelled out to [b, T, D] (the
+    gather's gradient scatters it back; a [b, T, 1] index broadcast over D has none)."""
+    ids = _ids(ids)
+    emb = sp["embed"]
+    full = (ids.shape[0], ids.shape[1], emb.shape[1])
+    idx = jnp.broadcast_to(jnp.expand_dims(ids, -1).astype(np.int32), full)
+    table = jnp.broadcast_to(emb[None], (ids.shape[0],) + tuple(emb.shape))
+    x = jnp.take_along_axis(table, idx, axis=1)
+    if cfg.positions == "learned":
+        x = x + sp["pos_embed"][: x.shape[1]][None]
+    return x
+
+
+def _head_loss(sp: dict, x, targets):
+    """The mean cross-entropy of ``targets`` under ``x @ head`` (``embed.T`` when tied)."""
+    head = sp["head"] if "head" in sp else sp["embed"].T
+    logits = jnp.matmul(x, head).astype(np.float32)
+    picked = jnp.take_along_axis(log_softmax(logits, axis=-1), jnp.expand_dims(_ids(targets), -1).astype(np.int32),
+                                 axis=-1)
+    return -jnp.mean(picked)
+
+
 def _block(layer: dict, x, cfg: ModelConfig, i: int, causal: bool):
     """One transformer block, as in ``transformer.forward``."""
     a = attention(layer["attn"], norm(layer["attn_norm"], x, cfg), cfg, causal=causal)
@@ -87,28 +127,14 @@ def stage_forward(sp: dict, x, targets, cfg: ModelConfig, *, first: bool, last: 
             averaged over them, so it is the mean over the whole microbatch.
     """
     if first:
-        # rows of the table, as transformer's gather, with the index spelled out to [b, T, D]
-        # (the gather's gradient scatters it back; a [b, T, 1] index broadcast over D has none)
-        ids = _ids(x)
-        emb = sp["embed"]
-        full = (ids.shape[0], ids.shape[1], emb.shape[1])
-        idx = jnp.broadcast_to(jnp.expand_dims(ids, -1).astype(np.int32), full)
-        table = jnp.broadcast_to(emb[None], (ids.shape[0],) + tuple(emb.shape))
-        x = jnp.take_along_axis(table, idx, axis=1)
-        if cfg.positions == "learned":
-            x = x + sp["pos_embed"][: x.shape[1]][None]
+        x = _embed(sp, x, cfg)
     for layer, i in zip(sp["layers"], layer_ids):
         x = _block(layer, x, cfg, i, causal)
     if not last:
         return x
     x = norm(sp["final_norm"], x, cfg)
-    head = sp["head"] if "head" in sp else sp["embed"].T
-    logits = jnp.matmul(x, head).astype(np.float32)
-    picked = jnp.take_along_axis(log_softmax(logits, axis=-1), jnp.expand_dims(_ids(targets), -1).astype(np.int32),
-                                 axis=-1)
-    loss = -jnp.mean(picked)
+    loss = _head_loss(sp, x, targets)
     return lax.pmean(loss, data_axes) if data_axes else loss
-
 
 def add_trees(a, b):
     """Leaf-wise a + b of two params-shaped pytrees (dicts, lists, arrays)."""
@@ -131,3 +157,91 @@ def merge_grads(params: dict, stage_grads: list[dict], layers: tuple[range, ...]
                 continue
             out[key] = add_trees(out[key], val) if key in out else val
     return {k: out[k] for k in params}
+
+
+
+class Piece(NamedTuple):
+    """One piece of a stage: ``apply(params, carry, targets)`` with its own ``params``.
+
+    Attributes:
+        name: e.g. ``"embed"``, ``"layer3.attn"``, ``"head"``.
+        params: the piece's params (a dict holding arrays of the model's params, not copies).
+        where: where they sit in the model's params: ``()`` (top level) or ``("layers", i)``.
+        apply: ``apply(params, carry, targets) -> carry`` (the head returns the mean loss).
+        has_input: False for the embedding (its input, token ids, has no gradient).
+    """
+
+    name: str
+    params: dict
+    where: tuple
+    apply: Callable
+    has_input: bool = True
+
+
+def pieces(params: dict, cfg: ModelConfig, layer_ids, *, first: bool, last: bool,
+           causal: bool = True) -> list[Piece]:
+    """The pieces of the stage holding blocks ``layer_ids`` (and the embedding / the head).
+
+    Chained in order they compute :func:`stage_forward` (the loss is the microbatch's mean,
+    not averaged over data axes: the executor does that).
+    """
+    out: list[Piece] = []
+    if first:
+        top = {k: params[k] for k in ("embed", "pos_embed") if k in params}
+        out.append(Piece("embed", top, (), lambda p, ids, t: _embed(p, ids, cfg), has_input=False))
+    for i in layer_ids:
+        layer = params["layers"][i]
+        moe = cfg.is_moe_layer(i)
+        ff, fkey = (moe_mlp, "moe") if moe else (mlp, "mlp")
+        where = ("layers", i)
+        if cfg.parallel_residual:
+            out += [
+                Piece(f"layer{i}.norms", {"attn_norm": layer["attn_norm"], "mlp_norm": layer["mlp_norm"]}, where,
+                      lambda p, x, t: (x, norm(p["attn_norm"], x, cfg), norm(p["mlp_norm"], x, cfg))),
+                Piece(f"layer{i}.attn", {"attn": layer["attn"]}, where,
+                      lambda p, c, t: (c[0] + attention(p["attn"], c[1], cfg, causal=causal), c[2])),
+                Piece(f"layer{i}.{fkey}", {fkey: layer[fkey]}, where,
+                      lambda p, c, t, ff=ff, fkey=fkey: c[0] + ff(p[fkey], c[1], cfg)),
+            ]
+            continue
+        out += [
+            Piece(f"layer{i}.attn_norm", {"attn_norm": layer["attn_norm"]}, where,
+                  lambda p, x, t: (x, norm(p["attn_norm"], x, cfg))),
+            Piece(f"layer{i}.attn", {"attn": layer["attn"]}, where,
+                  lambda p, c, t: c[0] + attention(p["attn"], c[1], cfg, causal=causal)),
+            Piece(f"layer{i}.mlp_norm", {"mlp_norm": layer["mlp_norm"]}, where,
+                  lambda p, x, t: (x, norm(p["mlp_norm"], x, cfg))),
+            Piece(f"layer{i}.{fkey}", {fkey: layer[fkey]}, where,
+                  lambda p, c, t, ff=ff, fkey=fkey: c[0] + ff(p[fkey], c[1], cfg)),
+        ]
+    if last:
+        out.append(Piece("final_norm", {"final_norm": params["final_norm"]}, (),
+                         lambda p, x, t: norm(p["final_norm"], x, cfg)))
+        key = "head" if "head" in params else "embed"
+        out.append(Piece("head", {key: params[key]}, (), lambda p, x, t: _head_loss(p, x, t)))
+    return out
+
+
+def assemble_grads(params: dict, piece_grads) -> dict:
+    """The params-shaped gradient from ``(piece, gradient)`` pairs covering every param once
+    (a tied embedding's two parts, the embedding's and the head's, are added).
+
+    Raises:
+        ValueError: a param that no piece's gradient covers.
+    """
+    top: dict = {}
+    layers: list[dict] = [{} for _ in params["layers"]]
+    for piece, g in piece_grads:
+        target = top if piece.where == () else layers[piece.where[1]]
+        for key, val in g.items():
+            target[key] = add_trees(target[key], val) if key in target else val
+    for i, layer in enumerate(params["layers"]):
+        missing = [k for k in layer if k not in layers[i]]
+        if missing:
+            raise ValueError(f"[pipeline] layer {i}'s {missing} got no gradient from any stage")
+        layers[i] = {k: layers[i][k] for k in layer}
+    top["layers"] = layers
+    missing = [k for k in params if k not in top]
+    if missing:
+        raise ValueError(f"[pipeline] params {missing} got no gradient from any stage")
+    return {k: top[k] for k in params}
