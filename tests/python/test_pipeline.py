@@ -89,6 +89,47 @@ def test_zb_h1_bubble_below_1f1b_at_equal_peak_memory(p, m):
     assert one.step_time == m * 3 + (p - 1) * 3
 
 
+@pytest.mark.parametrize("p,m", [(2, 4), (4, 8), (4, 16), (8, 16), (3, 5), (4, 4)])
+def test_zb_v_bubble_below_zb_h1_at_1f1b_peak_memory(p, m):
+    # the same model: a ZB-V chunk holds half a device's layers, so its times are halved
+    whole = pp.Durations(forward=1, backward=2, weight=1)
+    half = pp.Durations(forward=0.5, backward=1, weight=0.5)
+    v, zb, one = pp.clock(pp.zb_v(p, m), half), pp.clock(pp.zb_h1(p, m), whole), pp.clock(pp.one_f_one_b(p, m), whole)
+    assert v.schedule.layout == "v" and v.schedule.v == 2
+    assert sum(v.busy) == sum(zb.busy) == p * m * 3.0           # the same work
+    assert v.bubble_fraction < zb.bubble_fraction < one.bubble_fraction
+    # half-size chunk activations: at most 2p of them, 1F1B's p whole-stage ones
+    assert max(v.peak_activations) <= 2 * p == 2 * max(one.peak_activations)
+
+
+def test_zb_v_places_stages_in_a_v_and_respects_max_live():
+    s = pp.zb_v(4, 8, num_layers=16)
+    assert [s.virtual_stage(d, c) for d in range(4) for c in (0, 1)] == [0, 7, 1, 6, 2, 5, 3, 4]
+    assert s.layers[s.virtual_stage(0, 1)] == range(14, 16)       # device 0 also holds the last layers
+    # device 3 turns the V: it hands its chunk 0's output to its own chunk 1, no send
+    assert not [a for a in s.actions[3] if a.kind == "send" and a.payload == "activation" and a.chunk == 0]
+    tight = pp.clock(pp.zb_v(4, 8, max_live=4))
+    assert max(tight.peak_activations) == 4
+    assert tight.step_time > pp.clock(s).step_time
+    with pytest.raises(ValueError, match=r"\[zb_v\] max_live=1 must be an integer >= 2"):
+        pp.zb_v(4, 8, max_live=1)
+    with pytest.raises(ValueError, match=r"8 pipeline stages \(p \* v\) for 6 layers"):
+        pp.zb_v(4, 8, num_layers=6)
+
+
+@settings(max_examples=25, deadline=None)
+@given(p=st.integers(1, 5), m=st.integers(1, 12), extra=st.integers(0, 8),
+       times=st.lists(st.floats(0.1, 5), min_size=4, max_size=4))
+def test_hypothesis_zb_v_runs_under_any_durations(p, m, extra, times):
+    f, b, w, send = times
+    w = min(w, b)
+    s = pp.zb_v(p, m, max_live=2 + extra)
+    tl = pp.clock(s, pp.Durations(forward=f, backward=b, weight=w, send=send / 4))
+    assert max(tl.peak_activations) <= 2 + extra
+    assert tl.step_time >= max(tl.busy) - 1e-9
+    assert sum(len(lane) for lane in tl.events) == tl.schedule.num_actions
+
+
 # ------------------------------------------------------------------------------------------
 # the clock's model: sends, dependencies, deadlocks
 

@@ -56,7 +56,8 @@ def test_reference_step_is_the_model_loss_and_its_gradient():
 
 
 SCHEDULES = [("gpipe", lambda p, m: pp.gpipe(p, m)), ("1f1b", lambda p, m: pp.one_f_one_b(p, m)),
-             ("interleaved", lambda p, m: pp.interleaved_1f1b(p, m, 2)), ("zb-h1", lambda p, m: pp.zb_h1(p, m))]
+             ("interleaved", lambda p, m: pp.interleaved_1f1b(p, m, 2)), ("zb-h1", lambda p, m: pp.zb_h1(p, m)),
+             ("zb-v", lambda p, m: pp.zb_v(p, m))]
 
 
 @pytest.mark.parametrize("name,build", SCHEDULES)

@@ -16,7 +16,7 @@ Example:
 
 from .schedule import (ACTIVATION, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD, GRADIENT, KINDS, RECV,
                        SEND, Action, Schedule, stage_layers)
-from .builders import SCHEDULES, gpipe, interleaved_1f1b, one_f_one_b, zb_h1
+from .builders import SCHEDULES, gpipe, interleaved_1f1b, one_f_one_b, zb_h1, zb_v
 from .validate import ScheduleError, validate
 from .durations import Durations
 from .clock import Event, Timeline, bubble_formula, clock
@@ -26,7 +26,7 @@ from . import stages, timeline
 __all__ = [
     "Action", "Schedule", "stage_layers", "KINDS", "FORWARD", "BACKWARD", "BACKWARD_INPUT", "BACKWARD_WEIGHT",
     "SEND", "RECV", "ACTIVATION", "GRADIENT",
-    "gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "SCHEDULES",
+    "gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "zb_v", "SCHEDULES",
     "ScheduleError", "validate", "Durations", "Event", "Timeline", "clock", "bubble_formula", "timeline",
     "execute", "reference_step", "Execution", "stages",
 ]

@@ -1,4 +1,4 @@
-"""The schedule builders: GPipe, 1F1B (PipeDream-flush), interleaved 1F1B and zero-bubble ZB-H1.
+"""The schedule builders: GPipe, 1F1B (PipeDream-flush), interleaved 1F1B, zero-bubble ZB-H1 and ZB-V.
 
 Each builder returns a :class:`~shardlab.train.pipeline.schedule.Schedule` whose per-device compute
 order is the published one, with sends placed right after the compute that produces the data and
@@ -15,10 +15,12 @@ Example:
 
 from __future__ import annotations
 
+import heapq
+
 from .schedule import (BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD, Action, Schedule, check_sizes,
                        with_comms)
 
-__all__ = ["gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "SCHEDULES"]
+__all__ = ["gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "zb_v", "SCHEDULES"]
 
 
 def gpipe(p: int, m: int, *, forward_only: bool = False, num_layers: int | None = None) -> Schedule:
@@ -149,4 +151,96 @@ def zb_h1(p: int, m: int, *, num_layers: int | None = None) -> Schedule:
     return with_comms("zb-h1", p, m, 1, compute, layers=layers)
 
 
-SCHEDULES = {"gpipe": gpipe, "1f1b": one_f_one_b, "interleaved-1f1b": interleaved_1f1b, "zb-h1": zb_h1}
+def zb_v(p: int, m: int, *, max_live: int | None = None, num_layers: int | None = None) -> Schedule:
+    """ZB-V (Qi et al. 2024, the V-shaped zero-bubble schedule; DualPipeV runs the same placement):
+    2 chunks per device in a V (device d holds virtual stages d and 2p - 1 - d, so the first and the
+    last stage share device 0), the backward split into input (I) and weight (W) gradients.
+
+    The order is built the way the zero-bubble paper builds its schedules: a greedy simulation
+    with unit times per chunk (F = I = W = 1, free sends) in which a free device runs, by
+    priority, an input gradient whose output gradient has arrived (the critical path), else the
+    next forward whose input has arrived (chunk 1 first) if it holds fewer than ``max_live``
+    chunk activations (one fewer for chunk 0, so chunk 1 always has room), else its oldest deferred weight gradient, else waits. Any order a timing
+    realises is deadlock-free under every timing, so the schedule runs with any durations.
+
+    Args:
+        p: devices; m: microbatches (any m >= 1; the bubble vanishes once m >= 2p).
+        max_live: chunk activations a device may hold (a chunk is half a device's layers);
+            default 2p, 1F1B's peak of p whole-stage activations.
+        num_layers: optional; split over the 2p virtual stages.
+
+    Example:
+        >>> print(zb_v(2, 2))
+        stage 0: F0 F1 F0.1 I0.1 F1.1 I1.1 I0 W0.1 I1 W1.1 W0 W1
+        stage 1: F0 F0.1 F1 F1.1 I0.1 I0 I1.1 I1 W0.1 W0 W1.1 W1
+    """
+    layers = check_sizes("zb_v", p, m, 2, num_layers=num_layers)
+    limit = 2 * p if max_live is None else max_live
+    if not isinstance(limit, int) or limit < 2:
+        raise ValueError(f"[zb_v] max_live={max_live!r} must be an integer >= 2 (a microbatch's two chunks)")
+    n = 2 * p
+
+    def vs_of(d: int, c: int) -> int:
+        return d if c == 0 else n - 1 - d
+
+    done: dict = {}                      # (kind, virtual stage, mb) -> end time
+    nxt = {(k, d, c): 0 for k in (FORWARD, BACKWARD_INPUT) for d in range(p) for c in (0, 1)}
+    pending_w: list[list[tuple[int, int]]] = [[] for _ in range(p)]
+    live, free = [0] * p, [0.0] * p
+    compute: list[list[Action]] = [[] for _ in range(p)]
+    remaining = 3 * m * n
+
+    def ready(key, t: float) -> bool:
+        return key in done and done[key] <= t
+
+    def pick(d: int, t: float):
+        for c in (1, 0):                 # an input gradient whose output gradient is here
+            mb = nxt[(BACKWARD_INPUT, d, c)]
+            vs = vs_of(d, c)
+            if mb < m and ready((FORWARD, vs, mb), t) and (vs == n - 1 or ready((BACKWARD_INPUT, vs + 1, mb), t)):
+                return BACKWARD_INPUT, c, mb
+        for c in (1, 0):                 # the next forward whose input is here; chunk 0 leaves a slot
+            mb = nxt[(FORWARD, d, c)]    # for chunk 1, which brings microbatches to their backward
+            vs = vs_of(d, c)
+            if mb < m and live[d] < limit - (c == 0) and (vs == 0 or ready((FORWARD, vs - 1, mb), t)):
+                return FORWARD, c, mb
+        if pending_w[d]:
+            c, mb = pending_w[d][0]
+            return BACKWARD_WEIGHT, c, mb
+        return None
+
+    ends: list[float] = []               # heap of completion times still ahead of the clock
+    while remaining:
+        t = min(free)
+        while ends and ends[0] <= t:
+            heapq.heappop(ends)
+        for d in range(p):
+            choice = pick(d, t) if free[d] == t else None
+            if choice is not None:
+                break
+        else:                            # nobody free can act: wait for the next action to finish
+            later = [f for f in free if f > t] + ends[:1]
+            if not later:
+                raise RuntimeError(f"[zb_v] no device can proceed at p={p}, m={m}, max_live={limit}")
+            nt = min(later)
+            free = [nt if f == t else f for f in free]
+            continue
+        kind, c, mb = choice
+        vs = vs_of(d, c)
+        compute[d].append(Action(kind, d, mb, c))
+        done[(kind, vs, mb)] = free[d] = t + 1.0
+        heapq.heappush(ends, t + 1.0)
+        remaining -= 1
+        if kind == FORWARD:
+            nxt[(FORWARD, d, c)] += 1
+            live[d] += 1
+        elif kind == BACKWARD_INPUT:
+            nxt[(BACKWARD_INPUT, d, c)] += 1
+            pending_w[d].append((c, mb))
+        else:
+            pending_w[d].pop(0)
+            live[d] -= 1
+    return with_comms("zb-v", p, m, 2, compute, layout="v", layers=layers)
+
+
+SCHEDULES = {"gpipe": gpipe, "1f1b": one_f_one_b, "interleaved-1f1b": interleaved_1f1b, "zb-h1": zb_h1, "zb-v": zb_v}
