@@ -196,18 +196,33 @@ def test_checkpointed_gather_is_redone_in_the_backward_pass_under_its_scope():
     assert ("all_gather", "recompute", "blk") in rows and ("psum_scatter", "backward", "blk") in rows
 
 
-# -- estimate at scale (abstract mode) ----------------------------------------------------------
+# -- ZeRO over data axes that do not all divide the embed dimension ------------------------------
+ODD = ModelConfig(num_layers=1, d_model=12, ffw_dim=16, num_heads=2, head_dim=6, vocab_size=64, max_seq_len=8)
 
-def test_estimate_is_the_abstract_step_and_part5_plans_report_what_does_not_divide():
-    from shardlab.models import presets
-    cfg = presets.get("llama2-13b")
-    # 3M tokens on 4096 v5p chips: 96 sequences of 32k cannot be split 4096 ways without
-    # splitting sequences, and ZeRO-3 over 4096 does not divide D = 5120: both said plainly
-    with pytest.raises(ValueError, match=r"d_model 5120 is not divisible by the data axes"):
-        train.estimate(cfg, "fsdp", {"data": 4096}, "tpu-v5p", batch=96, seq=32768)
-    assert 1300 < train.x_opt(96 * 32768, cfg.ffw_dim, 4096, 2, 1) < 1400  # the book's ~1333
-    e = train.estimate(cfg, "fsdp_tp", {"data": 64, "model": 4}, "tpu-v5p", batch=64, seq=4096, remat="full")
-    one = e.ledger.filter(label="layer0/mlp", phase="forward")
-    flops = sum(ev["flops"] for ev in one.events)
-    assert flops == 2 * (64 * 4096 / 64) * 3 * cfg.d_model * cfg.ffw_dim / 4
-    assert 0 < e.mfu < 1 and e.step_seconds >= e.compute_seconds and set(e.comm_seconds) == {"data", "model"}
+
+@pytest.mark.parametrize("name", ["fsdp", "zero1"])
+def test_zero_over_three_axes_splits_other_dimensions_and_equals_the_single_device_run(name):
+    # D = 12 takes x and y (12/4 = 3); z goes to F, heads or vocab; norm scales stay replicated over z
+    s = train.Strategy(name, data=("x", "y", "z"), zero=3 if name == "fsdp" else 1)
+    assert s.zero_split(("embed", "mlp"), (12, 16), {"x": 2, "y": 2, "z": 2}) == ((0, ("x", "y")), (1, ("z",)))
+    assert s.zero_split(("embed",), (12,), {"x": 2, "y": 2, "z": 2}) == ((0, ("x", "y")),)
+    tok, tgt = _batch(B=8)
+    p0 = transformer.init_params(ODD, seed=0)
+    opt = train.SGD(lr=0.5)
+    ref = p0
+    for k in range(1, 4):
+        ref, _ = train.reference_step(ODD, ref, tok, tgt, opt, k)
+    t = train.Trainer(ODD, s, sl.make_mesh((2, 2, 2), ("x", "y", "z")), optimizer=opt)
+    state = t.init(p0)
+    w_in = state.params["layers"][0]["mlp"]["w_gate"]
+    assert w_in.nbytes_per_device == 12 * 16 * 4 // (8 if name == "fsdp" else 1)
+    for _ in range(3):
+        state, _ = t.step(state, tok, tgt)
+    assert _rel(_by_key(state.params), _by_key(ref)) <= 1e-5
+
+
+def test_a_weight_no_data_axis_divides_is_an_error_naming_it():
+    s = train.strategies.fsdp()
+    with pytest.raises(ValueError, match=r"\[fsdp\] no dimension of a weight with axes \('vocab', 'embed'\) and shape "
+                                         r"\(32000, 5120\).* data axis 'data' of size 4096"):
+        s.zero_split(("vocab", "embed"), (32000, 5120), {"data": 4096})

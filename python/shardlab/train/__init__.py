@@ -16,10 +16,10 @@ Example:
 from . import pipeline
 from . import strategy
 from . import strategy as strategies
-from .estimate import Estimate, estimate, search, x_opt
+from .estimate import Estimate, estimate, search, sequence_chunks, x_opt
 from .optim import SGD, AdamW, get_optimizer
 from .step import Trainer, TrainState, reference_step, tree_map
 from .strategy import Strategy
 
-__all__ = ["AdamW", "Estimate", "estimate", "search", "x_opt", "get_optimizer", "pipeline", "reference_step", "SGD", "strategies", "strategy", "Strategy",
+__all__ = ["AdamW", "Estimate", "estimate", "search", "x_opt", "get_optimizer", "pipeline", "reference_step", "sequence_chunks", "SGD", "strategies", "strategy", "Strategy",
            "Trainer", "TrainState", "tree_map"]

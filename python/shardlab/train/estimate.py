@@ -182,11 +182,13 @@ def x_opt(batch_tokens: float, ffw_dim: int, chips: int, m_x: int = 1, m_y: int 
 def search(cfg, hardware, chips: int, batch: int, seq: int, *, remat="full", strategies=None) -> dict:
     """The fastest strategy and mesh factorization that fits in HBM.
 
-    Returns ``{"best": Estimate | None, "table": [Estimate, ...], "x_opt": float}``; raises
-    ValueError saying by how much the best candidate is over HBM when nothing fits.
+    Returns ``{"best": Estimate, "table": [Estimate, ...], "skipped": [(strategy, mesh, reason)],
+    "x_opt": float}`` (``skipped``: plans the model cannot be split by, e.g. heads over a model
+    axis that does not divide them); raises ValueError saying by how much the smallest
+    footprint is over HBM when nothing fits.
     """
     names = strategies or ("dp", "fsdp", "tp", "fsdp_tp")
-    table = []
+    table, skipped = [], []
     for name in names:
         s = _strategy.get(name)
         meshes = []
@@ -203,8 +205,8 @@ def search(cfg, hardware, chips: int, batch: int, seq: int, *, remat="full", str
         for mesh in meshes:
             try:
                 table.append(estimate(cfg, s, mesh, hardware, batch, seq, remat=remat))
-            except ValueError:
-                continue
+            except ValueError as err:
+                skipped.append((s.name, mesh, str(err)))
     fitting = [e for e in table if e.fits]
     best = min(fitting, key=lambda e: e.step_seconds) if fitting else None
     if best is None and table:
@@ -212,4 +214,4 @@ def search(cfg, hardware, chips: int, batch: int, seq: int, *, remat="full", str
         over = least.memory_per_device - hw_mod.get(hardware).hbm_capacity
         raise ValueError(f"[search] nothing fits: the smallest footprint ({least.strategy} on {least.mesh}) is "
                          f"{over / 2**30:.1f} GiB over the HBM of {hardware}")
-    return {"best": best, "table": table, "x_opt": x_opt(batch * seq, cfg.ffw_dim, chips)}
+    return {"best": best, "table": table, "skipped": skipped, "x_opt": x_opt(batch * seq, cfg.ffw_dim, chips)}
