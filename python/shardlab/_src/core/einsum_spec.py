@@ -22,6 +22,8 @@ def parse(subscripts: str, shapes, op: str = "einsum") -> tuple[list[str], str]:
     if len(terms) != len(shapes):
         raise ValueError(f"[{op}] {subscripts!r} names {len(terms)} operands but {len(shapes)} were given")
     for t in terms + [out]:
+        if t.count("...") > 1 or "." in t.replace("...", ""):
+            raise ValueError(f"[{op}] malformed ellipsis in {t!r} of {subscripts!r}")
         bad = [c for c in t.replace("...", "") if not c.isalpha()]
         if bad:
             raise ValueError(f"[{op}] {subscripts!r}: {bad[0]!r} is not a letter; subscripts are letters and '...'")
@@ -44,10 +46,14 @@ def parse(subscripts: str, shapes, op: str = "einsum") -> tuple[list[str], str]:
                              f"(shape {tuple(s)})")
         expanded.append(t)
     if arrow:
+        if ell and "..." not in out:
+            raise ValueError(f"[{op}] {subscripts!r}: the output must keep the '...' dims (as numpy)")
         out = out.replace("...", ell)
         missing = [c for c in out if not any(c in t for t in expanded)]
         if missing:
             raise ValueError(f"[{op}] output letter {missing[0]!r} of {subscripts!r} is in no operand")
+        if len(set(out)) != len(out):
+            raise ValueError(f"[{op}] output {out!r} of {subscripts!r} repeats a letter")
     else:
         counts: dict = {}
         for t in expanded:

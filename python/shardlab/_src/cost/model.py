@@ -31,6 +31,7 @@ import numpy as np
 import shardlab._core as _core
 from ..core import hardware as _hw
 from ..core import memory, units, views
+from ..core.einsum_spec import parse
 from . import formulas
 
 __all__ = [
@@ -565,18 +566,10 @@ def matmul_flops(m: int, k: int, n: int, *, batch: int = 1) -> int:
 
 def einsum_flops(subscripts: str, *shapes) -> int:
     """2 x the product of every distinct index size (``einsum_flops("bd,df->bf", (B, D), (D, F))``)."""
-    inputs = subscripts.replace(" ", "").split("->")[0].split(",")
-    if len(inputs) != len(shapes):
-        raise ValueError(f"[einsum_flops] {subscripts!r} names {len(inputs)} operands, got {len(shapes)} shapes")
-    sizes: dict[str, int] = {}
-    for term, shape in zip(inputs, shapes):
-        dims = _check_shape("einsum_flops", shape)
-        if len(term) != len(dims):
-            raise ValueError(f"[einsum_flops] operand {term!r} has {len(term)} indices but shape {dims}")
-        for c, d in zip(term, dims):
-            if sizes.setdefault(c, d) != d:
-                raise ValueError(f"[einsum_flops] index {c!r} has sizes {sizes[c]} and {d}")
-    return 2 * math.prod(sizes.values())
+    dims = [_check_shape("einsum_flops", shape) for shape in shapes]
+    terms, _ = parse(subscripts, dims, "einsum_flops")
+    sizes = {c: d for t, shape in zip(terms, dims) for c, d in zip(t, shape)}
+    return formulas.einsum_flops(sizes)
 
 
 def attention_flops(batch: int, q_len: int, kv_len: int, heads: int, head_dim: int, *, causal: bool = False) -> float:

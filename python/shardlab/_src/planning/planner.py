@@ -34,6 +34,7 @@ import numpy as np
 
 from ..arrays.sharded_array import ShardedArray
 from ..core.dtypes import bfloat16
+from ..core.einsum_spec import parse
 from ..core.mesh import get_mesh
 from ..core.sharding import DuplicateSpecError, NamedSharding, P, PartitionSpec
 from ..cost import model as cost
@@ -235,50 +236,12 @@ def _operand(x, op: str):
                     f"got {type(x).__name__}")
 
 
-def _expand_ellipsis(terms: list, rhs: str, arrow: str, ranks, subscripts: str, op: str):
-    """'...' becomes explicit letters, right-aligned across operands as numpy broadcasts them."""
-    used = set("".join(terms) + rhs)
-    spare = [c for c in "bcdefghlmnopqrstuvwaijkxyzABCDEFGHIJKLMNOPQRSTUVWXYZ" if c not in used]
-    widths = []
-    for t, r in zip(terms, ranks):
-        if t.count("...") > 1 or ("." in t.replace("...", "")):
-            raise ValueError(f"[{op}] malformed ellipsis in {t!r} of {subscripts!r}")
-        widths.append(r - (len(t) - 3) if "..." in t else 0)
-    if any(w < 0 for w in widths):
-        raise ValueError(f"[{op}] {subscripts!r} names more dims than an operand has")
-    width = max(widths, default=0)
-    letters = "".join(spare[:width])
-    terms = [t.replace("...", letters[width - w:]) for t, w in zip(terms, widths)]
-    if arrow:
-        if width and "..." not in rhs:
-            raise ValueError(f"[{op}] {subscripts!r}: the output must keep the '...' dims (as numpy)")
-        rhs = rhs.replace("...", letters)
-    else:
-        rhs = letters + "".join(sorted(c for c in set("".join(terms)) if c not in letters
-                                       and "".join(terms).count(c) == 1))
-    return terms, rhs
-
-
-def _parse(subscripts: str, ranks, op: str):
-    s = subscripts.replace(" ", "")
-    lhs, arrow, rhs = s.partition("->")
-    terms = lhs.split(",")
-    if len(terms) != len(ranks):
-        raise ValueError(f"[{op}] {subscripts!r} names {len(terms)} operands, got {len(ranks)}")
-    if "." in s:
-        terms, rhs = _expand_ellipsis(terms, rhs, arrow, ranks, subscripts, op)
-        lhs = ",".join(terms)
-    elif not arrow:
-        counts = {c: lhs.count(c) for c in lhs if c.isalpha()}
-        rhs = "".join(sorted(c for c, n in counts.items() if n == 1))
-    for t, r in zip(terms, ranks):
-        if len(t) != r:
-            raise ValueError(f"[{op}] operand {t!r} of {subscripts!r} has {len(t)} letters but rank {r}")
+def _parse(subscripts: str, shapes, op: str):
+    """The one einsum parser (core.einsum_spec), plus the planner's own limit: no traces."""
+    terms, rhs = parse(subscripts, shapes, op)
+    for t in terms:
         if len(set(t)) != len(t):
             raise NotImplementedError(f"[{op}] repeated letter in {t!r} (a trace) is not supported")
-    if len(set(rhs)) != len(rhs) or any(c not in lhs for c in rhs):
-        raise ValueError(f"[{op}] output {rhs!r} of {subscripts!r} repeats a letter or names one "
-                         f"no operand has")
     return terms, rhs
 
 
@@ -452,7 +415,7 @@ def plan_einsum(subscripts: str, *operands, out_sharding=None, unreduced=(), mes
         raise ValueError(f"[{op}] no mesh: pass mesh=, NamedShardings or call shardlab.set_mesh(mesh)")
     if any(m != mesh for m in meshes):
         raise ValueError(f"[{op}] the operands live on different meshes; device_put them onto one")
-    labels, out_labels = _parse(subscripts, [len(i[0]) for i in infos], op)
+    labels, out_labels = _parse(subscripts, [i[0] for i in infos], op)
     n = len(infos)
     names = list(names) if names is not None else [chr(ord("A") + i) for i in range(n + 1)]
     if len(names) != n + 1:
@@ -461,13 +424,9 @@ def plan_einsum(subscripts: str, *operands, out_sharding=None, unreduced=(), mes
     for i, ((shape, dtype, sh, u), lab) in enumerate(zip(infos, labels)):
         spec = sh.spec if isinstance(sh, NamedSharding) else sh
         lay = layout_of(spec, len(shape), mesh, u, op)
-        for l, s in zip(lab, shape):
-            if sizes.setdefault(l, s) != s:
-                raise ValueError(f"[{op}] letter {l!r} has size {sizes[l]} and {s} (operand {i})")
-        for d, (s, axes) in enumerate(zip(shape, lay.dims)):
-            k = math.prod(mesh.shape[a] for a in axes)
-            if s % k:
-                raise ValueError(f"[{op}] operand {i} dim {d} has size {s}, not divisible by {k} (axes {axes})")
+        sizes.update(zip(lab, shape))
+        if isinstance(spec, PartitionSpec):  # the one divisibility check: the sharding's own
+            NamedSharding(mesh, spec).check_shape(shape, f"{op}] [operand {i}")
         terms.append(Term(names[i], lab, lay, tuple(shape), np.dtype(dtype)))
     target = _out_layout(out_sharding, unreduced, len(out_labels), mesh, op)
     out_shape = tuple(sizes[l] for l in out_labels)
