@@ -55,13 +55,16 @@ def one_f_one_b(p: int, m: int, *, num_layers: int | None = None) -> Schedule:
         [Action(kind='forward', stage=0, microbatch=0, chunk=0, payload=None), Action(kind='forward', stage=0, microbatch=1, chunk=0, payload=None), Action(kind='forward', stage=0, microbatch=2, chunk=0, payload=None), Action(kind='forward', stage=0, microbatch=3, chunk=0, payload=None), Action(kind='backward', stage=0, microbatch=0, chunk=0, payload=None)]
     """
     layers = check_sizes("one_f_one_b", p, m, num_layers=num_layers)
+    new = tuple.__new__
     compute = []
     for s in range(p):
         warm = min(p - 1 - s, m)
-        acts = [Action(FORWARD, s, i) for i in range(warm)]
+        fwd = [new(Action, (FORWARD, s, i, 0, None)) for i in range(m)]
+        bwd = [new(Action, (BACKWARD, s, i, 0, None)) for i in range(m)]
+        acts = fwd[:warm]
         for i in range(m - warm):
-            acts += [Action(FORWARD, s, warm + i), Action(BACKWARD, s, i)]
-        acts += [Action(BACKWARD, s, i) for i in range(m - warm, m)]
+            acts += (fwd[warm + i], bwd[i])
+        acts += bwd[m - warm:]
         compute.append(acts)
     return with_comms("1f1b", p, m, 1, compute, layers=layers)
 

@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 from . import timeline as _timeline
 from .durations import Durations
-from .schedule import ACTIVATION, BACKWARD, BACKWARD_WEIGHT, FORWARD, GRADIENT, RECV, SEND, Action, Schedule
+from .schedule import ACTIVATION, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD, RECV, SEND, Action, Schedule
 from .validate import ScheduleError, validate
 
 __all__ = ["Event", "Timeline", "clock", "bubble_formula"]
@@ -72,20 +72,24 @@ class Timeline:
             chunk) alive at once.
     """
 
-    def __init__(self, schedule: Schedule, durations: dict, raw_events, busy, peak, source: str = "given"):
+    def __init__(self, schedule: Schedule, durations: dict, starts, ends, busy, peak, source: str = "given"):
         self.schedule = schedule
         self.durations = durations
         self.source = source
-        self._raw = raw_events  # per device: (action, start, end) tuples, in the order they ran
+        # per device, the start and end of each of its actions, in its list's order (the order they ran)
+        self._starts, self._ends = starts, ends
         self._events = None
-        self.step_time = max((e[2] for ev in raw_events for e in ev), default=0.0)
+        self.step_time = max((max(e) for e in ends if e), default=0.0)
         self.busy = tuple(busy)
         self.peak_activations = tuple(peak)
+
+    def _raw(self, stage: int):
+        return zip(self.schedule.actions[stage], self._starts[stage], self._ends[stage])
 
     @property
     def events(self) -> tuple[tuple[Event, ...], ...]:
         if self._events is None:
-            self._events = tuple(tuple(Event(*e) for e in ev) for ev in self._raw)
+            self._events = tuple(tuple(Event(*e) for e in self._raw(s)) for s in range(self.schedule.p))
         return self._events
 
     @property
@@ -106,11 +110,11 @@ class Timeline:
 
     def compute_events(self, stage: int) -> list[Event]:
         """Device ``stage``'s forward / backward / weight-gradient events, in order."""
-        return [Event(*e) for e in self._raw[stage] if e[0].payload is None]
+        return [Event(*e) for e in self._raw(stage) if e[0].payload is None]
 
     def send_events(self, stage: int) -> list[Event]:
         """Device ``stage``'s sends (each occupies a link, not the compute stream)."""
-        return [Event(*e) for e in self._raw[stage] if e[0].kind == SEND]
+        return [Event(*e) for e in self._raw(stage) if e[0].kind == SEND]
 
     def idle_intervals(self, stage: int) -> list[tuple[float, float]]:
         """The gaps in device ``stage``'s compute stream between 0 and step_time."""
@@ -163,80 +167,83 @@ def clock(schedule: Schedule, durations: Durations | None = None, *, check: bool
     if check:
         validate(schedule)
     durations = durations if durations is not None else Durations()
-    n, p = schedule.num_virtual_stages, schedule.p
+    n, p, m = schedule.num_virtual_stages, schedule.p, schedule.m
     d = durations.resolve(n)
-    # per (device, chunk): the virtual stage and the device it sends activations / gradients to
+    # per (device, chunk): the virtual stage; per virtual stage: its device
     vs_of = [[schedule.virtual_stage(s, c) for c in range(schedule.v)] for s in range(p)]
     dev_of = [schedule.placement(k)[0] for k in range(n)]
-    compute_time = {k: d[k] for k in ("forward", "backward", "backward_input", "backward_weight")}
+    compute_time = {k: d[k] for k in (FORWARD, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT)}
     send_act, send_grad = d["send"], d["grad_send"]
-
-    t_dev = [0.0] * p
-    busy = [0.0] * p
-    live = [0] * p
-    peak = [0] * p
-    ptr = [0] * p
-    events: list[list[tuple]] = [[] for _ in range(p)]
-    produced: dict = {}   # (payload, virtual stage, mb) -> end of the compute that produced it
-    arrived: dict = {}    # (payload, source virtual stage, mb) -> end of its send
-    link_free: dict = {}  # (src device, dst device) -> when the link is next free
-    waiting: dict = {}    # key in `arrived` -> the device blocked on it
+    # data is keyed by one int: ((producing virtual stage) * m + microbatch) * 2 + (1 for a gradient)
+    produced: list = [None] * (2 * n * m)   # -> end of the compute that produced it
+    arrived: list = [None] * (2 * n * m)    # -> end of its send
+    waiting: dict = {}                      # key -> the device blocked on it
+    link_free: dict = {}                    # src * p + dst -> when the link is next free
+    t_dev, busy, live, peak, ptr = [0.0] * p, [0.0] * p, [0] * p, [0] * p, [0] * p
+    starts: list[list[float]] = [[] for _ in range(p)]
+    ends: list[list[float]] = [[] for _ in range(p)]
     ready = deque(range(p))
     while ready:
         s = ready.popleft()
         acts, i, t, vss = schedule.actions[s], ptr[s], t_dev[s], vs_of[s]
-        emit = events[s].append
+        st, en = starts[s].append, ends[s].append
+        b, lv, pk = busy[s], live[s], peak[s]
         n_acts = len(acts)
         while i < n_acts:
-            a = acts[i]
-            kind = a.kind
-            vs = vss[a.chunk]
+            kind, _, mb, chunk, payload = acts[i]
+            vs = vss[chunk]
             if kind == RECV:
-                key = (a.payload, vs - 1 if a.payload == ACTIVATION else vs + 1, a.microbatch)
-                end = arrived.get(key)
+                key = ((vs - 1) * m + mb) * 2 if payload == ACTIVATION else ((vs + 1) * m + mb) * 2 + 1
+                end = arrived[key]
                 if end is None:
                     waiting[key] = s
                     break
-                end = end if end > t else t
-                emit((a, t, end))
+                if end < t:
+                    end = t
+                st(t)
+                en(end)
                 t = end
             elif kind == SEND:
-                act = a.payload == ACTIVATION
-                dst = dev_of[vs + 1] if act else dev_of[vs - 1]
-                key = (a.payload, vs, a.microbatch)
+                if payload == ACTIVATION:
+                    key, dst, dt = (vs * m + mb) * 2, dev_of[vs + 1], send_act[vs]
+                else:
+                    key, dst, dt = (vs * m + mb) * 2 + 1, dev_of[vs - 1], send_grad[vs]
                 start = produced[key]
-                free = link_free.get((s, dst), 0.0)
-                start = free if free > start else start
-                end = start + (send_act[vs] if act else send_grad[vs])
-                link_free[(s, dst)] = end
-                arrived[key] = end
-                emit((a, start, end))
+                link = s * p + dst
+                free = link_free.get(link, 0.0)
+                if free > start:
+                    start = free
+                end = start + dt
+                link_free[link] = arrived[key] = end
+                st(start)
+                en(end)
                 w = waiting.pop(key, None)
                 if w is not None:
                     ready.append(w)
             else:
                 dt = compute_time[kind][vs]
                 end = t + dt
-                emit((a, t, end))
-                busy[s] += dt
+                st(t)
+                en(end)
+                b += dt
                 t = end
                 if kind == FORWARD:
-                    produced[(ACTIVATION, vs, a.microbatch)] = end
-                    live[s] += 1
-                    if live[s] > peak[s]:
-                        peak[s] = live[s]
+                    produced[(vs * m + mb) * 2] = end
+                    lv += 1
+                    if lv > pk:
+                        pk = lv
                 elif kind == BACKWARD_WEIGHT:
-                    live[s] -= 1
+                    lv -= 1
                 else:
-                    produced[(GRADIENT, vs, a.microbatch)] = end
+                    produced[(vs * m + mb) * 2 + 1] = end
                     if kind == BACKWARD:
-                        live[s] -= 1
+                        lv -= 1
             i += 1
-        ptr[s], t_dev[s] = i, t
+        ptr[s], t_dev[s], busy[s], live[s], peak[s] = i, t, b, lv, pk
     stuck = [s for s in range(p) if ptr[s] < len(schedule.actions[s])]
     if stuck:
         parts = "; ".join(f"stage {s} waits at '{schedule.actions[s][ptr[s]]}'" for s in stuck)
         raise ScheduleError(f"{schedule.name}: deadlock, no device can proceed: {parts}. Reorder the receives so "
                             f"each is preceded on the sender by its send", schedule.actions[stuck[0]][ptr[stuck[0]]],
                             op="pipeline.clock")
-    return Timeline(schedule, d, events, busy, peak, durations.source)
+    return Timeline(schedule, d, starts, ends, busy, peak, durations.source)

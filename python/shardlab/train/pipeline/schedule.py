@@ -194,22 +194,25 @@ def with_comms(sched_name: str, p: int, m: int, v: int, compute: Sequence[Sequen
     last = p * v - 1
     vs_of = [[probe.virtual_stage(s, c) for c in range(v)] for s in range(p)]
     dev_of = [probe.placement(k)[0] for k in range(p * v)]
+    new = tuple.__new__   # Action(...) without the keyword-argument handling: ~2x faster for big schedules
     out = []
     for s, acts in enumerate(compute):
         lst: list[Action] = []
         append = lst.append
+        vss = vs_of[s]
         for a in acts:
-            vs, kind = vs_of[s][a.chunk], a.kind
+            kind, _, mb, chunk, _ = a
+            vs = vss[chunk]
             fwd = kind == FORWARD
             bwd = kind == BACKWARD or kind == BACKWARD_INPUT
             if fwd and vs > 0 and dev_of[vs - 1] != s:
-                append(Action(RECV, s, a.microbatch, a.chunk, ACTIVATION))
+                append(new(Action, (RECV, s, mb, chunk, ACTIVATION)))
             elif bwd and vs < last and dev_of[vs + 1] != s:
-                append(Action(RECV, s, a.microbatch, a.chunk, GRADIENT))
+                append(new(Action, (RECV, s, mb, chunk, GRADIENT)))
             append(a)
             if fwd and vs < last and dev_of[vs + 1] != s:
-                append(Action(SEND, s, a.microbatch, a.chunk, ACTIVATION))
+                append(new(Action, (SEND, s, mb, chunk, ACTIVATION)))
             elif bwd and vs > 0 and dev_of[vs - 1] != s:
-                append(Action(SEND, s, a.microbatch, a.chunk, GRADIENT))
+                append(new(Action, (SEND, s, mb, chunk, GRADIENT)))
         out.append(tuple(lst))
     return Schedule(sched_name, p, m, v, tuple(out), layout, layers)
