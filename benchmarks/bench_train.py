@@ -1,0 +1,188 @@
+"""One training step (forward + backward + AdamW) of a 4-layer D=512 transformer, FSDP + TP on
+8 virtual devices (mesh data=2 x model=4), shardlab against JAX in the same invocation.
+
+shardlab: ``train.Trainer(cfg, "fsdp_tp", mesh, optimizer=AdamW)`` — FSDP gathers inside
+checkpoint, Megatron + sequence-parallel collectives, vocab-parallel loss, all recorded.
+JAX: the same architecture (RMSNorm, causal attention with rotary embeddings, gated SiLU MLP,
+untied head, mean cross-entropy) written in jax.numpy, params laid out FSDP + TP with
+NamedSharding on 8 host CPU devices (XLA_FLAGS=--xla_force_host_platform_device_count=8),
+``jax.jit(jax.value_and_grad)`` plus an AdamW update in jnp, jitted as one step.
+
+Each side runs in its own child process (so peak RSS is its own): time per step (median of the
+timed steps after one warm-up, which for JAX includes compilation), peak RSS and peak RSS above
+the baseline taken after imports and parameter placement.
+
+    python benchmarks/bench_train.py [--steps 5] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+L, D, F, NH, V, T, B = 4, 512, 2048, 8, 4096, 128, 8
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def run_shardlab(steps: int) -> dict:
+    import numpy as np
+
+    import shardlab as sl
+    from shardlab import train
+    from shardlab.models import ModelConfig, transformer
+
+    cfg = ModelConfig(num_layers=L, d_model=D, ffw_dim=F, num_heads=NH, vocab_size=V, max_seq_len=T)
+    t = train.Trainer(cfg, "fsdp_tp", sl.make_mesh((2, 4), ("data", "model")), optimizer=train.AdamW(lr=1e-3))
+    state = t.init(transformer.init_params(cfg, seed=0))
+    rng = np.random.default_rng(0)
+    tok, tgt = rng.integers(0, V, (B, T)), rng.integers(0, V, (B, T))
+    base = _rss_mb()
+    times = []
+    for _ in range(steps + 1):
+        t0 = time.perf_counter()
+        state, loss = t.step(state, tok, tgt)
+        times.append(time.perf_counter() - t0)
+    return {"step_s": statistics.median(times[1:]), "first_s": times[0], "loss": float(loss),
+            "peak_rss_mb": _peak_mb(), "base_rss_mb": base}
+
+
+def run_jax(steps: int) -> dict:
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import AxisType, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto, AxisType.Auto))  # GSPMD propagation
+    H = D // NH
+    rng = np.random.default_rng(0)
+    w = lambda *s: (rng.standard_normal(s) * 0.02).astype(np.float32)  # noqa: E731
+    params = {"embed": (w(V, D), P("model", "data")), "head": (w(D, V), P("data", "model")),
+              "final": (np.ones(D, np.float32), P()), "layers": []}
+    for _ in range(L):
+        params["layers"].append({
+            "n1": (np.ones(D, np.float32), P()), "n2": (np.ones(D, np.float32), P()),
+            "wq": (w(D, D), P("data", "model")), "wk": (w(D, D), P("data", "model")),
+            "wv": (w(D, D), P("data", "model")), "wo": (w(D, D), P("model", "data")),
+            "wg": (w(D, F), P("data", "model")), "wu": (w(D, F), P("data", "model")),
+            "wd": (w(F, D), P("model", "data"))})
+    is_leaf = lambda x: isinstance(x, tuple)  # noqa: E731
+    params = jax.tree.map(lambda x: jax.device_put(x[0], NamedSharding(mesh, x[1])), params, is_leaf=is_leaf)
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    opt = (zeros, jax.tree.map(jnp.zeros_like, params))
+
+    def rms(x, s):
+        return x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-5) * s
+
+    def rope(x):
+        half = H // 2
+        freq = 1.0 / (10000.0 ** (jnp.arange(half) / half))
+        ang = jnp.arange(T)[:, None] * freq[None]
+        c, s = jnp.cos(ang)[None, :, None], jnp.sin(ang)[None, :, None]
+        x1, x2 = x[..., :half], x[..., half:]
+        return jnp.concatenate([x1 * c - x2 * s, x1 * s + x2 * c], -1)
+
+    def loss_fn(p, tok, tgt):
+        x = p["embed"][tok]
+        mask = jnp.tril(jnp.ones((T, T), bool))
+        for lp in p["layers"]:
+            h = rms(x, lp["n1"])
+            q, k, v = (jnp.reshape(h @ lp[n], (B, T, NH, H)) for n in ("wq", "wk", "wv"))
+            q, k = rope(q), rope(k)
+            s = jnp.einsum("bqnh,bknh->bnqk", q, k) / np.sqrt(H)
+            a = jax.nn.softmax(jnp.where(mask, s, -1e30), -1)
+            x = x + jnp.reshape(jnp.einsum("bnqk,bknh->bqnh", a, v), (B, T, D)) @ lp["wo"]
+            h = rms(x, lp["n2"])
+            x = x + (jax.nn.silu(h @ lp["wg"]) * (h @ lp["wu"])) @ lp["wd"]
+        logits = rms(x, p["final"]) @ p["head"]
+        lse = jax.nn.logsumexp(logits, -1)
+        return jnp.mean(lse - jnp.take_along_axis(logits, tgt[..., None], -1)[..., 0])
+
+    @jax.jit
+    def step(p, opt, tok, tgt, k):
+        loss, g = jax.value_and_grad(loss_fn)(p, tok, tgt)
+        m = jax.tree.map(lambda m, g: 0.9 * m + 0.1 * g, opt[0], g)
+        v = jax.tree.map(lambda v, g: 0.999 * v + 0.001 * g * g, opt[1], g)
+        c1, c2 = 1 - 0.9 ** k, 1 - 0.999 ** k
+        p = jax.tree.map(lambda p, m, v: p - 1e-3 * (m / c1) / (jnp.sqrt(v / c2) + 1e-8), p, m, v)
+        return p, (m, v), loss
+
+    bs = NamedSharding(mesh, P("data", None))
+    tok = jax.device_put(rng.integers(0, V, (B, T)).astype(np.int32), bs)
+    tgt = jax.device_put(rng.integers(0, V, (B, T)).astype(np.int32), bs)
+    base = _rss_mb()
+    times = []
+    for i in range(steps + 1):
+        t0 = time.perf_counter()
+        params, opt, loss = step(params, opt, tok, tgt, jnp.float32(i + 1))
+        loss.block_until_ready()
+        times.append(time.perf_counter() - t0)
+    return {"step_s": statistics.median(times[1:]), "first_s": times[0], "loss": float(loss),
+            "peak_rss_mb": _peak_mb(), "base_rss_mb": base}
+
+
+def _cpu() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _child(which: str, steps: int) -> dict:
+    env = dict(os.environ)
+    if which == "jax":
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
+    out = subprocess.run([sys.executable, __file__, "--child", which, "--steps", str(steps)], env=env,
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--json")
+    ap.add_argument("--child", choices=("shardlab", "jax"))
+    a = ap.parse_args()
+    if a.child:
+        print(json.dumps((run_shardlab if a.child == "shardlab" else run_jax)(a.steps)))
+        return 0
+    ours, jax_ = _child("shardlab", a.steps), _child("jax", a.steps)
+    print(f"CPU: {_cpu()} ({os.cpu_count()} logical cores)")
+    print(f"model: {L} layers, D={D}, F={F}, {NH} heads, V={V}; batch {B}x{T}; FSDP+TP on data=2 x model=4")
+    print(f"{'':26s}{'shardlab':>12s}{'JAX':>12s}{'JAX/ours':>10s}")
+    rows = [("step time (s, median)", "step_s"), ("first step (s)", "first_s"), ("peak RSS (MB)", "peak_rss_mb")]
+    for label, k in rows:
+        print(f"{label:26s}{ours[k]:12.3f}{jax_[k]:12.3f}{jax_[k] / ours[k]:10.2f}")
+    d_o, d_j = ours["peak_rss_mb"] - ours["base_rss_mb"], jax_["peak_rss_mb"] - jax_["base_rss_mb"]
+    print(f"{'peak RSS above baseline':26s}{d_o:12.1f}{d_j:12.1f}{d_j / d_o if d_o else float('nan'):10.2f}")
+    print(f"loss after the steps: shardlab {ours['loss']:.4f}, JAX {jax_['loss']:.4f}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"cpu": _cpu(), "shardlab": ours, "jax": jax_}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
