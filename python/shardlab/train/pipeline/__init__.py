@@ -1,6 +1,6 @@
 """Pipeline parallelism: schedules as data, validated, clocked and drawn.
 
-Build a schedule (:func:`gpipe`, :func:`one_f_one_b`, :func:`interleaved_1f1b`, :func:`zb_h1`),
+Build a schedule (:func:`gpipe`, :func:`one_f_one_b`, :func:`interleaved_1f1b`, :func:`zb_h1`, :func:`zb_v`),
 check it (:func:`validate`), time it with given or cost-model durations (:func:`clock` with
 :class:`Durations`), and read the step time, the bubble fraction and the peak activations per
 stage from the :class:`Timeline`, which draws itself in Jupyter and with ``.plot()``. Run it on
