@@ -5,6 +5,7 @@
 #include "array_ref.hpp"
 #include "shardlab/buffer_pool.hpp"
 #include "shardlab/collectives.hpp"
+#include "shardlab/ops.hpp"
 
 namespace py = pybind11;
 using namespace shardlab;
@@ -26,41 +27,33 @@ py::tuple run(const py::array& x, const Shape& out_shape, Run&& body) {
   return py::make_tuple(out, e);
 }
 
-ReduceOp parse_reduce(const std::string& op) {
-  if (op == "sum") return ReduceOp::sum;
-  if (op == "max") return ReduceOp::max;
-  if (op == "min") return ReduceOp::min;
-  if (op == "mean") return ReduceOp::mean;
-  throw std::invalid_argument("[reduce] unknown reduction '" + op + "'; use sum, max, min or mean");
-}
-
 }  // namespace
 
 void init_buffer_pool(py::module_& m);
 
 void init_collectives(py::module_& m) {
   init_buffer_pool(m);
-  m.def("all_gather", [](const Mesh& mesh, const py::array& x, const AxisNames& axes, int axis, bool tiled) {
+  m.def(op_info(Op::all_gather).name, [](const Mesh& mesh, const py::array& x, const AxisNames& axes, int axis, bool tiled) {
     return run(x, all_gather_shape(mesh, as_ref(x).shape, axes, axis, tiled),
                [&](const ArrayRef& in, const ArrayRef& o) { return all_gather(mesh, in, o, axes, axis, tiled); });
   });
   m.def("all_reduce", [](const Mesh& mesh, const py::array& x, const AxisNames& axes, const std::string& op) {
-    const ReduceOp r = parse_reduce(op);
+    const ReduceOp r = parse_reduce_op(op);
     return run(x, all_reduce_shape(mesh, as_ref(x).shape, axes),
                [&](const ArrayRef& in, const ArrayRef& o) { return all_reduce(mesh, in, o, axes, r); });
   });
-  m.def("psum_scatter", [](const Mesh& mesh, const py::array& x, const AxisNames& axes, int dim, bool tiled) {
+  m.def(op_info(Op::psum_scatter).name, [](const Mesh& mesh, const py::array& x, const AxisNames& axes, int dim, bool tiled) {
     return run(x, psum_scatter_shape(mesh, as_ref(x).shape, axes, dim, tiled),
                [&](const ArrayRef& in, const ArrayRef& o) { return psum_scatter(mesh, in, o, axes, dim, tiled); });
   });
-  m.def("all_to_all", [](const Mesh& mesh, const py::array& x, const AxisNames& axes, int split, int concat,
+  m.def(op_info(Op::all_to_all).name, [](const Mesh& mesh, const py::array& x, const AxisNames& axes, int split, int concat,
                          bool tiled) {
     return run(x, all_to_all_shape(mesh, as_ref(x).shape, axes, split, concat, tiled),
                [&](const ArrayRef& in, const ArrayRef& o) {
                  return all_to_all(mesh, in, o, axes, split, concat, tiled);
                });
   });
-  m.def("ppermute", [](const Mesh& mesh, const py::array& x, const AxisNames& axes, const Perm& perm) {
+  m.def(op_info(Op::ppermute).name, [](const Mesh& mesh, const py::array& x, const AxisNames& axes, const Perm& perm) {
     return run(x, ppermute_shape(mesh, as_ref(x).shape, axes, perm),
                [&](const ArrayRef& in, const ArrayRef& o) { return ppermute(mesh, in, o, axes, perm); });
   });
@@ -70,22 +63,22 @@ void init_collectives(py::module_& m) {
     axis_index(mesh, as_ref(out), axes);
     return out;
   });
-  m.def("broadcast", [](const Mesh& mesh, const py::array& x, const AxisNames& axes, std::int64_t root) {
+  m.def(op_info(Op::broadcast).name, [](const Mesh& mesh, const py::array& x, const AxisNames& axes, std::int64_t root) {
     return run(x, broadcast_shape(mesh, as_ref(x).shape, axes, root),
                [&](const ArrayRef& in, const ArrayRef& o) { return broadcast(mesh, in, o, axes, root); });
   });
-  m.def("reduce", [](const Mesh& mesh, const py::array& x, const AxisNames& axes, std::int64_t root,
+  m.def(op_info(Op::reduce).name, [](const Mesh& mesh, const py::array& x, const AxisNames& axes, std::int64_t root,
                      const std::string& op) {
-    const ReduceOp r = parse_reduce(op);
+    const ReduceOp r = parse_reduce_op(op);
     return run(x, reduce_shape(mesh, as_ref(x).shape, axes, root),
                [&](const ArrayRef& in, const ArrayRef& o) { return reduce(mesh, in, o, axes, root, r); });
   });
-  m.def("gather", [](const Mesh& mesh, const py::array& x, const AxisNames& axes, std::int64_t root, int axis,
+  m.def(op_info(Op::gather).name, [](const Mesh& mesh, const py::array& x, const AxisNames& axes, std::int64_t root, int axis,
                      bool tiled) {
     return run(x, gather_shape(mesh, as_ref(x).shape, axes, root, axis, tiled),
                [&](const ArrayRef& in, const ArrayRef& o) { return gather(mesh, in, o, axes, root, axis, tiled); });
   });
-  m.def("scatter", [](const Mesh& mesh, const py::array& x, const AxisNames& axes, std::int64_t root, int dim,
+  m.def(op_info(Op::scatter).name, [](const Mesh& mesh, const py::array& x, const AxisNames& axes, std::int64_t root, int dim,
                       bool tiled) {
     return run(x, scatter_shape(mesh, as_ref(x).shape, axes, root, dim, tiled),
                [&](const ArrayRef& in, const ArrayRef& o) { return scatter(mesh, in, o, axes, root, dim, tiled); });

@@ -1,5 +1,7 @@
 #include "shardlab/collectives.hpp"
 
+#include "shardlab/ops.hpp"
+
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
@@ -93,11 +95,11 @@ std::int64_t local_count(const Mesh& mesh, const Shape& s) {
 }
 
 // `full_elems`: elements of V (see ring_bytes_sent) per device.
-Event make_event(const std::string& op, const Mesh& mesh, const AxisNames& axes,
+Event make_event(Op op, const Mesh& mesh, const AxisNames& axes,
                  const std::vector<int>& idx, const ArrayRef& in, const Shape& out_shape,
                  std::int64_t full_elems) {
   Event e;
-  e.op = op;
+  e.op = op_name(op);
   e.axes = axes;
   e.group_size = mesh.group_size(idx);
   e.num_groups = mesh.size() / e.group_size;
@@ -105,7 +107,7 @@ Event make_event(const std::string& op, const Mesh& mesh, const AxisNames& axes,
   const auto item = static_cast<std::int64_t>(itemsize(in.dtype));
   e.bytes_in = local_count(mesh, in.shape) * item;
   e.bytes_out = local_count(mesh, out_shape) * item;
-  e.bytes_sent = ring_bytes_sent(op, e.group_size, static_cast<double>(full_elems * item));
+  e.bytes_sent = ring_bytes_sent(e.op, e.group_size, static_cast<double>(full_elems * item));
   return e;
 }
 
@@ -159,16 +161,6 @@ std::pair<ArrayRef, ArrayRef> scatter_views(const Mesh& mesh, const ArrayRef& in
   return {out, sv};
 }
 
-const char* reduce_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum: return "psum";
-    case ReduceOp::max: return "pmax";
-    case ReduceOp::min: return "pmin";
-    case ReduceOp::mean: return "pmean";
-  }
-  return "psum";
-}
-
 }  // namespace
 
 namespace {
@@ -192,25 +184,25 @@ Shape gather_like_shape(const Mesh& mesh, const Shape& in, const AxisNames& axes
 }  // namespace
 
 Shape all_gather_shape(const Mesh& mesh, const Shape& in, const AxisNames& axes, int axis, bool tiled) {
-  return gather_like_shape(mesh, in, axes, axis, tiled, "all_gather");
+  return gather_like_shape(mesh, in, axes, axis, tiled, op_name(Op::all_gather));
 }
 
 Event all_gather(const Mesh& mesh, const ArrayRef& in, const ArrayRef& out, const AxisNames& axes,
                  int axis, bool tiled) {
-  check_out(in, out, all_gather_shape(mesh, in.shape, axes, axis, tiled), "all_gather");
-  const auto idx = resolve_axes(mesh, axes, "all_gather");
+  check_out(in, out, all_gather_shape(mesh, in.shape, axes, axis, tiled), op_name(Op::all_gather));
+  const auto idx = resolve_axes(mesh, axes, op_name(Op::all_gather));
   const int k = mesh.ndim(), r = in.ndim() - k;
   if (tiled) {
-    gather_views(mesh, in, out, idx, norm_axis(axis, r, "all_gather", "axis"));
+    gather_views(mesh, in, out, idx, norm_axis(axis, r, op_name(Op::all_gather), "axis"));
   } else {
-    const int ax = norm_axis(axis, r + 1, "all_gather", "axis");
+    const int ax = norm_axis(axis, r + 1, op_name(Op::all_gather), "axis");
     gather_views(mesh, insert_unit_dim(in, k + ax), out, idx, ax);
   }
-  return make_event("all_gather", mesh, axes, idx, in, out.shape, local_count(mesh, out.shape));
+  return make_event(Op::all_gather, mesh, axes, idx, in, out.shape, local_count(mesh, out.shape));
 }
 
 Shape all_reduce_shape(const Mesh& mesh, const Shape& in, const AxisNames& axes) {
-  const auto idx = check(mesh, in, axes, "psum");
+  const auto idx = check(mesh, in, axes, op_name(Op::psum));
   Shape out = in;
   for (int a : idx) out[a] = 1;
   return out;
@@ -218,7 +210,7 @@ Shape all_reduce_shape(const Mesh& mesh, const Shape& in, const AxisNames& axes)
 
 Event all_reduce(const Mesh& mesh, const ArrayRef& in, const ArrayRef& out, const AxisNames& axes,
                  ReduceOp op) {
-  const std::string name = reduce_name(op);
+  const std::string name = op_name(all_reduce_op(op));
   check_out(in, out, all_reduce_shape(mesh, in.shape, axes), name);
   const auto idx = resolve_axes(mesh, axes, name);
   ArrayRef sv{in.data, in.dtype, out.shape, in.strides};
@@ -227,7 +219,7 @@ Event all_reduce(const Mesh& mesh, const ArrayRef& in, const ArrayRef& out, cons
     sv.strides.push_back(mesh_stride(in, a));
   }
   reduce_strided(out, sv, static_cast<int>(idx.size()), op);
-  return make_event(name, mesh, axes, idx, in, out.shape, local_count(mesh, in.shape));
+  return make_event(all_reduce_op(op), mesh, axes, idx, in, out.shape, local_count(mesh, in.shape));
 }
 
 namespace {
@@ -264,40 +256,40 @@ Shape scatter_like_shape(const Mesh& mesh, const Shape& in, const AxisNames& axe
 
 Shape psum_scatter_shape(const Mesh& mesh, const Shape& in, const AxisNames& axes,
                          int scatter_dimension, bool tiled) {
-  return scatter_like_shape(mesh, in, axes, scatter_dimension, tiled, "psum_scatter");
+  return scatter_like_shape(mesh, in, axes, scatter_dimension, tiled, op_name(Op::psum_scatter));
 }
 
 Event psum_scatter(const Mesh& mesh, const ArrayRef& in, const ArrayRef& out, const AxisNames& axes,
                    int scatter_dimension, bool tiled) {
-  check_out(in, out, psum_scatter_shape(mesh, in.shape, axes, scatter_dimension, tiled), "psum_scatter");
-  const auto idx = resolve_axes(mesh, axes, "psum_scatter");
-  const int d = norm_axis(scatter_dimension, in.ndim() - mesh.ndim(), "psum_scatter", "scatter_dimension");
+  check_out(in, out, psum_scatter_shape(mesh, in.shape, axes, scatter_dimension, tiled), op_name(Op::psum_scatter));
+  const auto idx = resolve_axes(mesh, axes, op_name(Op::psum_scatter));
+  const int d = norm_axis(scatter_dimension, in.ndim() - mesh.ndim(), op_name(Op::psum_scatter), "scatter_dimension");
   const ArrayRef o = tiled ? out : insert_unit_dim(out, mesh.ndim() + d);
   const auto views = scatter_views(mesh, in, o, idx, d);
   reduce_strided(views.first, views.second, static_cast<int>(idx.size()), ReduceOp::sum);
-  return make_event("psum_scatter", mesh, axes, idx, in, out.shape, local_count(mesh, in.shape));
+  return make_event(Op::psum_scatter, mesh, axes, idx, in, out.shape, local_count(mesh, in.shape));
 }
 
 Shape all_to_all_shape(const Mesh& mesh, const Shape& in, const AxisNames& axes, int split_axis,
                        int concat_axis, bool tiled) {
-  const auto idx = check(mesh, in, axes, "all_to_all");
+  const auto idx = check(mesh, in, axes, op_name(Op::all_to_all));
   const int k = mesh.ndim(), r = static_cast<int>(in.size()) - k;
   const std::int64_t n = mesh.group_size(idx);
-  const int s = norm_axis(split_axis, r, "all_to_all", "split_axis");
-  const int c = norm_axis(concat_axis, r, "all_to_all", "concat_axis");
+  const int s = norm_axis(split_axis, r, op_name(Op::all_to_all), "split_axis");
+  const int c = norm_axis(concat_axis, r, op_name(Op::all_to_all), "concat_axis");
   const std::int64_t l = in[k + s];
   Shape out = in;
   for (int a : idx) out[a] = mesh.axis_sizes()[a];
   if (tiled) {
     if (l % n != 0) {
-      throw std::invalid_argument("[all_to_all] split_axis " + std::to_string(s) + " has size " +
+      throw std::invalid_argument("[" + op_name(Op::all_to_all) + "] split_axis " + std::to_string(s) + " has size " +
                                   std::to_string(l) + ", which is not divisible by " +
                                   std::to_string(n) + ", the size of " + axes_str(axes));
     }
     out[k + s] /= n;
     out[k + c] *= n;
   } else if (l != n) {
-    throw std::invalid_argument("[all_to_all] split_axis " + std::to_string(s) + " has size " +
+    throw std::invalid_argument("[" + op_name(Op::all_to_all) + "] split_axis " + std::to_string(s) + " has size " +
                                 std::to_string(l) + ", which is not the axis size " +
                                 std::to_string(n) + " of " + axes_str(axes) +
                                 "; untiled all_to_all needs them equal (or pass tiled=True)");
@@ -311,11 +303,11 @@ Shape all_to_all_shape(const Mesh& mesh, const Shape& in, const AxisNames& axes,
 
 Event all_to_all(const Mesh& mesh, const ArrayRef& in, const ArrayRef& out, const AxisNames& axes,
                  int split_axis, int concat_axis, bool tiled) {
-  check_out(in, out, all_to_all_shape(mesh, in.shape, axes, split_axis, concat_axis, tiled), "all_to_all");
-  const auto idx = resolve_axes(mesh, axes, "all_to_all");
+  check_out(in, out, all_to_all_shape(mesh, in.shape, axes, split_axis, concat_axis, tiled), op_name(Op::all_to_all));
+  const auto idx = resolve_axes(mesh, axes, op_name(Op::all_to_all));
   const int k = mesh.ndim(), r = in.ndim() - k;
-  int s = norm_axis(split_axis, r, "all_to_all", "split_axis");
-  int c = norm_axis(concat_axis, r, "all_to_all", "concat_axis");
+  int s = norm_axis(split_axis, r, op_name(Op::all_to_all), "split_axis");
+  int c = norm_axis(concat_axis, r, op_name(Op::all_to_all), "concat_axis");
   ArrayRef iv = in, ov = out;
   if (!tiled && s != c) {
     // As jax.lax does: insert a unit concat dim, run the tiled form, squeeze the split dim.
@@ -335,28 +327,28 @@ Event all_to_all(const Mesh& mesh, const ArrayRef& in, const ArrayRef& out, cons
     sv.strides[idx[j]] = iv.strides[k + s] * chunk * minor_size(mesh, idx, j);
   }
   copy_strided(dv, sv);
-  return make_event("all_to_all", mesh, axes, idx, in, out.shape, local_count(mesh, in.shape));
+  return make_event(Op::all_to_all, mesh, axes, idx, in, out.shape, local_count(mesh, in.shape));
 }
 
 Shape ppermute_shape(const Mesh& mesh, const Shape& in, const AxisNames& axes, const Perm& perm) {
-  const auto idx = check(mesh, in, axes, "ppermute");
+  const auto idx = check(mesh, in, axes, op_name(Op::ppermute));
   const std::int64_t n = mesh.group_size(idx);
   std::vector<char> src_seen(n, 0), dst_seen(n, 0);
   for (const auto& [src, dst] : perm) {
     for (std::int64_t v : {src, dst}) {
       if (v < 0 || v >= n) {
-        throw std::invalid_argument("[ppermute] index " + std::to_string(v) + " in perm pair (" +
+        throw std::invalid_argument("[" + op_name(Op::ppermute) + "] index " + std::to_string(v) + " in perm pair (" +
                                     std::to_string(src) + ", " + std::to_string(dst) +
                                     ") is outside [0, " + std::to_string(n) + "), the size of " +
                                     axes_str(axes));
       }
     }
     if (src_seen[src]++) {
-      throw std::invalid_argument("[ppermute] source " + std::to_string(src) +
+      throw std::invalid_argument("[" + op_name(Op::ppermute) + "] source " + std::to_string(src) +
                                   " appears twice in perm; each device sends at most once");
     }
     if (dst_seen[dst]++) {
-      throw std::invalid_argument("[ppermute] destination " + std::to_string(dst) +
+      throw std::invalid_argument("[" + op_name(Op::ppermute) + "] destination " + std::to_string(dst) +
                                   " appears twice in perm; each device receives at most once");
     }
   }
@@ -367,13 +359,13 @@ Shape ppermute_shape(const Mesh& mesh, const Shape& in, const AxisNames& axes, c
 
 Event ppermute(const Mesh& mesh, const ArrayRef& in, const ArrayRef& out, const AxisNames& axes,
                const Perm& perm) {
-  check_out(in, out, ppermute_shape(mesh, in.shape, axes, perm), "ppermute");
-  const auto idx = resolve_axes(mesh, axes, "ppermute");
+  check_out(in, out, ppermute_shape(mesh, in.shape, axes, perm), op_name(Op::ppermute));
+  const auto idx = resolve_axes(mesh, axes, op_name(Op::ppermute));
   if (static_cast<std::int64_t>(perm.size()) < mesh.group_size(idx)) fill_zero(out);
   for (const auto& [src, dst] : perm) {
     copy_strided(fix_axes(mesh, out, idx, dst), fix_axes(mesh, in, idx, src));
   }
-  Event e = make_event("ppermute", mesh, axes, idx, in, out.shape, local_count(mesh, in.shape));
+  Event e = make_event(Op::ppermute, mesh, axes, idx, in, out.shape, local_count(mesh, in.shape));
   if (perm.empty()) e.bytes_sent = 0;
   return e;
 }
@@ -399,8 +391,8 @@ void axis_index(const Mesh& mesh, const ArrayRef& out, const AxisNames& axes) {
 }
 
 Shape broadcast_shape(const Mesh& mesh, const Shape& in, const AxisNames& axes, std::int64_t root) {
-  const auto idx = check(mesh, in, axes, "broadcast");
-  check_root(mesh, idx, root, "broadcast");
+  const auto idx = check(mesh, in, axes, op_name(Op::broadcast));
+  check_root(mesh, idx, root, op_name(Op::broadcast));
   Shape out = in;
   for (int a : idx) out[a] = 1;
   return out;
@@ -408,15 +400,15 @@ Shape broadcast_shape(const Mesh& mesh, const Shape& in, const AxisNames& axes, 
 
 Event broadcast(const Mesh& mesh, const ArrayRef& in, const ArrayRef& out, const AxisNames& axes,
                 std::int64_t root) {
-  check_out(in, out, broadcast_shape(mesh, in.shape, axes, root), "broadcast");
-  const auto idx = resolve_axes(mesh, axes, "broadcast");
+  check_out(in, out, broadcast_shape(mesh, in.shape, axes, root), op_name(Op::broadcast));
+  const auto idx = resolve_axes(mesh, axes, op_name(Op::broadcast));
   copy_strided(out, fix_axes(mesh, in, idx, root));
-  return make_event("broadcast", mesh, axes, idx, in, out.shape, local_count(mesh, in.shape));
+  return make_event(Op::broadcast, mesh, axes, idx, in, out.shape, local_count(mesh, in.shape));
 }
 
 Shape reduce_shape(const Mesh& mesh, const Shape& in, const AxisNames& axes, std::int64_t root) {
-  const auto idx = check(mesh, in, axes, "reduce");
-  check_root(mesh, idx, root, "reduce");
+  const auto idx = check(mesh, in, axes, op_name(Op::reduce));
+  check_root(mesh, idx, root, op_name(Op::reduce));
   Shape out = in;
   for (int a : idx) out[a] = mesh.axis_sizes()[a];
   return out;
@@ -424,50 +416,50 @@ Shape reduce_shape(const Mesh& mesh, const Shape& in, const AxisNames& axes, std
 
 Event reduce(const Mesh& mesh, const ArrayRef& in, const ArrayRef& out, const AxisNames& axes,
              std::int64_t root, ReduceOp op) {
-  check_out(in, out, reduce_shape(mesh, in.shape, axes, root), "reduce");
-  const auto idx = resolve_axes(mesh, axes, "reduce");
+  check_out(in, out, reduce_shape(mesh, in.shape, axes, root), op_name(Op::reduce));
+  const auto idx = resolve_axes(mesh, axes, op_name(Op::reduce));
   fill_zero(out);
   all_reduce(mesh, in, fix_axes(mesh, out, idx, root), axes, op);
-  return make_event("reduce", mesh, axes, idx, in, out.shape, local_count(mesh, in.shape));
+  return make_event(Op::reduce, mesh, axes, idx, in, out.shape, local_count(mesh, in.shape));
 }
 
 Shape gather_shape(const Mesh& mesh, const Shape& in, const AxisNames& axes, std::int64_t root,
                    int axis, bool tiled) {
-  Shape out = gather_like_shape(mesh, in, axes, axis, tiled, "gather");
-  const auto idx = resolve_axes(mesh, axes, "gather");
-  check_root(mesh, idx, root, "gather");
+  Shape out = gather_like_shape(mesh, in, axes, axis, tiled, op_name(Op::gather));
+  const auto idx = resolve_axes(mesh, axes, op_name(Op::gather));
+  check_root(mesh, idx, root, op_name(Op::gather));
   for (int a : idx) out[a] = mesh.axis_sizes()[a];
   return out;
 }
 
 Event gather(const Mesh& mesh, const ArrayRef& in, const ArrayRef& out, const AxisNames& axes,
              std::int64_t root, int axis, bool tiled) {
-  check_out(in, out, gather_shape(mesh, in.shape, axes, root, axis, tiled), "gather");
-  const auto idx = resolve_axes(mesh, axes, "gather");
+  check_out(in, out, gather_shape(mesh, in.shape, axes, root, axis, tiled), op_name(Op::gather));
+  const auto idx = resolve_axes(mesh, axes, op_name(Op::gather));
   fill_zero(out);
   all_gather(mesh, in, fix_axes(mesh, out, idx, root), axes, axis, tiled);
-  return make_event("gather", mesh, axes, idx, in, out.shape, local_count(mesh, out.shape));
+  return make_event(Op::gather, mesh, axes, idx, in, out.shape, local_count(mesh, out.shape));
 }
 
 Shape scatter_shape(const Mesh& mesh, const Shape& in, const AxisNames& axes, std::int64_t root,
                     int scatter_dimension, bool tiled) {
-  Shape out = scatter_like_shape(mesh, in, axes, scatter_dimension, tiled, "scatter");
-  check_root(mesh, resolve_axes(mesh, axes, "scatter"), root, "scatter");
+  Shape out = scatter_like_shape(mesh, in, axes, scatter_dimension, tiled, op_name(Op::scatter));
+  check_root(mesh, resolve_axes(mesh, axes, op_name(Op::scatter)), root, op_name(Op::scatter));
   return out;
 }
 
 Event scatter(const Mesh& mesh, const ArrayRef& in, const ArrayRef& out, const AxisNames& axes,
               std::int64_t root, int scatter_dimension, bool tiled) {
-  check_out(in, out, scatter_shape(mesh, in.shape, axes, root, scatter_dimension, tiled), "scatter");
-  const auto idx = resolve_axes(mesh, axes, "scatter");
-  const int d = norm_axis(scatter_dimension, in.ndim() - mesh.ndim(), "scatter", "scatter_dimension");
+  check_out(in, out, scatter_shape(mesh, in.shape, axes, root, scatter_dimension, tiled), op_name(Op::scatter));
+  const auto idx = resolve_axes(mesh, axes, op_name(Op::scatter));
+  const int d = norm_axis(scatter_dimension, in.ndim() - mesh.ndim(), op_name(Op::scatter), "scatter_dimension");
   const ArrayRef o = tiled ? out : insert_unit_dim(out, mesh.ndim() + d);
   auto views = scatter_views(mesh, fix_axes(mesh, in, idx, root), o, idx, d);
   ArrayRef src = views.second;  // drop the reduction dims: one source, the root
   src.shape.resize(views.first.shape.size());
   src.strides.resize(views.first.shape.size());
   copy_strided(views.first, src);
-  return make_event("scatter", mesh, axes, idx, in, out.shape, local_count(mesh, in.shape));
+  return make_event(Op::scatter, mesh, axes, idx, in, out.shape, local_count(mesh, in.shape));
 }
 
 }  // namespace shardlab

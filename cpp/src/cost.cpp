@@ -10,39 +10,6 @@
 
 namespace shardlab {
 
-std::string collective_name(Collective c) {
-  switch (c) {
-    case Collective::all_gather: return "all_gather";
-    case Collective::reduce_scatter: return "reduce_scatter";
-    case Collective::all_reduce: return "all_reduce";
-    case Collective::all_to_all: return "all_to_all";
-    case Collective::ppermute: return "ppermute";
-    case Collective::broadcast: return "broadcast";
-    case Collective::reduce: return "reduce";
-    case Collective::gather: return "gather";
-    case Collective::scatter: return "scatter";
-  }
-  return "?";
-}
-
-Collective parse_collective(const std::string& name) {
-  if (name == "all_gather") return Collective::all_gather;
-  if (name == "reduce_scatter" || name == "psum_scatter") return Collective::reduce_scatter;
-  if (name == "all_reduce" || name == "psum" || name == "pmean" || name == "pmax" ||
-      name == "pmin")
-    return Collective::all_reduce;
-  if (name == "all_to_all") return Collective::all_to_all;
-  if (name == "ppermute") return Collective::ppermute;
-  if (name == "broadcast") return Collective::broadcast;
-  if (name == "reduce") return Collective::reduce;
-  if (name == "gather") return Collective::gather;
-  if (name == "scatter") return Collective::scatter;
-  throw std::invalid_argument(
-      "[cost] unknown collective '" + name +
-      "': use all_gather, reduce_scatter (psum_scatter), all_reduce (psum, pmean, pmax, pmin), "
-      "all_to_all, ppermute, broadcast, reduce, gather or scatter");
-}
-
 namespace {
 
 using Perm = std::vector<std::pair<std::int64_t, std::int64_t>>;

@@ -8,6 +8,11 @@
 #include <string>
 #include <vector>
 
+#include <xtensor/xadapt.hpp>
+#include <xtensor/xarray.hpp>
+#include <xtensor/xmath.hpp>
+#include <xtensor/xview.hpp>
+
 #include "shardlab/attention.hpp"
 #include "shardlab/cpu_features.hpp"
 
@@ -193,6 +198,51 @@ TEST(Attention, FastExpAccuracy) {
       const double want = 1.0 / (1.0 + std::exp(-static_cast<double>(gap)));
       EXPECT_NEAR(o[0], want, 5e-7 * want + 1e-30) << isa_name(isa) << " gap " << gap;
     }
+  }
+}
+
+TEST(Attention, ReferenceAndEveryPathMatchAnXtensorSoftmax) {
+  // softmax(scale q k^T, causal) v per head as xtensor expressions in double (GQA: query head h
+  // reads kv head h / 2): an oracle independent of the reference's loops.
+  const int64_t Tq = 5, Tk = 7, Hq = 4, Hkv = 2, D = 6;
+  std::mt19937 rng(21);
+  const std::vector<float> q = randn(Tq * Hq * D, rng), k = randn(Tk * Hkv * D, rng), v = randn(Tk * Hkv * D, rng);
+  const auto qx = xt::adapt(q, std::vector<size_t>{Tq, Hq, D});
+  const auto kx = xt::adapt(k, std::vector<size_t>{Tk, Hkv, D});
+  const auto vx = xt::adapt(v, std::vector<size_t>{Tk, Hkv, D});
+  AttentionProblem p;
+  p.batch = 1, p.q_len = Tq, p.kv_len = Tk, p.q_heads = Hq, p.kv_heads = Hkv, p.head_dim = D;
+  p.scale = 0.37f;
+  p.causal = true;
+  xt::xarray<double> want_out = xt::zeros<double>({Tq, Hq, D}), want_lse = xt::zeros<double>({Hq, Tq});
+  for (int64_t h = 0; h < Hq; ++h) {
+    const xt::xarray<double> qh = xt::view(qx, xt::all(), h, xt::all());
+    const xt::xarray<double> kh = xt::view(kx, xt::all(), h / 2, xt::all());
+    const xt::xarray<double> vh = xt::view(vx, xt::all(), h / 2, xt::all());
+    xt::xarray<double> logits = static_cast<double>(p.scale) *
+                                xt::sum(xt::view(qh, xt::all(), xt::newaxis(), xt::all()) *
+                                            xt::view(kh, xt::newaxis(), xt::all(), xt::all()),
+                                        {2});
+    const auto i = xt::view(xt::arange<int64_t>(Tq), xt::all(), xt::newaxis());
+    const auto j = xt::view(xt::arange<int64_t>(Tk), xt::newaxis(), xt::all());
+    logits = xt::where(j <= i, logits, -std::numeric_limits<double>::infinity());  // top-left causal
+    const xt::xarray<double> top = xt::amax(logits, {1}, xt::keep_dims);
+    const xt::xarray<double> w = xt::exp(logits - top);
+    const xt::xarray<double> total = xt::sum(w, {1}, xt::keep_dims);
+    xt::view(want_out, xt::all(), h, xt::all()) =
+        xt::sum(xt::view(w / total, xt::all(), xt::all(), xt::newaxis()) * xt::view(vh, xt::newaxis(), xt::all(), xt::all()),
+                {1});
+    xt::view(want_lse, h, xt::all()) = xt::view(xt::log(total) + top, xt::all(), 0);
+  }
+  std::vector<float> o(Tq * Hq * D), l(Hq * Tq);
+  attention_reference_forward(p, q.data(), k.data(), v.data(), o.data(), l.data());
+  EXPECT_TRUE(xt::allclose(xt::adapt(o, want_out.shape()), want_out, 1e-5, 1e-6)) << "reference out";
+  EXPECT_TRUE(xt::allclose(xt::adapt(l, want_lse.shape()), want_lse, 1e-5, 1e-6)) << "reference lse";
+  for (Isa isa : paths()) {
+    IsaGuard guard(isa);
+    attention_forward(p, q.data(), k.data(), v.data(), o.data(), l.data());
+    EXPECT_TRUE(xt::allclose(xt::adapt(o, want_out.shape()), want_out, 2e-5, 2e-5)) << isa_name(isa) << " out";
+    EXPECT_TRUE(xt::allclose(xt::adapt(l, want_lse.shape()), want_lse, 2e-5, 2e-5)) << isa_name(isa) << " lse";
   }
 }
 

@@ -19,26 +19,22 @@
 #include <string>
 #include <vector>
 
+#include <xtensor/xarray.hpp>
+#include <xtensor/xmath.hpp>
+#include <xtensor/xrandom.hpp>
+#include <xtensor/xview.hpp>
+
 #include "shardlab/cpu_features.hpp"
+#include "shardlab/dtype.hpp"
 
 namespace shardlab {
 namespace {
 
 const std::vector<int64_t> kSizes = {1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 65, 127, 129, 257};
 
-uint16_t to_bf16(float f) {  // round to nearest even, as ml_dtypes does
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7FFF + ((u >> 16) & 1);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-float from_bf16(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+// bfloat16 conversions: dtype.hpp's, the core's only ones (round to nearest even, as ml_dtypes).
+uint16_t to_bf16(float f) { return float_to_bf16(f); }
+float from_bf16(uint16_t h) { return bf16_to_float(h); }
 
 // A buffer of random values with an element reader that hides the storage type.
 struct Buffer {
@@ -261,6 +257,47 @@ TEST_F(GemmTest, EmptyDimensions) {
   p.c_row_stride = 4;
   gemm(p);  // M = 0: nothing written
   for (float x : c) EXPECT_TRUE(std::isnan(x));
+}
+
+TEST_F(GemmTest, ReferenceAndEveryPathMatchAnXtensorExpression) {
+  // The definition as one xtensor expression, C[t, i, j] = sum_q A[t, i, q] B[q, j] in double,
+  // B broadcast over the batch (stride 0): an oracle independent of gemm_reference's loops.
+  xt::random::seed(13);
+  const int64_t batch = 2, m = 13, n = 11, k = 29;
+  const xt::xarray<float> af = xt::random::rand<float>({batch, m, k}, -1.0f, 1.0f);
+  const xt::xarray<float> bf = xt::random::rand<float>({k, n}, -1.0f, 1.0f);
+  for (GemmType type : {GemmType::f32, GemmType::bf16}) {
+    // What the kernel reads: bf16 operands are rounded first, and the oracle sees the same values.
+    xt::xarray<uint16_t> ah = xt::zeros<uint16_t>(af.shape()), bh = xt::zeros<uint16_t>(bf.shape());
+    xt::xarray<double> ad = af, bd = bf;
+    if (type == GemmType::bf16) {
+      for (size_t i = 0; i < af.size(); ++i) ah.flat(i) = to_bf16(af.flat(i)), ad.flat(i) = from_bf16(ah.flat(i));
+      for (size_t i = 0; i < bf.size(); ++i) bh.flat(i) = to_bf16(bf.flat(i)), bd.flat(i) = from_bf16(bh.flat(i));
+    }
+    const auto prod = xt::view(ad, xt::all(), xt::all(), xt::all(), xt::newaxis()) *
+                      xt::view(bd, xt::newaxis(), xt::newaxis(), xt::all(), xt::all());
+    const xt::xarray<double> want = xt::sum(prod, {2});
+    const xt::xarray<double> tol = (k + 2) * std::ldexp(1.0, -24) * xt::sum(xt::abs(prod), {2}) + 1e-30;
+    GemmProblem p;
+    p.type = type;
+    p.a = {type == GemmType::f32 ? (const void*)af.data() : (const void*)ah.data(), m, k, k, 1};
+    p.b = {type == GemmType::f32 ? (const void*)bf.data() : (const void*)bh.data(), k, n, n, 1};
+    p.c_row_stride = n;
+    p.batch_shape = {batch};
+    p.a_batch_strides = {m * k};
+    p.b_batch_strides = {0};
+    p.c_batch_strides = {m * n};
+    xt::xarray<float> c = xt::zeros<float>({batch, m, n});
+    p.c = c.data();
+    gemm_reference(p);
+    EXPECT_TRUE(xt::all(xt::abs(c - want) <= tol)) << "gemm_reference " << (type == GemmType::f32 ? "f32" : "bf16");
+    for (Isa isa : supported_isas()) {
+      set_active_isa(isa);
+      c.fill(NAN);
+      gemm(p);
+      EXPECT_TRUE(xt::all(xt::abs(c - want) <= tol)) << label(isa, type, m, n, k) << " batched";
+    }
+  }
 }
 
 TEST_F(GemmTest, BadShapesThrow) {

@@ -2,6 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <xtensor/xarray.hpp>
+#include <xtensor/xbuilder.hpp>
+#include <xtensor/xview.hpp>
+
+#include "shardlab/xtensor.hpp"
+
 using namespace shardlab;
 
 TEST(NamedSharding, ShardShapeAndIndices) {
@@ -48,4 +54,28 @@ TEST(NamedSharding, RejectsBadSpecs) {
     EXPECT_NE(msg.find("[device_put]"), std::string::npos);
     EXPECT_NE(msg.find("not divisible by 8"), std::string::npos);
   }
+}
+
+TEST(NamedSharding, StorageViewSeesEachDeviceBlockWithoutACopy) {
+  Mesh mesh({"x", "y"}, {2, 3});
+  xt::xarray<float> g = xt::arange<float>(36.0f);
+  g.reshape({6, 6});
+  for (const PartitionSpec& spec : {PartitionSpec{{"x"}, {"y"}}, PartitionSpec{{"y", "x"}},
+                                    PartitionSpec{{}, {"x", "y"}}, PartitionSpec{}}) {
+    NamedSharding s(mesh, spec);
+    const ArrayRef view = s.storage_view(xt_ref(g));
+    EXPECT_EQ(view.data, g.data()) << spec_str(spec);
+    EXPECT_EQ(view.shape, s.storage_shape({6, 6})) << spec_str(spec);
+    EXPECT_EQ(s.global_shape(view.shape), (Shape{6, 6})) << spec_str(spec);
+    for (std::int64_t d = 0; d < mesh.size(); ++d) {
+      const auto idx = s.device_indices(d, {6, 6});
+      xt::xarray<float> want = xt::view(g, xt::range(idx[0].first, idx[0].second), xt::range(idx[1].first, idx[1].second));
+      EXPECT_EQ(xt_view<const float>(local_view(mesh, view, d)), want) << spec_str(spec) << " device " << d;
+    }
+  }
+  NamedSharding s(mesh, {{"x"}});
+  EXPECT_EQ(s.storage_shape({4, 5}), (Shape{2, 1, 2, 5}));
+  EXPECT_THROW(s.global_shape({2, 3, 2, 5}), std::invalid_argument);  // y is not in the spec
+  EXPECT_THROW(s.global_shape({2, 1}), std::invalid_argument);        // no local dims
+  EXPECT_THROW(local_view(mesh, ArrayRef{g.data(), DType::float32, {4, 1, 2}, {8, 0, 4}}, 0), std::invalid_argument);
 }

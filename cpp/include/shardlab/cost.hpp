@@ -14,24 +14,11 @@
 #include <vector>
 
 #include "shardlab/hardware.hpp"
+#include "shardlab/ops.hpp"
 
 namespace shardlab {
 
-enum class Collective {
-  all_gather,
-  reduce_scatter,
-  all_reduce,
-  all_to_all,
-  ppermute,
-  broadcast,
-  reduce,
-  gather,
-  scatter
-};
-
-std::string collective_name(Collective c);
-// Accepts the names above and the JAX / ledger spellings (psum, pmean, pmax, pmin, psum_scatter).
-Collective parse_collective(const std::string& name);
+// Collective, collective_name and parse_collective live in ops.hpp with the op names.
 
 // One mesh axis as wired on the machine.
 struct AxisLinks {

@@ -1,4 +1,6 @@
-// Element types the core moves and reduces. bfloat16 is real 2-byte data (ml_dtypes layout).
+// Element types the core moves, reduces and multiplies: the one dtype enum of the core (the
+// collectives, the GEMM and the attention kernels). bfloat16 is real 2-byte data (ml_dtypes
+// layout), stored as std::uint16_t bit patterns; the conversions below are the only ones.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +10,16 @@
 namespace shardlab {
 
 enum class DType { float32, float64, bfloat16, int32, int8, bool_ };
+
+// The DType of a C++ element type: dtype_of<float>::value == DType::float32. bfloat16 has no
+// C++ type; its storage is std::uint16_t, which is not mapped (it could be any 16-bit data).
+template <class T> struct dtype_of;
+template <> struct dtype_of<float> { static constexpr DType value = DType::float32; };
+template <> struct dtype_of<double> { static constexpr DType value = DType::float64; };
+template <> struct dtype_of<std::int32_t> { static constexpr DType value = DType::int32; };
+template <> struct dtype_of<std::int8_t> { static constexpr DType value = DType::int8; };
+template <> struct dtype_of<bool> { static constexpr DType value = DType::bool_; };
+template <class T> inline constexpr DType dtype_v = dtype_of<T>::value;
 
 std::size_t itemsize(DType dtype);
 std::string dtype_name(DType dtype);

@@ -49,6 +49,10 @@ class Ledger {
   std::map<std::string, double> bytes_sent_by_op() const;
   std::map<std::string, double> bytes_sent_by_axes() const;
 
+  // One line per event (op, axes, group size x groups, dtype, bytes in / out / sent per
+  // device, seconds when the cost model filled them) and a total line; for printing.
+  std::string table() const;
+
  private:
   std::vector<Event> events_;
 };

@@ -47,9 +47,26 @@ class NamedSharding {
   // Product of the sizes of the axes splitting dimension `dim` (1 past the spec's end).
   std::int64_t dim_split(int dim) const;
 
+  // The mesh-factorized storage of a global array of shape `global`: per mesh axis its size
+  // where the spec names it, else 1, then the shard shape. (4, 2) mesh, P(None, 'x'), (6, 8):
+  // (4, 1, 6, 2).
+  Shape storage_shape(const Shape& global) const;
+  // The global shape whose storage has shape `storage`; throws std::invalid_argument naming
+  // `op` when `storage` is not a storage shape of this sharding.
+  Shape global_shape(const Shape& storage, const std::string& op = "global_shape") const;
+  // The global array `global` seen as storage: a strided view of the same memory, no copy
+  // (mesh dims of the spec's axes step through the blocks, the others have size 1). Copying
+  // it out is device_put; copying storage into it gathers the global array back.
+  ArrayRef storage_view(const ArrayRef& global, const std::string& op = "device_put") const;
+
  private:
   Mesh mesh_;
   PartitionSpec spec_;
 };
+
+// Device `device_id`'s local value in mesh-factorized `storage` (mesh.ndim() leading mesh dims,
+// each of size 1 or the axis size): the mesh dims fixed at the device's coordinates and
+// dropped. A view of the same memory.
+ArrayRef local_view(const Mesh& mesh, const ArrayRef& storage, std::int64_t device_id);
 
 }  // namespace shardlab
