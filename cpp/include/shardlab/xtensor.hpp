@@ -8,7 +8,7 @@
 // Emulator's collectives.
 //
 //   shardlab::Emulator em(shardlab::Mesh({"x", "y"}, {4, 2}));
-//   xt::xarray<float> a = xt::arange<float>(32.0f).reshape({8, 4});
+//   xt::xarray<float> a = xt::random::rand<float>({8, 4});
 //   auto s = em.device_put(a, {{"x"}, {"y"}});       // storage (4, 2, 2, 2)
 //   auto total = em.psum(s, {"x"});                   // (1, 2, 2, 2): a partial sum per y
 //   auto mine = em.shard(total, 5);                   // device 5's block, no copy
