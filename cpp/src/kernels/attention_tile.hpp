@@ -280,23 +280,36 @@ inline void pack_cols(const T* src, int64_t ld, int64_t rows, int64_t cols, floa
 // H * D elements apart, each on its own 4 KiB page for H * D * 4 >= 4096 bytes, so a tile of
 // 96 rows cost 96 TLB entries and defeated the hardware prefetcher (a tenth of the forward's
 // time and more of the backward's went to copying them tile by tile).
-// Returns x itself when it already has that layout (fp32, one head, D a multiple of 16).
+// head_major_buffer returns the destination (from `scratch`), or nullptr when x already has
+// that layout (fp32, one head, D a multiple of 16) and is read in place (as_f32(x)).
+// pack_heads_team fills it from inside a parallel region (an orphaned `omp for nowait`, so
+// the copies of Q, K and V share the kernel's one fork/join: on a shared machine each extra
+// join can wait a scheduler tick for a descheduled thread); the caller puts the barrier.
 template <class T>
-const float* pack_heads(const T* x, int64_t B, int64_t Tn, int64_t H, int64_t D,
-                        Scratch& scratch) {
-  const int64_t Dp = pad16(D);
+float* head_major_buffer(const T*, int64_t B, int64_t Tn, int64_t H, int64_t D,
+                         Scratch& scratch) {
   if constexpr (std::is_same_v<T, float>) {
-    if (H == 1 && D == Dp) return x;
+    if (H == 1 && D == pad16(D)) return nullptr;
   }
-  float* dst = scratch.get(B * H * Tn * Dp);
-#pragma omp parallel for schedule(static)
+  return scratch.get(B * H * Tn * pad16(D));
+}
+
+template <class T>
+const float* as_f32(const T* x) {
+  if constexpr (std::is_same_v<T, float>) return x;
+  return nullptr;
+}
+
+template <class T>
+void pack_heads_team(const T* x, int64_t B, int64_t Tn, int64_t H, int64_t D, float* dst) {
+  const int64_t Dp = pad16(D);
+#pragma omp for schedule(static) nowait
   for (int64_t r = 0; r < B * Tn; ++r) {
     const int64_t b = r / Tn, t = r % Tn;
     for (int64_t h = 0; h < H; ++h) {
       pack_rows(x + (r * H + h) * D, D, 1, D, dst + ((b * H + h) * Tn + t) * Dp, Dp);
     }
   }
-  return dst;
 }
 
 inline bool mask_keep(const AttentionProblem& p, int64_t b, int64_t h, int64_t i, int64_t j) {
@@ -319,12 +332,19 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
   const float qmul = p.scale * kLog2e;  // scores in log2 units: exp2 instead of exp
   const int64_t ldq = Hq * D;
   static thread_local Scratch qbuf, kbuf, vbuf;
-  const float* qh = pack_heads(q, B, Tq, Hq, D, qbuf);  // [B][Hq][Tq][Dp]
-  const float* kh = pack_heads(k, B, Tk, Hkv, D, kbuf);  // [B][Hkv][Tk][Dp]
-  const float* vh = pack_heads(v, B, Tk, Hkv, D, vbuf);
+  float* const qdst = head_major_buffer(q, B, Tq, Hq, D, qbuf);  // [B][Hq][Tq][Dp]
+  float* const kdst = head_major_buffer(k, B, Tk, Hkv, D, kbuf);  // [B][Hkv][Tk][Dp]
+  float* const vdst = head_major_buffer(v, B, Tk, Hkv, D, vbuf);
+  const float* qh = qdst ? qdst : as_f32(q);
+  const float* kh = kdst ? kdst : as_f32(k);
+  const float* vh = vdst ? vdst : as_f32(v);
 
 #pragma omp parallel
   {
+    if (qdst) pack_heads_team(q, B, Tq, Hq, D, qdst);
+    if (kdst) pack_heads_team(k, B, Tk, Hkv, D, kdst);
+    if (vdst) pack_heads_team(v, B, Tk, Hkv, D, vdst);
+#pragma omp barrier
     TileBuffer buf(Dp * kBq + kBk * kBq + kBq * Dp + 5 * kBq);
     float* Qt = buf.data();       // [D][kBq], pre-scaled
     float* St = Qt + Dp * kBq;    // [kBk][kBq]
@@ -441,16 +461,27 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
 
   // delta[b, h, i] = dout_i . out_i, and lse in log2 units with -inf turned into +inf so a
   // fully masked row recomputes P = exp2(s - inf) = 0.
+  // Q and dO are regrouped head-major (see head_major_buffer) in the same parallel region.
   std::vector<float> delta(B * Hq * Tq), lse2(B * Hq * Tq);
-#pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < B * Hq * Tq; ++r) {
-    const int64_t b = r / (Hq * Tq), h = r / Tq % Hq, i = r % Tq;
-    const T* o = out + (b * Tq + i) * ldq + h * D;
-    const T* g = dout + (b * Tq + i) * ldq + h * D;
-    float s = 0.0f;
-    for (int64_t d = 0; d < D; ++d) s += widen(o[d]) * widen(g[d]);
-    delta[r] = s;
-    lse2[r] = lse[r] == -kInf ? kInf : lse[r] * kLog2e;
+  static thread_local Scratch qbuf, dobuf;
+  float* const qdst = head_major_buffer(q, B, Tq, Hq, D, qbuf);  // [B][Hq][Tq][Dp]
+  float* const dodst = head_major_buffer(dout, B, Tq, Hq, D, dobuf);
+  const float* qh = qdst ? qdst : as_f32(q);
+  const float* doh = dodst ? dodst : as_f32(dout);
+#pragma omp parallel
+  {
+    if (qdst) pack_heads_team(q, B, Tq, Hq, D, qdst);
+    if (dodst) pack_heads_team(dout, B, Tq, Hq, D, dodst);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < B * Hq * Tq; ++r) {
+      const int64_t b = r / (Hq * Tq), h = r / Tq % Hq, i = r % Tq;
+      const T* o = out + (b * Tq + i) * ldq + h * D;
+      const T* g = dout + (b * Tq + i) * ldq + h * D;
+      float s = 0.0f;
+      for (int64_t d = 0; d < D; ++d) s += widen(o[d]) * widen(g[d]);
+      delta[r] = s;
+      lse2[r] = lse[r] == -kInf ? kInf : lse[r] * kLog2e;
+    }
   }
 
   const int64_t nthreads = omp_get_max_threads();
@@ -460,9 +491,6 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
   // Partial dQ of a chunk: [G][Tq][Dp].
   std::vector<float> partial(nchunks > 1 ? ntasks * G * Tq * Dp : 0, 0.0f);
   if (nchunks == 1) std::fill(dq, dq + B * Tq * Hq * D, 0.0f);
-  static thread_local Scratch qbuf, dobuf;
-  const float* qh = pack_heads(q, B, Tq, Hq, D, qbuf);  // [B][Hq][Tq][Dp]
-  const float* doh = pack_heads(dout, B, Tq, Hq, D, dobuf);
 
 #pragma omp parallel
   {
