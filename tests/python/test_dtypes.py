@@ -316,15 +316,20 @@ def test_result_type_errors():
 
 # --- the names other modules use keep their behaviour ---------------------------------------
 
-def test_old_names_behave_as_before_whatever_x64():
+def test_canonicalize_is_jaxs_entry_conversion():
     assert dtypes.SUPPORTED == (np.float32, np.float64, dtypes.bfloat16, np.int32, np.int8, np.bool_)
+    assert dtypes.canonicalize(np.arange(3, dtype=np.int64), "op").dtype == np.int32
+    assert dtypes.canonicalize(np.zeros(2, np.float64), "op").dtype == np.float32
+    assert dtypes.canonicalize(np.zeros(2, np.uint8), "op").dtype == np.uint8
+    assert dtypes.canonicalize(np.zeros(2, ">f4"), "op").dtype == np.float32
+    with pytest.raises(OverflowError, match=r"\[op\] integer values do not fit in int32"):
+        dtypes.canonicalize(np.array([2**40]), "op")
+    with pytest.raises(TypeError, match=r"\[op\] dtype complex128 is not supported"):
+        dtypes.canonicalize(np.zeros(2, complex), "op")
     with dtypes.x64_scope(True):
         assert dtypes.check_dtype("float64", "op") == np.float64
         with pytest.raises(TypeError, match=r"\[op\] dtype int64 is not supported"):
             dtypes.check_dtype("int64", "op")
-        out = dtypes.canonicalize(np.arange(3, dtype=np.int64), "op")
-        assert out.dtype == np.int32
-        with pytest.raises(OverflowError, match=r"\[op\]"):
-            dtypes.canonicalize(np.array([2**40]), "op")
         kept = np.zeros(2, np.float64)
         assert dtypes.canonicalize(kept, "op") is kept
+        assert dtypes.canonicalize(np.array([2**40]), "op").dtype == np.int64

@@ -162,3 +162,26 @@ def test_bad_tokens_and_dtype():
         transformer.forward(params, np.zeros(5, int), cfg)
     with pytest.raises(ValueError, match=r"\[init_params\] dtype 'int8'"):
         transformer.init_params(cfg, dtype="int8")
+
+
+@pytest.mark.parametrize("name", ["gqa-rmsnorm", "gpt2-like", "neox-like", "mqa-untied"])
+def test_backward_ledger_equals_flops_per_token(name):
+    """With shardlab.grad: the backward pass's recorded FLOPs are flops_per_token's backward
+    (every matmul twice its forward, attention the FlashAttention-2 backward's 10H per pair)."""
+    cfg = CONFIGS[name]
+    T, B = 16, 8
+    params = transformer.init_params(cfg, seed=0)
+    rng = np.random.default_rng(0)
+    tokens, targets = rng.integers(0, cfg.vocab_size, (B, T)), rng.integers(0, cfg.vocab_size, (B, T))
+    mesh = sl.make_mesh((8,), ("x",))
+    f = sl.shard_map(lambda p, t, y: sl.lax.pmean(transformer.loss(p, t, y, cfg), "x"), mesh=mesh,
+                     in_specs=(P(), P("x"), P("x")), out_specs=P())
+    with sl.Ledger() as ledger:
+        grads = sl.grad(lambda p: sl.numpy.sum(f(p, tokens, targets)))(params)
+    flops = flops_per_token(cfg, T, causal=True, training=True, attention_backward="flash")
+    fwd = sum(e["flops"] * e["num_groups"] for e in ledger.events if e["phase"] == "forward")
+    bwd = sum(e["flops"] * e["num_groups"] for e in ledger.events if e["phase"] == "backward")
+    assert fwd == flops.forward * T * B
+    assert bwd == flops.backward * T * B
+    assert bwd == 2 * flops.forward_matmul * T * B + 10 / 4 * flops.forward_attention * T * B
+    assert transformer.num_elements(grads) == param_count(cfg).total

@@ -16,6 +16,7 @@ import numpy as np
 import shardlab._core as _core
 
 from ..core.sharding import NamedSharding
+from ..kernels.native import copy
 from .storage import AbstractStorage, is_abstract
 
 
@@ -56,7 +57,7 @@ def from_storage(storage: np.ndarray, sharding: NamedSharding, global_shape: tup
     unused = [i for i, n in enumerate(mesh.axis_names) if n not in sharding.spec.mesh_axes()]
     v = storage.transpose(order + unused)
     v = v.reshape(v.shape[: len(order)]) if unused else v  # unused dims have size 1
-    return _core.copy(v).reshape(global_shape)
+    return copy(v).reshape(global_shape)
 
 
 def global_value(storage, sharding: NamedSharding, global_shape: tuple):

@@ -23,6 +23,7 @@ from ..core import memory, views
 from ..core.dtypes import canonicalize
 from ..core.mesh import Device
 from ..core.sharding import NamedSharding, as_sharding
+from ..kernels.native import copy
 from .layout import from_storage, storage_shape, to_storage
 from .storage import AbstractStorage, host_nbytes, is_abstract
 
@@ -224,7 +225,7 @@ def device_put(x, device=None, *, may_alias=None, donate=None) -> ShardedArray:
     memory.check_alloc("device_put", view.size * view.dtype.itemsize,
                        f"a {arr.shape} {arr.dtype} array sharded as {sharding.spec!r} is that large on this mesh; "
                        f"shard it over more axes, or use an abstract mesh (make_mesh(..., abstract=True))")
-    storage = _core.copy(view)
+    storage = copy(view)
     return ShardedArray(storage, sharding, arr.shape)
 
 

@@ -19,6 +19,7 @@ from ..core.dtypes import bfloat16, default_int_dtype, float32, float64, int8, i
 from ..core.einsum_spec import free_letters
 from ..kernels.attention import run_backward, run_forward
 from ..kernels.einsum import einsum_arrays
+from ..kernels.native import as_bits, narrow, wide
 from ..primitives import attention as att
 from ..primitives import broadcasting as bc
 from ..primitives import collectives as col
@@ -362,27 +363,33 @@ def _psum(storages, mesh, *, axes, reduction):
     x = storages[0]
     if reduction == "mean" and x.dtype.kind in "iub":
         x = x.astype(np.float32)
-    return [_core.all_reduce(mesh._core, x, list(axes), reduction)[0]]
+    return [narrow(_core.all_reduce(mesh._core, x.astype(wide(x.dtype), copy=False), list(axes), reduction)[0],
+                   x.dtype)]
 
 
 @_collective_impl(col.ALL_GATHER)
 def _all_gather(storages, mesh, *, axes, axis, tiled):
-    return [_core.all_gather(mesh._core, storages[0], list(axes), axis, tiled)[0]]
+    x = storages[0]
+    return [_core.all_gather(mesh._core, as_bits(x), list(axes), axis, tiled)[0].view(x.dtype)]
 
 
 @_collective_impl(col.PSUM_SCATTER)
 def _psum_scatter(storages, mesh, *, axes, dim, tiled):
-    return [_core.psum_scatter(mesh._core, storages[0], list(axes), dim, tiled)[0]]
+    x = storages[0]
+    return [narrow(_core.psum_scatter(mesh._core, x.astype(wide(x.dtype), copy=False), list(axes), dim, tiled)[0],
+                   x.dtype)]
 
 
 @_collective_impl(col.ALL_TO_ALL)
 def _all_to_all(storages, mesh, *, axes, split, concat, tiled):
-    return [_core.all_to_all(mesh._core, storages[0], list(axes), split, concat, tiled)[0]]
+    x = storages[0]
+    return [_core.all_to_all(mesh._core, as_bits(x), list(axes), split, concat, tiled)[0].view(x.dtype)]
 
 
 @_collective_impl(col.PPERMUTE)
 def _ppermute(storages, mesh, *, axes, perm):
-    return [_core.ppermute(mesh._core, storages[0], list(axes), list(perm))[0]]
+    x = storages[0]
+    return [_core.ppermute(mesh._core, as_bits(x), list(axes), list(perm))[0].view(x.dtype)]
 
 
 @_impl(col.AXIS_INDEX)
@@ -392,7 +399,8 @@ def _axis_index(storages, mesh, *, axes):
 
 @_collective_impl(col.PBROADCAST)
 def _pbroadcast(storages, mesh, *, axes, root):
-    return [_core.broadcast(mesh._core, storages[0], list(axes), root)[0]]
+    x = storages[0]
+    return [_core.broadcast(mesh._core, as_bits(x), list(axes), root)[0].view(x.dtype)]
 
 
 @_collective_impl(col.REDUCE)
@@ -400,17 +408,20 @@ def _reduce(storages, mesh, *, axes, root, reduction):
     x = storages[0]
     if reduction == "mean" and x.dtype.kind in "iub":
         x = x.astype(np.float32)
-    return [_core.reduce(mesh._core, x, list(axes), root, reduction)[0]]
+    return [narrow(_core.reduce(mesh._core, x.astype(wide(x.dtype), copy=False), list(axes), root, reduction)[0],
+                   x.dtype)]
 
 
 @_collective_impl(col.GATHER)
 def _gather(storages, mesh, *, axes, root, axis, tiled):
-    return [_core.gather(mesh._core, storages[0], list(axes), root, axis, tiled)[0]]
+    x = storages[0]
+    return [_core.gather(mesh._core, as_bits(x), list(axes), root, axis, tiled)[0].view(x.dtype)]
 
 
 @_collective_impl(col.SCATTER)
 def _scatter(storages, mesh, *, axes, root, dim, tiled):
-    return [_core.scatter(mesh._core, storages[0], list(axes), root, dim, tiled)[0]]
+    x = storages[0]
+    return [_core.scatter(mesh._core, as_bits(x), list(axes), root, dim, tiled)[0].view(x.dtype)]
 
 
 @_impl(col.PCAST)

@@ -508,11 +508,30 @@ def check_dtype(dtype, op: str) -> np.dtype:
     return dtype
 
 
-def canonicalize(arr: np.ndarray, op: str) -> np.ndarray:
-    """Applies JAX's default (x64-off) integer canonicalization: int64/uint → int32."""
-    if arr.dtype.kind in "iu" and arr.dtype not in (int32, int8):
-        if arr.size and (arr.max() > np.iinfo(np.int32).max or arr.min() < np.iinfo(np.int32).min):
-            raise OverflowError(f"[{op}] integer values do not fit in int32, shardlab's integer type")
-        return arr.astype(np.int32)
-    check_dtype(arr.dtype, op)
-    return arr
+def canonicalize(arr, op: str) -> np.ndarray:
+    """`arr` as a numpy array of JAX's canonical dtype (:func:`canonicalize_dtype`: with x64 off
+    float64 -> float32, int64 -> int32, uint64 -> uint32), in native byte order; what a value
+    entering shardlab (device_put, shard_map, a constant) becomes.
+
+    Raises:
+        OverflowError: integers that do not fit the canonical type (JAX would wrap them).
+        TypeError: a dtype shardlab does not have (complex, object, ...), naming `op`.
+
+    Example:
+        >>> import numpy as np
+        >>> from shardlab import dtypes
+        >>> dtypes.canonicalize(np.arange(3.0), "device_put").dtype, dtypes.canonicalize(np.uint8([1]), "op").dtype
+        (dtype('float32'), dtype('uint8'))
+    """
+    arr = np.asarray(arr)
+    if not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    target = _canonical(_as_dtype(arr.dtype, op))
+    if target == arr.dtype:
+        return arr
+    if target.kind in "iu" and arr.size:
+        info = np.iinfo(target)
+        if arr.max() > info.max or arr.min() < info.min:
+            raise OverflowError(f"[{op}] integer values do not fit in {target} (JAX's {target} with x64 off); "
+                                f"enable x64 (shardlab.config.update('enable_x64', True)) or scale them")
+    return arr.astype(target)
