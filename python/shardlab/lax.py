@@ -4,10 +4,10 @@
 from ._src.ops.lax import (  # noqa: F401
     all_gather, all_to_all, axis_index, axis_size, broadcast, dynamic_slice, dynamic_slice_in_dim,
     dynamic_update_slice, dynamic_update_slice_in_dim, fori_loop, gather, pcast, pmax, pmean, pmin, ppermute,
-    pshuffle, psum, psum_scatter, pvary, reduce, scatter,
+    pshuffle, psum, psum_scatter, pvary, reduce, scatter, top_k,
 )
 
 __all__ = ["all_gather", "all_to_all", "axis_index", "axis_size", "broadcast", "dynamic_slice",
            "dynamic_slice_in_dim", "dynamic_update_slice", "dynamic_update_slice_in_dim", "fori_loop", "gather",
            "pcast", "pmax", "pmean", "pmin", "ppermute", "pshuffle", "psum", "psum_scatter", "pvary", "reduce",
-           "scatter"]
+           "scatter", "top_k"]

@@ -224,12 +224,12 @@ def test_attention_with_an_array_scale():
         np.testing.assert_allclose(fn(q, q, q, scale=np.float32(0.5)), fn(q, q, q, scale=0.5))
 
 
-@pytest.mark.xfail(strict=True, reason="dot_product_attention on 1-D inputs returns a value instead of "
-                                       "raising; lives in _src/ops/nn.py (owned by the dtypes/numpy work)")
 def test_attention_on_1d_inputs():
     q = np.ones(8, np.float32)
-    with pytest.raises(ValueError, match=r"^\[dot_product_attention\]"):
+    with pytest.raises(ValueError, match=r"^\[dot_product_attention\] query, key and value must be"):
         sl.nn.dot_product_attention(q, q, q)
+    with pytest.raises(ValueError, match=r"^\[dot_product_attention_vjp\] query, key and value must be"):
+        sl.nn.dot_product_attention_vjp(q, q, q, q)
 
 
 # -- section 6: friction in part 3 --------------------------------------------------------------

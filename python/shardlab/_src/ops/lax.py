@@ -29,6 +29,7 @@ from ..primitives import collectives as col
 from ..primitives import structural as st
 from ..primitives.primitive import bind
 from . import numpy as jnp
+from .numpy_more import top_k  # noqa: F401  (jax.lax.top_k)
 
 
 def _axes(axis_name, op: str):

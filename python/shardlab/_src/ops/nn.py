@@ -145,6 +145,13 @@ def _as_local(values):
     return UNIT_MESH, [None if v is None else lift(np.asarray(v), UNIT_MESH) for v in values], False
 
 
+def _check_ranks(op, *xs):
+    for x in xs:
+        if x.ndim not in (3, 4):
+            raise ValueError(f"[{op}] query, key and value must be [batch, seq, heads, head_dim] or "
+                             f"[seq, heads, head_dim], got local shapes {[tuple(v.shape) for v in xs]}")
+
+
 def _check_mask(mask, op):
     if mask is not None and mask.dtype != np.bool_:
         raise TypeError(f"[{op}] mask must be boolean (True = attend), got {mask.dtype}")
@@ -191,6 +198,7 @@ def dot_product_attention(query, key, value, bias=None, mask=None, *, scale=None
     if implementation not in (None, "xla"):
         raise NotImplementedError(f"[{op}] implementation={implementation!r} is not available on the CPU; use None")
     mesh, (q, k, v, m), local = _as_local([query, key, value, mask])
+    _check_ranks(op, q, k, v)
     _check_mask(m, op)
     q4, k4, v4 = _to4d(q), _to4d(k), _to4d(v)
     mask_args = [] if m is None else [_mask4(m)]
@@ -229,6 +237,7 @@ def dot_product_attention_vjp(query, key, value, dout, *, mask=None, scale=None,
     """
     op = "dot_product_attention_vjp"
     mesh, (q, k, v, g, m), local = _as_local([query, key, value, dout, mask])
+    _check_ranks(op, q, k, v)
     _check_mask(m, op)
     mask_args = [] if m is None else [_mask4(m)]
     grads = bind(att.ATTENTION_BWD, [_to4d(q), _to4d(k), _to4d(v), _to4d(g), *mask_args], mesh,
