@@ -70,4 +70,4 @@ def test_roofline_needs_hardware_and_dataframe_has_every_event():
     pd = pytest.importorskip("pandas")
     df = ledger.to_dataframe()
     assert isinstance(df, pd.DataFrame) and list(df["op"]) == ["psum"]
-    assert df["bytes_sent"][0] == 2 * (2 - 1) / 2 * 16   # float64[2] per device, ring AllReduce
+    assert df["bytes_sent"][0] == 2 * (2 - 1) / 2 * 8   # float32[2] per device (float64 enters as float32, as JAX), ring AllReduce

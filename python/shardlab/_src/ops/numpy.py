@@ -695,7 +695,12 @@ def einsum(subscripts, *operands, optimize=True, preferred_element_type=None):
 
 # -- methods of LocalArray -------------------------------------------------------------------
 def _method(fn):
-    return lambda self, *a, **k: fn(self, *a, **k)
+    def method(self, *a, **k):
+        return fn(self, *a, **k)
+
+    method.__name__ = fn.__name__
+    method.__doc__ = f"``jnp.{fn.__name__}(self, ...)``, on the local value. {(fn.__doc__ or '').strip()}"
+    return method
 
 
 register_method("reshape", lambda self, *shape, order="C": reshape(
