@@ -101,30 +101,36 @@ def sharding_diagram(shape, sharding: NamedSharding) -> ShardingDiagram:
     return ShardingDiagram(shape, sharding)
 
 
-def _show(diagram: ShardingDiagram) -> None:
+def _show(shape, sharding: NamedSharding) -> None:
+    """Draws with shardlab.viz's picture (a colour per block, the book's notation, any rank)
+    when it is registered, else with the plain diagram; HTML in Jupyter, colour in a terminal."""
+    draw = views.SHARDING_PICTURE[0]
+    picture = draw(shape, sharding) if draw is not None else sharding_diagram(shape, sharding)
     try:
         from IPython import get_ipython
 
         if get_ipython() is not None and "IPKernelApp" in get_ipython().config:
             from IPython.display import HTML, display
 
-            display(HTML(diagram._repr_html_()))
+            display(HTML(picture.html if draw is not None else picture._repr_html_()))
             return
     except ImportError:
         pass
-    Console().print(diagram.__rich__())
+    Console().print((picture.renderable or picture.text) if draw is not None else picture.__rich__())
 
 
 def visualize_sharding(shape, sharding: NamedSharding) -> None:
     """Draws which devices hold each block of an array of `shape` (as jax.debug)."""
-    _show(sharding_diagram(shape, sharding))
+    if not isinstance(sharding, NamedSharding):
+        raise TypeError(f"[visualize_sharding] expected a NamedSharding, got {type(sharding).__name__}")
+    _show(tuple(shape), sharding)
 
 
 def visualize_array_sharding(arr) -> None:
     """Draws the layout of a ShardedArray (as ``jax.debug.visualize_array_sharding``)."""
     if not isinstance(arr, ShardedArray):
         raise TypeError(f"[visualize_array_sharding] expected a ShardedArray, got {type(arr).__name__}")
-    _show(sharding_diagram(arr.shape, arr.sharding))
+    _show(arr.shape, arr.sharding)
 
 
 def notation(sharding, ndim: int | None = None, *, name: str = "A", letters: str = "IJKLMNOP",

@@ -248,9 +248,9 @@ class CollectiveCost:
         return view if view is not None else f"<code>{html.escape(str(self))}</code>"
 
     def __str__(self) -> str:
-        book = "n/a" if self.book_seconds is None else f"{self.book_seconds * 1e6:.4g} us"
-        return (f"{self.op} over {self.axes} (n={self.group_size}, V={self.bytes:.4g} B): "
-                f"{self.seconds * 1e6:.4g} us ({self.bound}-bound, {self.hops} hops); book {book}")
+        book = "n/a" if self.book_seconds is None else units.fmt_seconds(self.book_seconds)
+        return (f"{self.op} over {self.axes} (n={self.group_size}, V={units.fmt_bytes(self.bytes)}): "
+                f"{units.fmt_seconds(self.seconds)} ({self.bound}-bound, {self.hops} hops); book {book}")
 
 
 def schedule(op: str, size: int, topology: str, nbytes: float, *, perm=None, root: int = 0):
