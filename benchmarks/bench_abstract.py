@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import platform
 import resource
 import sys
 import time
@@ -30,6 +29,8 @@ from rich.table import Table
 import shardlab as sl
 import shardlab.numpy as jnp
 from shardlab import P
+
+from common import cpu_model
 
 
 class Config:
@@ -139,16 +140,6 @@ def _map(fn, tree):
     return fn(tree)
 
 
-def cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def main() -> int:
     check = small_check()
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
@@ -162,7 +153,7 @@ def main() -> int:
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     roof = ledger.roofline(overlap="max")
     by_phase = ledger.by_phase()
-    table = Table(title=f"abstract mode on {cpu_name()} ({os.cpu_count()} cores, load {os.getloadavg()[0]:.2f})")
+    table = Table(title=f"abstract mode on {cpu_model()} ({os.cpu_count()} cores, load {os.getloadavg()[0]:.2f})")
     table.add_column("case")
     table.add_column("shardlab")
     table.add_column("goal")

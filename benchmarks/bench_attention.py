@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import time
 
 import numpy as np
@@ -32,6 +31,7 @@ import threadpoolctl
 from rich.console import Console
 from rich.table import Table
 
+from common import cpu_model
 from shardlab import _core
 from shardlab.kernels import flash_attention, flash_attention_backward
 
@@ -43,19 +43,6 @@ def omp_threads() -> int:
         if info["internal_api"] == "openmp":
             return int(info["num_threads"])
     return int(os.environ.get("OMP_NUM_THREADS", os.cpu_count()))
-
-
-def cpu_model() -> str:
-    """The CPU as /proc/cpuinfo names it, with family and model (Zen 3 is family 25)."""
-    fields = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                fields.setdefault(key.strip(), value.strip())
-    except OSError:
-        return platform.processor() or "unknown CPU"
-    return f"{fields.get('model name', '?')} (family {fields.get('cpu family', '?')}, model {fields.get('model', '?')})"
 
 
 def best_pair(ours, theirs, reps: int) -> tuple[float, float]:

@@ -14,9 +14,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import platform
 import sys
-import time
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
@@ -27,27 +25,7 @@ from rich.table import Table  # noqa: E402
 import shardlab as sl  # noqa: E402
 import shardlab.numpy as snp  # noqa: E402
 from shardlab import P  # noqa: E402
-
-
-def best(fn, repeat=7, number=1):
-    fn()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - t) / number)
-    return min(times)
-
-
-def cpu_name() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+from common import best, cpu_model  # noqa: E402
 
 
 def dispatch(rows, jax, jnp):
@@ -124,7 +102,7 @@ def main() -> int:
     rows: list = []
     dispatch(rows, jax, jnp)
     gradient_step(rows, jax, jnp)
-    table = Table(title=f"shardlab autodiff on {cpu_name()} ({os.cpu_count()} cores, load {os.getloadavg()[0]:.2f})")
+    table = Table(title=f"shardlab autodiff on {cpu_model()} ({os.cpu_count()} cores, load {os.getloadavg()[0]:.2f})")
     for col in ("case", "shardlab", "reference", "ratio (reference / ours; higher is better)"):
         table.add_column(col)
     for name, ours, ref, ratio in rows:

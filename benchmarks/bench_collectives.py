@@ -10,7 +10,6 @@ import json
 import os
 import pathlib
 import sys
-import time
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
@@ -20,19 +19,9 @@ from rich.table import Table  # noqa: E402
 
 import shardlab as sl  # noqa: E402
 from shardlab import P  # noqa: E402
+from common import best  # noqa: E402
 
 MB = 1 << 20
-
-
-def best(fn, repeat=5, number=1):
-    fn()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        for _ in range(number):
-            fn()
-        times.append((time.perf_counter() - t) / number)
-    return min(times)
 
 
 def rss_bytes() -> int:

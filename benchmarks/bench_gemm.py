@@ -31,6 +31,7 @@ import threadpoolctl
 from rich.console import Console
 from rich.table import Table
 
+from common import cpu_model
 from shardlab import _core
 from shardlab.kernels import gemm
 
@@ -56,19 +57,6 @@ def best_interleaved(fns, reps: int, budget: float) -> list[float]:
             fn()
             best[i] = min(best[i], time.perf_counter() - t0)
     return best
-
-
-def cpu_model() -> str:
-    """The CPU as /proc/cpuinfo names it, with family and model (Zen 3 is family 25)."""
-    fields = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                fields.setdefault(key.strip(), value.strip())
-    except OSError:
-        return "unknown CPU"
-    return f"{fields.get('model name', '?')} (family {fields.get('cpu family', '?')}, model {fields.get('model', '?')})"
 
 
 def openblas_info() -> str:

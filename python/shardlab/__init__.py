@@ -65,6 +65,13 @@ for _cls, _fn in viz.VIEWS.items():
         _cls.__repr__ = viz.TEXTS[_cls]
 _views.register("ShardedArray", lambda arr: f"<div><code>{_html.escape(repr(arr))}</code>{viz.sharding(arr).html}</div>")
 _views.SHARDING_PICTURE[0] = lambda shape, sharding: viz.sharding(shape, sharding)
-cost.Roofline.plot = lambda self, ax=None: viz.roofline_plot(self, ax=ax)  # noqa: E731
+
+
+def _roofline_plot(self, ax=None):
+    """The roofline with this program's point on it (matplotlib; ``shardlab.viz.roofline_plot``)."""
+    return viz.roofline_plot(self, ax=ax)
+
+
+cost.Roofline.plot = _roofline_plot
 __all__.append("viz")
 del _cls, _fn

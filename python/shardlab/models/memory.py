@@ -34,7 +34,6 @@ from __future__ import annotations
 import math
 
 from .config import ModelConfig
-from .dtypes import dtype_bytes
 from .params import norm_params, param_count
 from .report import Report
 

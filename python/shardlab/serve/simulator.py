@@ -211,7 +211,7 @@ class _Engine:
 
     # -- the loop -------------------------------------------------------------------------------
     def run(self):
-        env, cfg = self.env, self.cfg
+        env = self.env
         while True:
             self._admit()
             if not self.prefilling and not self.heap:
@@ -253,7 +253,6 @@ class _Engine:
 
     def _mixed_step(self):
         env, cfg = self.env, self.cfg
-        t0 = env.now
         budget = cfg.chunk_size or self.prefilling[0].todo     # None: one whole prompt per step
         tokens, pairs, ctx, done = 0, 0.0, 0, []
         for q in self.prefilling:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import numpy as np
 
-import shardlab._core as _core
 
 from ..core.sharding import NamedSharding
 from ..kernels.native import copy

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-import shardlab._core as _core
 
 from ..core import memory, views
 from ..core.dtypes import canonicalize

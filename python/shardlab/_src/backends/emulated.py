@@ -358,38 +358,42 @@ def _collective_impl(prim):
     return register
 
 
+def _move(core_fn, x, mesh, axes, *args):
+    """A data-movement collective on any dtype: the core moves its bits under a core dtype of
+    the same size."""
+    return [core_fn(mesh._core, as_bits(x), list(axes), *args)[0].view(x.dtype)]
+
+
+def _reduce_wide(core_fn, x, mesh, axes, *args, mean=False):
+    """A reducing collective on any dtype: run in a wider core dtype, back with JAX's wrap."""
+    if mean and x.dtype.kind in "iub":
+        x = x.astype(np.float32)  # a mean of integers is a float, as JAX's
+    return [narrow(core_fn(mesh._core, x.astype(wide(x.dtype), copy=False), list(axes), *args)[0], x.dtype)]
+
+
 @_collective_impl(col.PSUM)
 def _psum(storages, mesh, *, axes, reduction):
-    x = storages[0]
-    if reduction == "mean" and x.dtype.kind in "iub":
-        x = x.astype(np.float32)
-    return [narrow(_core.all_reduce(mesh._core, x.astype(wide(x.dtype), copy=False), list(axes), reduction)[0],
-                   x.dtype)]
+    return _reduce_wide(_core.all_reduce, storages[0], mesh, axes, reduction, mean=reduction == "mean")
 
 
 @_collective_impl(col.ALL_GATHER)
 def _all_gather(storages, mesh, *, axes, axis, tiled):
-    x = storages[0]
-    return [_core.all_gather(mesh._core, as_bits(x), list(axes), axis, tiled)[0].view(x.dtype)]
+    return _move(_core.all_gather, storages[0], mesh, axes, axis, tiled)
 
 
 @_collective_impl(col.PSUM_SCATTER)
 def _psum_scatter(storages, mesh, *, axes, dim, tiled):
-    x = storages[0]
-    return [narrow(_core.psum_scatter(mesh._core, x.astype(wide(x.dtype), copy=False), list(axes), dim, tiled)[0],
-                   x.dtype)]
+    return _reduce_wide(_core.psum_scatter, storages[0], mesh, axes, dim, tiled)
 
 
 @_collective_impl(col.ALL_TO_ALL)
 def _all_to_all(storages, mesh, *, axes, split, concat, tiled):
-    x = storages[0]
-    return [_core.all_to_all(mesh._core, as_bits(x), list(axes), split, concat, tiled)[0].view(x.dtype)]
+    return _move(_core.all_to_all, storages[0], mesh, axes, split, concat, tiled)
 
 
 @_collective_impl(col.PPERMUTE)
 def _ppermute(storages, mesh, *, axes, perm):
-    x = storages[0]
-    return [_core.ppermute(mesh._core, as_bits(x), list(axes), list(perm))[0].view(x.dtype)]
+    return _move(_core.ppermute, storages[0], mesh, axes, list(perm))
 
 
 @_impl(col.AXIS_INDEX)
@@ -399,29 +403,22 @@ def _axis_index(storages, mesh, *, axes):
 
 @_collective_impl(col.PBROADCAST)
 def _pbroadcast(storages, mesh, *, axes, root):
-    x = storages[0]
-    return [_core.broadcast(mesh._core, as_bits(x), list(axes), root)[0].view(x.dtype)]
+    return _move(_core.broadcast, storages[0], mesh, axes, root)
 
 
 @_collective_impl(col.REDUCE)
 def _reduce(storages, mesh, *, axes, root, reduction):
-    x = storages[0]
-    if reduction == "mean" and x.dtype.kind in "iub":
-        x = x.astype(np.float32)
-    return [narrow(_core.reduce(mesh._core, x.astype(wide(x.dtype), copy=False), list(axes), root, reduction)[0],
-                   x.dtype)]
+    return _reduce_wide(_core.reduce, storages[0], mesh, axes, root, reduction, mean=reduction == "mean")
 
 
 @_collective_impl(col.GATHER)
 def _gather(storages, mesh, *, axes, root, axis, tiled):
-    x = storages[0]
-    return [_core.gather(mesh._core, as_bits(x), list(axes), root, axis, tiled)[0].view(x.dtype)]
+    return _move(_core.gather, storages[0], mesh, axes, root, axis, tiled)
 
 
 @_collective_impl(col.SCATTER)
 def _scatter(storages, mesh, *, axes, root, dim, tiled):
-    x = storages[0]
-    return [_core.scatter(mesh._core, as_bits(x), list(axes), root, dim, tiled)[0].view(x.dtype)]
+    return _move(_core.scatter, storages[0], mesh, axes, root, dim, tiled)
 
 
 @_impl(col.PCAST)

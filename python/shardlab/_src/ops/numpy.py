@@ -31,7 +31,6 @@ from ..primitives import contractions as con
 from ..primitives import elementwise as ew
 from ..primitives import reductions as red
 from ..primitives import structural as st
-from ..primitives.fallback import FALLBACK
 from ..primitives.primitive import bind
 
 bool_ = np.bool_

@@ -20,16 +20,16 @@ import functools
 
 import numpy as np
 
-from ..arrays.local_array import HANDLED, LocalArray, lift, mesh_of
+from ..arrays.local_array import LocalArray, lift, mesh_of
 from ..core import dtypes as _dt
 from ..core.mesh import UNIT_MESH
 from ..primitives import elementwise as ew
 from ..primitives.fallback import FALLBACK
 from ..primitives.primitive import bind
 from . import numpy as _np_ops
-from .numpy import (_axes, _implements, _is_local, abs, all, any, argmax, astype, concatenate,  # noqa: A004
-                    cumsum, einsum, equal, expand_dims, isnan, max, mean, min, moveaxis, multiply,
-                    reshape, split, squeeze, stack, sum, swapaxes, take_along_axis, transpose, where)
+from .numpy import (_axes, _implements, _is_local, abs, all, astype, concatenate,  # noqa: A004
+                    cumsum, einsum, equal, isnan, max, mean, min, moveaxis, multiply,
+                    reshape, split, sum, swapaxes, take_along_axis, transpose, where)
 
 _is_local = _is_local
 

@@ -13,7 +13,6 @@ import math
 
 import numpy as np
 
-from ..arrays.local_array import LocalArray
 from .primitive import Primitive, bind
 
 

@@ -50,7 +50,7 @@ import numpy as np
 import shardlab as sl
 import shardlab.numpy as jnp
 from shardlab import P
-from shardlab.models import ModelConfig, transformer
+from shardlab.models import ModelConfig
 
 from . import stages as _stages
 from .durations import Durations
