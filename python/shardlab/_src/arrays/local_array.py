@@ -135,6 +135,15 @@ class LocalArray(np.lib.mixins.NDArrayOperatorsMixin):
         return impl(*args, **kwargs)
 
 
+def wrap(storage, mesh) -> LocalArray:
+    """A LocalArray around storage that a primitive produced: its shape rule already holds, so
+    the constructor's checks (meant for user-made values) are skipped on this hot path."""
+    x = object.__new__(LocalArray)
+    x.storage = storage
+    x.mesh = mesh
+    return x
+
+
 def register_method(name: str, fn) -> None:
     """Makes `fn` the method `name` of LocalArray (the ops layer registers reshape, sum, ...)."""
     setattr(LocalArray, name, fn)

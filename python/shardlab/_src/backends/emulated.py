@@ -9,6 +9,7 @@ mesh dims of size 1 broadcast like any other dim.
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
@@ -34,6 +35,10 @@ try:  # scipy is optional: its erf is vectorised; math.erf per element otherwise
     from scipy.special import erf as _erf
 except ImportError:  # pragma: no cover - exercised only without scipy
     _erf = np.vectorize(math.erf, otypes=[np.float64])
+
+# JAX computes log(0), 1/0 and overflow quietly (inf, nan); numpy would warn from this module's
+# ufunc calls. A filter costs nothing until a warning happens, unlike np.errstate per call.
+warnings.filterwarnings("ignore", category=RuntimeWarning, module=r"shardlab\._src\.backends\.emulated")
 
 _SELECT_DTYPES = (float32, float64, bfloat16, int32, int8)
 
@@ -70,8 +75,7 @@ def _ufunc_impl(ufunc):
     def impl(storages, mesh):
         target, out_dtype = ew.dtype_rule(ufunc, storages)
         args = [_cast_operand(v, target) for v in align(storages, mesh.ndim)]
-        with np.errstate(all="ignore"):
-            out = np.asarray(ufunc(*args))
+        out = np.asarray(ufunc(*args))  # floating-point warnings are silenced below, as JAX raises none
         return [out if out.dtype == out_dtype else out.astype(out_dtype)]
 
     return impl

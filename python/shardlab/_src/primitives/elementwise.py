@@ -126,12 +126,18 @@ _ALWAYS_INEXACT = ("reciprocal",)
 _MIXED_OPERANDS = ("ldexp", "left_shift", "right_shift")
 
 
+_WEAK = (bool, int, float, complex)
+
+
 def _operand_key(a):
     """A hashable stand-in for an operand's type: its np.dtype, or the Python scalar type
-    (int and float are weakly typed, as in JAX)."""
-    if isinstance(a, (bool, int, float, complex)) and not isinstance(a, np.generic):
-        return type(a)
-    return np.dtype(a.dtype)
+    (int and float are weakly typed, as in JAX). On every elementwise call: kept cheap."""
+    t = type(a)
+    if t in _WEAK:
+        return t
+    if isinstance(a, _WEAK) and not isinstance(a, np.generic):  # subclasses (numpy's bool_ is not one)
+        return next(w for w in _WEAK if isinstance(a, w))
+    return a.dtype
 
 
 @functools.cache
@@ -182,7 +188,7 @@ def dtype_rule(ufunc, operands) -> tuple:
         >>> dtype_rule(np.add, [np.zeros(2, np.uint8), 3])
         (dtype('uint8'), dtype('uint8'))
     """
-    return _rule(ufunc, tuple(_operand_key(a) for a in operands), dtypes.x64_enabled())
+    return _rule(ufunc, tuple(map(_operand_key, operands)), dtypes.x64_enabled())
 
 
 def _shape_rule_for(ufunc):

@@ -28,7 +28,7 @@ Example:
 
 from __future__ import annotations
 
-from ..arrays.local_array import LocalArray
+from ..arrays.local_array import LocalArray, wrap
 from ..arrays.storage import AbstractStorage
 from ..core.context import CTX
 from ..ledger.ledger import record
@@ -82,7 +82,7 @@ def bind(prim: Primitive, args, mesh, **params):
         event = prim.cost(storages, outs, mesh, **params)
         if event is not None:
             record(event, mesh)
-    results = [LocalArray(o, mesh) for o in outs]
+    results = [wrap(o, mesh) for o in outs]
     if CTX.remat_saving is not None and prim in CTX.remat_saving[0]:
         CTX.remat_saving[1].append(results)
     if CTX.tapes:

@@ -24,6 +24,9 @@ def align_shape(shape: tuple, k: int, r: int) -> tuple:
 
 def align(storages, k: int) -> list:
     """Storages reshaped (views) so local dims line up right-aligned and mesh dims lead."""
+    ranks = [len(s.shape) if hasattr(s, "shape") and not isinstance(s, np.generic) else -1 for s in storages]
+    if len(set(r for r in ranks if r >= 0)) <= 1:
+        return list(storages)  # already aligned: one rank (or scalars), the common case
     r = max((local_rank(s, k) for s in storages), default=0)
     out = []
     for s in storages:
