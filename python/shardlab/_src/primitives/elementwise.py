@@ -188,7 +188,14 @@ def dtype_rule(ufunc, operands) -> tuple:
         >>> dtype_rule(np.add, [np.zeros(2, np.uint8), 3])
         (dtype('uint8'), dtype('uint8'))
     """
-    return _rule(ufunc, tuple(map(_operand_key, operands)), dtypes.x64_enabled())
+    key = (ufunc, tuple(map(_operand_key, operands)), dtypes.x64_enabled())
+    hit = _RULES_SEEN.get(key)
+    if hit is None:
+        hit = _RULES_SEEN[key] = _rule(*key)
+    return hit
+
+
+_RULES_SEEN: dict = {}  # (ufunc, operand types, x64) -> rule: one dict lookup per elementwise call
 
 
 def _shape_rule_for(ufunc):
