@@ -31,7 +31,7 @@ MODULES = [
 INTERNAL = {
     "as_sharding", "host_nbytes", "to_storage", "from_storage", "current_mesh", "event_dict",
     "record", "lift", "aligned", "mesh_of", "local_axes", "HANDLED", "UFUNC", "GLOBAL", "GLOBAL_UFUNC",
-    "register_method", "fallback", "FALLBACK_NAMES", "abstract_array", "event_cost", "event_seconds",
+    "register_method", "wrap", "fallback", "FALLBACK_NAMES", "abstract_array", "event_cost", "event_seconds",
     "formulas",
 }
 
