@@ -712,6 +712,33 @@ for _name, _fn in (("sum", sum), ("mean", mean), ("max", max), ("min", min), ("p
                    ("cumsum", cumsum), ("clip", clip), ("repeat", repeat)):
     register_method(_name, _method(_fn))
 
+# Arithmetic operators call the ufunc handler directly: numpy's operator mixin would route every
+# `a + b` through numpy's override protocol first (about 2.5 µs of a ~10 µs dispatch).
+def _binary(ufunc):
+    def op(self, other):
+        return _ufunc(ufunc, "__call__", (self, other), {})
+
+    def rop(self, other):
+        return _ufunc(ufunc, "__call__", (other, self), {})
+
+    return op, rop
+
+
+for _name, _uf in (("add", np.add), ("sub", np.subtract), ("mul", np.multiply), ("truediv", np.true_divide),
+                   ("floordiv", np.floor_divide), ("mod", np.remainder), ("pow", np.power), ("and", np.bitwise_and),
+                   ("or", np.bitwise_or), ("xor", np.bitwise_xor), ("lshift", np.left_shift),
+                   ("rshift", np.right_shift)):
+    _op, _rop = _binary(_uf)
+    register_method(f"__{_name}__", _op)
+    register_method(f"__r{_name}__", _rop)
+for _name, _uf in (("lt", np.less), ("le", np.less_equal), ("gt", np.greater), ("ge", np.greater_equal),
+                   ("eq", np.equal), ("ne", np.not_equal)):
+    register_method(f"__{_name}__", _binary(_uf)[0])
+register_method("__neg__", lambda self: _ufunc(np.negative, "__call__", (self,), {}))
+register_method("__pos__", lambda self: _ufunc(np.positive, "__call__", (self,), {}))
+register_method("__abs__", lambda self: _ufunc(np.absolute, "__call__", (self,), {}))
+register_method("__invert__", lambda self: _ufunc(np.invert, "__call__", (self,), {}))
+
 # JAX arrays are immutable: `x += y` rebinds x instead of writing into shared storage.
 for _op in ("add", "sub", "mul", "truediv", "floordiv", "mod", "pow", "matmul", "and", "or", "xor", "lshift",
             "rshift"):
