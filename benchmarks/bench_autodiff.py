@@ -11,21 +11,17 @@
 
 from __future__ import annotations
 
-import json
 import os
-import pathlib
 import sys
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import numpy as np  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
 
 import shardlab as sl  # noqa: E402
 import shardlab.numpy as snp  # noqa: E402
 from shardlab import P  # noqa: E402
-from common import best, cpu_model  # noqa: E402
+from common import best, report  # noqa: E402
 
 
 def dispatch(rows, jax, jnp):
@@ -102,16 +98,7 @@ def main() -> int:
     rows: list = []
     dispatch(rows, jax, jnp)
     gradient_step(rows, jax, jnp)
-    table = Table(title=f"shardlab autodiff on {cpu_model()} ({os.cpu_count()} cores, load {os.getloadavg()[0]:.2f})")
-    for col in ("case", "shardlab", "reference", "ratio (reference / ours; higher is better)"):
-        table.add_column(col)
-    for name, ours, ref, ratio in rows:
-        table.add_row(name, ours, ref, f"{ratio:.2f}x")
-    Console(width=200).print(table)
-    out = pathlib.Path(__file__).parent / "results"
-    out.mkdir(exist_ok=True)
-    (out / "autodiff.json").write_text(json.dumps(
-        [dict(zip(("case", "ours", "reference", "ratio"), r)) for r in rows], indent=1))
+    report("autodiff", "shardlab autodiff", rows)
     return 0
 
 

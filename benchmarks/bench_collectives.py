@@ -6,20 +6,16 @@ step against JAX-CPU with 8 host devices, all in one run.
 
 from __future__ import annotations
 
-import json
 import os
-import pathlib
 import sys
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
 import numpy as np  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
 
 import shardlab as sl  # noqa: E402
 from shardlab import P  # noqa: E402
-from common import best  # noqa: E402
+from common import best, report  # noqa: E402
 
 MB = 1 << 20
 
@@ -153,17 +149,7 @@ def main() -> int:
     rows: list = []
     for part in (collective_bandwidth, per_call_overhead, big_mesh, replicated_memory, vs_jax):
         part(rows)
-    table = Table(title=f"shardlab collectives ({os.cpu_count()} cores, OMP threads "
-                        f"{os.environ.get('OMP_NUM_THREADS', 'default')}, load {os.getloadavg()[0]:.2f})")
-    for col in ("case", "shardlab", "reference", "ratio (higher is better)"):
-        table.add_column(col)
-    for name, ours, ref, ratio in rows:
-        table.add_row(name, ours, ref, f"{ratio:.2f}x")
-    Console(width=140).print(table)
-    out = pathlib.Path(__file__).parent / "results"
-    out.mkdir(exist_ok=True)
-    (out / "collectives.json").write_text(json.dumps(
-        [dict(zip(("case", "ours", "reference", "ratio"), r)) for r in rows], indent=1))
+    report("collectives", "shardlab collectives", rows)
     return 0
 
 

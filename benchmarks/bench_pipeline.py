@@ -143,7 +143,7 @@ def bench_execute(repeats: int):
     t_zb, zb = best_of(lambda: pp.execute(pp.zb_h1(4, 8, num_layers=4), params, tokens, targets, cfg, mesh), 1)
     tz = zb.timeline()
     assert abs(zb.loss - loss) <= 1e-5, (zb.loss, loss)
-    print(f"\nZB-H1 against 1F1B, both executed (same model and mesh), timelines clocked from their ledgers:")
+    print("\nZB-H1 against 1F1B, both executed (same model and mesh), timelines clocked from their ledgers:")
     for name, t in (("1F1B", tl), ("ZB-H1", tz)):
         print(f"  {name:<6} step {t.step_time * 1e6:8.2f} us  bubble {t.bubble_fraction:.4f}  busy "
               f"{sum(t.busy) * 1e6:8.2f} us  peak activations {list(t.peak_activations)}")

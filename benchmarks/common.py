@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
+import pathlib
 import platform
 import time
+
+from rich.console import Console
+from rich.table import Table
 
 
 def cpu_model() -> str:
@@ -29,3 +35,19 @@ def best(fn, repeat: int = 5, number: int = 1) -> float:
             fn()
         times.append((time.perf_counter() - t) / number)
     return min(times)
+
+
+def report(name: str, title: str, rows: list, width: int = 200) -> None:
+    """Prints (case, ours, reference, ratio) rows as a table headed by `title` and the CPU, and
+    writes them to benchmarks/results/<name>.json."""
+    table = Table(title=f"{title} on {cpu_model()} ({os.cpu_count()} cores, OMP threads "
+                        f"{os.environ.get('OMP_NUM_THREADS', 'default')}, load {os.getloadavg()[0]:.2f})")
+    for col in ("case", "shardlab", "reference", "ratio (reference / ours; higher is better)"):
+        table.add_column(col)
+    for case, ours, ref, ratio in rows:
+        table.add_row(case, ours, ref, f"{ratio:.2f}x")
+    Console(width=width).print(table)
+    out = pathlib.Path(__file__).parent / "results"
+    out.mkdir(exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(
+        [dict(zip(("case", "ours", "reference", "ratio"), r)) for r in rows], indent=1))
