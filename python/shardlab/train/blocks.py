@@ -17,6 +17,9 @@ Where the collectives come from:
 * Sequence parallelism: all_gather of the sequence before the first matmul, psum_scatter after
   the last (their transposes in the backward pass).
 * Vocab-parallel embedding and cross-entropy (see :func:`head_loss`).
+* Context parallelism: the sequence is split over the context axis in zig-zag order; the
+  attention block runs ``shardlab.train.context.ring_attention`` (K/V ppermutes) with rotary
+  tables / learned positions at each token's global position; the loss sums over the axis.
 
 Example:
     >>> from shardlab.models import ModelConfig
@@ -38,6 +41,7 @@ from shardlab.models.layers import norm, rotary
 from shardlab.models.ops import activation
 from shardlab.models.transformer import embedding_lookup
 
+from .context import apply_rotary, ring_attention
 from .strategy import param_sizes
 
 __all__ = ["local_config", "Blocks"]
@@ -64,6 +68,7 @@ class Blocks:
         self.lcfg = local_config(cfg, Y)
         self.data = strategy.data[0] if len(strategy.data) == 1 else tuple(strategy.data)
         self.model = strategy.model
+        self.context = strategy.context
         self.mesh_shape = dict(mesh_shape) if mesh_shape is not None else {a: X for a in strategy.data[:1]}
         self._sizes = param_sizes(cfg)
         self._splits: dict = {}
@@ -118,8 +123,9 @@ class Blocks:
         return y if name not in p else y + self.use(p[name], axes[name])
 
     # -- blocks ---------------------------------------------------------------------------
-    def embed(self, table, tokens, pos=None):
-        """Token ids [b, T] → residual stream; vocab-parallel under a model axis."""
+    def embed(self, table, tokens, pos=None, positions=None):
+        """Token ids [b, T] → residual stream; vocab-parallel under a model axis. Under
+        context parallelism ``positions`` are the local tokens' global positions [T]."""
         cfg, axes = self.cfg, ("vocab", "embed")
 
         def run(table, tokens):
@@ -145,6 +151,8 @@ class Blocks:
             def add_pos(x, pos):
                 table_p = self.use(pos, ("seq", "embed"))
                 t = x.shape[1]
+                if positions is not None:  # context parallelism: zig-zag chunks of the sequence
+                    return x + embedding_lookup(table_p, jnp.expand_dims(positions, 0))
                 if self.s.sequence_parallel:
                     start = lax.axis_index(self.model) * np.int32(t)
                     return x + lax.dynamic_slice_in_dim(table_p, start, t, axis=0)[None]
@@ -152,8 +160,9 @@ class Blocks:
             x = self._ckpt(add_pos)(x, pos)
         return x
 
-    def attention(self, p, axes, x):
-        """x + attention(norm(x)) with the local heads."""
+    def attention(self, p, axes, x, rope=None):
+        """x + attention(norm(x)) with the local heads; under context parallelism a ring over
+        the context axis, with ``rope`` = the local (cos, sin) rotary rows."""
         cfg, lcfg = self.cfg, self.lcfg
         a, aa = p["attn"], axes["attn"]
         h = self._gather_seq(self._norm(p["attn_norm"], axes["attn_norm"], x))
@@ -162,9 +171,14 @@ class Blocks:
         q = jnp.reshape(self._proj(h, a["wq"], aa["wq"], a.get("bq"), aa.get("bq")), (B, T, N, H))
         k = jnp.reshape(self._proj(h, a["wk"], aa["wk"], a.get("bk"), aa.get("bk")), (B, T, K, H))
         v = jnp.reshape(self._proj(h, a["wv"], aa["wv"], a.get("bv"), aa.get("bv")), (B, T, K, H))
-        if cfg.positions == "rotary":
-            q, k = rotary(q, lcfg), rotary(k, lcfg)
-        o = snn.dot_product_attention(q, k, v, is_causal=True)
+        if self.context is not None:
+            if cfg.positions == "rotary":
+                q, k = apply_rotary(q, *rope, lcfg), apply_rotary(k, *rope, lcfg)
+            o = ring_attention(q, k, v, self.context, is_causal=True)
+        else:
+            if cfg.positions == "rotary":
+                q, k = rotary(q, lcfg), rotary(k, lcfg)
+            o = snn.dot_product_attention(q, k, v, is_causal=True)
         y = self._reduce_out(self._proj(jnp.reshape(o, (B, T, N * H)), a["wo"], aa["wo"]))
         return x + self._add_bias_after(y, a, "bo", aa)
 
@@ -208,4 +222,5 @@ class Blocks:
             lse = jnp.log(jnp.sum(jnp.exp(logits - m), axis=-1)) + m[..., 0]
             nll = lse - jnp.take_along_axis(logits, jnp.expand_dims(t, -1), axis=-1)[..., 0]
         loss = jnp.sum(nll) / np.float32(total_tokens)
-        return lax.psum(loss, self.data) if self.s.data else loss
+        over = self.s.data + ((self.context,) if self.context else ())
+        return lax.psum(loss, over[0] if len(over) == 1 else over) if over else loss

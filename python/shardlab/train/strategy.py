@@ -14,7 +14,16 @@ fsdp/zero3 W_in[D_X,F] W_out[F,D_X]           AllGather_X weights (fwd, again in
 tp         In[B,D] W_in[D,F_Y] W_out[F_Y,D]   Megatron f (bwd AllReduce_Y) and g (fwd AllReduce_Y)
 tp_sp      In[B,T_Y,D] W_in[D,F_Y] ...        AllGather_Y before, ReduceScatter_Y after a block
 fsdp_tp    In[B_X,T_Y,D] W_in[D_X,F_Y] ...    both of the above
+cp         In[B,T_C,D] (zig-zag chunks)       ring attention: 2(C-1) K/V ppermutes (fwd and bwd)
+fsdp_cp    In[B_X,T_C,D] W_in[D_X,F]          fsdp over X + the ring over C
+cp_tp      In[B,T_C,D] W_in[D,F_Y]            Megatron f/g over Y + the ring over C (local heads)
+ep         dp + experts W_in[E_X,D,F] ...     AllToAll_X dispatch and combine (fwd and bwd)
+fsdp_ep    fsdp + experts W_in[E_X,D,F] ...   both (expert weights are never gathered)
 ========== ================================== ============================================
+
+Expert parallelism (GShard): the routed experts of a MoE layer are split over one of the data
+axes (``expert``); each device routes its own tokens, AllToAll sends them to the devices
+holding their experts and brings the outputs back (:mod:`shardlab.models.expert_parallel`).
 
 Embeddings and the output head are vocab-parallel under a model axis (``vocab -> Y``): the
 lookup all-reduces B·T·D, and the cross-entropy all-reduces B·T maxima, sums and target
@@ -35,15 +44,38 @@ import math
 from shardlab import P
 from shardlab.models import param_axes
 
-__all__ = ["Strategy", "param_sizes", "dp", "fsdp", "zero1", "zero2", "zero3", "tp", "tp_sp", "fsdp_tp", "get", "NAMES"]
+__all__ = ["Strategy", "param_sizes", "dp", "fsdp", "zero1", "zero2", "zero3", "tp", "tp_sp", "fsdp_tp", "cp", "fsdp_cp",
+           "cp_tp", "ep", "fsdp_ep", "get", "NAMES"]
 
 _TP_LOGICAL = ("heads", "kv", "mlp")
 
 
 def param_sizes(cfg) -> dict:
-    """The size of each logical axis of ``cfg``'s params (``vocab, embed, heads, kv, mlp, seq``)."""
+    """The size of each logical axis of ``cfg``'s params (``vocab, embed, heads, kv, mlp, seq,
+    experts, shared``)."""
     return {"vocab": cfg.vocab_size, "embed": cfg.d_model, "heads": cfg.num_heads * cfg.head_dim,
-            "kv": cfg.num_kv_heads * cfg.head_dim, "mlp": cfg.ffw_dim, "seq": cfg.max_seq_len}
+            "kv": cfg.num_kv_heads * cfg.head_dim, "mlp": cfg.ffw_dim, "seq": cfg.max_seq_len,
+            "experts": cfg.num_experts, "shared": cfg.num_shared_experts}
+
+
+def param_shape(cfg, axes: tuple) -> tuple:
+    """The global shape of a param with logical ``axes`` (an expert's ``mlp`` is its own F).
+
+    Example:
+        >>> from shardlab.models import ModelConfig
+        >>> cfg = ModelConfig(num_layers=1, d_model=32, ffw_dim=64, num_heads=4, vocab_size=16,
+        ...                   num_experts=8, top_k=2, expert_ffw_dim=16)
+        >>> param_shape(cfg, ("experts", "embed", "mlp")), param_shape(cfg, ("embed", "mlp"))
+        ((8, 32, 16), (32, 64))
+    """
+    sizes = param_sizes(cfg)
+    moe = bool(axes) and axes[0] in ("experts", "shared")
+    return tuple(cfg.moe_ffw_dim if (a == "mlp" and moe) else sizes[a] for a in axes)
+
+
+def _expert_sharded(axes: tuple) -> bool:
+    """A routed expert's weight or bias: its leading dimension is E (the router's is not)."""
+    return len(axes) > 1 and axes[0] == "experts"
 
 
 def _leaves(tree) -> list:
@@ -75,6 +107,10 @@ class Strategy:
         sequence_parallel: between blocks the residual stream is split over ``model`` along the
             sequence (all-gather / reduce-scatter instead of all-reduce).
         vocab_parallel: embedding and head split over ``model`` along the vocabulary.
+        context: the context-parallel mesh axis, or None: the sequence is split over it in
+            zig-zag order (``shardlab.train.context``) and attention runs as a ring.
+        expert: the data axis the routed experts of MoE layers are split over (expert
+            parallelism: AllToAll dispatch and combine), or None.
     """
 
     name: str
@@ -83,6 +119,8 @@ class Strategy:
     zero: int = 0
     sequence_parallel: bool = False
     vocab_parallel: bool = True
+    context: str | None = None
+    expert: str | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "data", _axes_tuple(self.data))
@@ -94,6 +132,19 @@ class Strategy:
             raise ValueError("[Strategy] sequence_parallel needs a model axis")
         if self.model is not None and self.model in self.data:
             raise ValueError(f"[Strategy] mesh axis {self.model!r} is both a data and the model axis")
+        if self.context is not None and (self.context in self.data or self.context == self.model):
+            raise ValueError(f"[Strategy] mesh axis {self.context!r} is the context axis and also a data or the "
+                             f"model axis; give context parallelism its own mesh axis")
+        if self.context is not None and self.sequence_parallel:
+            raise ValueError("[Strategy] sequence_parallel and context parallelism both split the sequence; "
+                             "use one of them (cp_tp keeps Megatron's all-reduces)")
+        if self.expert is not None:
+            if self.expert not in self.data:
+                raise ValueError(f"[Strategy] expert axis {self.expert!r} must be one of the data axes {self.data} "
+                                 f"(each device routes its own tokens, as in GShard)")
+            if self.zero in (1, 2):
+                raise ValueError(f"[Strategy] expert parallelism with ZeRO-{self.zero} is not supported; use "
+                                 f"zero=0 (strategies.ep) or zero=3 (strategies.fsdp_ep)")
 
     # -- rules -----------------------------------------------------------------------------
     def rules(self) -> dict:
@@ -104,6 +155,8 @@ class Strategy:
         act = {"batch": self.data}
         if self.sequence_parallel:
             act["seq"] = (self.model,)
+        if self.context is not None:
+            act["seq"] = (self.context,)
         return {"params": sharded if self.zero >= 3 else tp,
                 "grads": sharded if self.zero >= 2 else tp,
                 "states": sharded if self.zero >= 1 else tp,
@@ -131,9 +184,14 @@ class Strategy:
         y = sizes.get(self.model, 1) if self.model else 1
         tp = self._tp()
         local = [n // (y if tp.get(a) else 1) for a, n in zip(axes, shape)]
+        by_expert = self.expert is not None and _expert_sharded(axes)
+        if by_expert:  # the expert axis already splits E; the other data axes go as usual
+            local[0] //= sizes[self.expert]
         order = [i for i, a in enumerate(axes) if a == "embed"] + [i for i, a in enumerate(axes) if a != "embed"]
         placed: dict = {}
         for a in self.data:
+            if by_expert and a == self.expert:
+                continue
             n = sizes[a]
             dim = next((i for i in order if local[i] % n == 0), None)
             if dim is None:
@@ -157,16 +215,18 @@ class Strategy:
 
     def _spec(self, axes: tuple, table: dict, split=None, sharded: bool = False) -> P:
         tp = self._tp()
+        # expert parallelism: a routed expert's leading E dimension over the expert axis
+        lead = (self.expert,) if self.expert is not None and _expert_sharded(axes) else ()
         if split is None:  # the book's layout: every data axis on the embed dimension
             entries = []
-            for name in axes:
-                mesh_axes = table.get(name, ())
+            for i, name in enumerate(axes):
+                mesh_axes = lead if (lead and i == 0) else tuple(a for a in table.get(name, ()) if a not in lead)
                 entries.append(None if not mesh_axes else mesh_axes[0] if len(mesh_axes) == 1 else tuple(mesh_axes))
             return P(*entries)
         by_dim = dict(split) if sharded else {}
         entries = []
         for i, name in enumerate(axes):
-            mesh_axes = tuple(tp.get(name, ())) + tuple(by_dim.get(i, ()))  # model major, data minor
+            mesh_axes = (lead if i == 0 else ()) + tuple(tp.get(name, ())) + tuple(by_dim.get(i, ()))  # model major
             entries.append(None if not mesh_axes else mesh_axes[0] if len(mesh_axes) == 1 else mesh_axes)
         return P(*entries)
 
@@ -185,12 +245,12 @@ class Strategy:
 
     def batch_spec(self) -> P:
         """Token ids ``[B, T]``."""
-        return P(self.data[0] if len(self.data) == 1 else (self.data or None), None)
+        return P(self.data[0] if len(self.data) == 1 else (self.data or None), self.context)
 
     def activation_spec(self) -> P:
         """The residual stream ``[B, T, D]`` between blocks."""
         b = self.data[0] if len(self.data) == 1 else (self.data or None)
-        return P(b, self.model if self.sequence_parallel else None, None)
+        return P(b, self.model if self.sequence_parallel else self.context, None)
 
     def collectives(self) -> list:
         """The collectives the strategy prescribes, as (where, op, mesh axes) rows."""
@@ -209,6 +269,10 @@ class Strategy:
                      ("backward: block input grad", "psum_scatter", (y,))]
         elif y:
             rows += [("forward: g after each block", "psum", (y,)), ("backward: f before each block", "psum", (y,))]
+        if self.context is not None:
+            rows += [("forward: K and V blocks around the ring, 2(C-1) per layer", "ppermute", (self.context,)),
+                     ("backward: their transposes, the reverse ring", "ppermute", (self.context,)),
+                     ("backward: each replicated weight grad", "psum", (self.context,))]
         if y and self.vocab_parallel:
             rows += [("forward: embedding lookup", "psum" if not self.sequence_parallel else "psum_scatter", (y,)),
                      ("forward: softmax max / sum / target logit (B·T each)", "pmax, psum, psum", (y,))]
@@ -218,11 +282,16 @@ class Strategy:
     def sizes(self, mesh) -> tuple[int, int]:
         """(data-parallel size X, model-parallel size Y) on ``mesh``."""
         shape = dict(mesh.shape)
-        for a in self.data + ((self.model,) if self.model else ()):
+        named = self.data + tuple(a for a in (self.model, self.context) if a)
+        for a in named:
             if a not in shape:
                 raise ValueError(f"[{self.name}] mesh axis {a!r} is not in the mesh ({list(shape)}); "
-                                 f"make a mesh with axis names {self.data + ((self.model,) if self.model else ())}")
+                                 f"make a mesh with axis names {named}")
         return math.prod(shape[a] for a in self.data), (shape[self.model] if self.model else 1)
+
+    def context_size(self, mesh) -> int:
+        """The context-parallel size C on ``mesh`` (1 without a context axis)."""
+        return dict(mesh.shape)[self.context] if self.context else 1
 
     def validate(self, cfg, mesh, batch: int | None = None, seq: int | None = None) -> None:
         """Raises ValueError naming the dimension and the axis when ``mesh`` cannot split
@@ -243,6 +312,12 @@ class Strategy:
             if self.sequence_parallel and seq is not None and seq % Y:
                 raise ValueError(f"{op} sequence length {seq} is not divisible by the model axis "
                                  f"{self.model!r} of size {Y} (sequence parallelism splits it)")
+        if self.context is not None and seq is not None:
+            C = self.context_size(mesh)
+            if seq % (2 * C):
+                raise ValueError(f"{op} sequence length {seq} is not divisible by 2 x the context axis "
+                                 f"{self.context!r} of size {C} (= {2 * C}: the zig-zag layout cuts it into "
+                                 f"{2 * C} chunks); use a multiple of {2 * C}")
         if self.zero and X > 1:
             sizes = param_sizes(cfg)
             for axes in _leaves(param_axes(cfg)):
@@ -292,8 +367,25 @@ def fsdp_tp(data="data", model="model") -> Strategy:
     return Strategy("fsdp_tp", data=data, model=model, zero=3, sequence_parallel=True)
 
 
+def cp(context="context", data=()) -> Strategy:
+    """Context parallelism: the sequence split over ``context`` in zig-zag order, attention as
+    a ring of K/V ppermutes (``shardlab.train.context``); params replicated."""
+    return Strategy("cp", data=data, context=context)
+
+
+def fsdp_cp(data="data", context="context") -> Strategy:
+    """FSDP over ``data`` and context parallelism over ``context`` on a 2-D mesh."""
+    return Strategy("fsdp_cp", data=data, zero=3, context=context)
+
+
+def cp_tp(context="context", model="model", data=()) -> Strategy:
+    """Context parallelism over ``context`` and Megatron TP (f/g all-reduces) over ``model``:
+    each device runs the ring over its local heads."""
+    return Strategy("cp_tp", data=data, model=model, context=context)
+
+
 _FACTORIES = {"dp": dp, "zero1": zero1, "zero2": zero2, "fsdp": fsdp, "zero3": zero3, "tp": tp, "tp_sp": tp_sp,
-              "fsdp_tp": fsdp_tp}
+              "fsdp_tp": fsdp_tp, "cp": cp, "fsdp_cp": fsdp_cp, "cp_tp": cp_tp}
 NAMES = tuple(_FACTORIES)
 
 
