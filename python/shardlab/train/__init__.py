@@ -2,7 +2,9 @@
 pipeline-parallel schedules (``shardlab.train.pipeline``).
 
 * :mod:`~shardlab.train.strategy` (also ``train.strategies``): DP, ZeRO-1/2, FSDP (ZeRO-3),
-  Megatron TP (f/g), TP + sequence parallelism, FSDP + TP, vocab-parallel embedding and loss;
+  Megatron TP (f/g), TP + sequence parallelism, FSDP + TP, vocab-parallel embedding and loss,
+  context parallelism (``cp``, ``fsdp_cp``, ``cp_tp``) with the ring attention of
+  :mod:`~shardlab.train.context`;
 * :class:`Trainer`: forward, ``shardlab.grad``, gradient accumulation, AdamW / SGD with bf16
   params and fp32 master weights, activation checkpointing;
 * :func:`estimate` / :func:`search`: the same step in abstract mode at any scale.
@@ -13,7 +15,7 @@ Example:
     0.2727
 """
 
-from . import pipeline
+from . import context, pipeline
 from . import strategy
 from . import strategy as strategies
 from .estimate import Estimate, estimate, search, sequence_chunks, x_opt
@@ -21,5 +23,5 @@ from .optim import SGD, AdamW, get_optimizer
 from .step import Trainer, TrainState, reference_step, tree_map
 from .strategy import Strategy
 
-__all__ = ["AdamW", "Estimate", "estimate", "search", "x_opt", "get_optimizer", "pipeline", "reference_step", "sequence_chunks", "SGD", "strategies", "strategy", "Strategy",
+__all__ = ["AdamW", "context", "Estimate", "estimate", "search", "x_opt", "get_optimizer", "pipeline", "reference_step", "sequence_chunks", "SGD", "strategies", "strategy", "Strategy",
            "Trainer", "TrainState", "tree_map"]
