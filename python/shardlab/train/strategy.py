@@ -43,6 +43,7 @@ import math
 
 from shardlab import P
 from shardlab.models import param_axes
+from shardlab.models.expert_parallel import alltoall_bytes
 
 __all__ = ["Strategy", "param_sizes", "dp", "fsdp", "zero1", "zero2", "zero3", "tp", "tp_sp", "fsdp_tp", "cp", "fsdp_cp",
            "cp_tp", "ep", "fsdp_ep", "get", "NAMES"]
@@ -263,6 +264,9 @@ class Strategy:
             rows += [("after backward: grads", "psum_scatter", d), ("after update: params", "all_gather", d)]
         elif d:
             rows += [("backward: each weight grad", "psum", d)]
+        if self.expert is not None:
+            rows += [("forward: MoE dispatch and combine (E·C·D each)", "all_to_all, all_to_all", (self.expert,)),
+                     ("backward: their transposes", "all_to_all, all_to_all", (self.expert,))]
         if y and self.sequence_parallel:
             rows += [("forward: block input", "all_gather", (y,)), ("forward: block output", "psum_scatter", (y,)),
                      ("backward: block output grad", "all_gather", (y,)),
@@ -299,7 +303,10 @@ class Strategy:
         X, Y = self.sizes(mesh)
         op = f"[{self.name}]"
         if cfg.is_moe:
-            raise NotImplementedError(f"{op} mixture-of-experts layers are not supported by shardlab.train yet")
+            self._validate_moe(cfg, mesh)
+        elif self.expert is not None:
+            raise ValueError(f"{op} expert axis {self.expert!r} given but the model is dense (num_experts 0); "
+                             f"use a strategy without an expert axis")
         if Y > 1:
             checks = [("num_heads", cfg.num_heads), ("num_kv_heads", cfg.num_kv_heads)]
             checks += [("ffw_dim", cfg.ffw_dim)] if not cfg.is_moe else [("expert_ffw_dim", cfg.moe_ffw_dim)]
@@ -319,12 +326,45 @@ class Strategy:
                                  f"{self.context!r} of size {C} (= {2 * C}: the zig-zag layout cuts it into "
                                  f"{2 * C} chunks); use a multiple of {2 * C}")
         if self.zero and X > 1:
-            sizes = param_sizes(cfg)
             for axes in _leaves(param_axes(cfg)):
-                self.zero_split(axes, tuple(sizes[a] for a in axes), mesh.shape)
+                self.zero_split(axes, param_shape(cfg, axes), mesh.shape)
         if batch is not None and batch % X:
             raise ValueError(f"{op} batch {batch} is not divisible by the data axes {self.data} of size {X}; "
                              f"use a multiple of {X}")
+
+    def _validate_moe(self, cfg, mesh) -> None:
+        """A MoE layer routes whole sequences on one device: no model or context axis; the
+        expert axis divides E."""
+        op = f"[{self.name}]"
+        for kind, axis in (("model", self.model), ("context", self.context)):
+            if axis is not None:
+                raise ValueError(f"{op} mixture-of-experts layers are not supported with a {kind} axis ({axis!r}); "
+                                 f"use dp / fsdp or expert parallelism (strategies.ep, strategies.fsdp_ep)")
+        if self.expert is not None:
+            n = dict(mesh.shape)[self.expert]
+            if cfg.num_experts % n:
+                raise ValueError(f"{op} num_experts {cfg.num_experts} is not divisible by the expert axis "
+                                 f"{self.expert!r} of size {n}; use an expert axis whose size divides "
+                                 f"{cfg.num_experts}")
+
+    def moe_alltoall_bytes(self, cfg, mesh, batch: int, seq: int, dtype_bytes: float = 4) -> dict:
+        """The closed form of one dispatch (or combine) AllToAll of a MoE layer, per device:
+        ``E·C·D·bytes`` in and ``E·C·D·bytes·(N-1)/N`` sent, with C the slots per expert of the
+        device's ``batch / X`` sequences (see :func:`shardlab.models.expert_parallel.alltoall_bytes`).
+        A layer has two forward (dispatch, combine) and two backward.
+
+        Example:
+            >>> from shardlab.models import ModelConfig
+            >>> cfg = ModelConfig(num_layers=1, d_model=16, ffw_dim=32, num_heads=2, vocab_size=32,
+            ...                   num_experts=8, top_k=2)
+            >>> ep().moe_alltoall_bytes(cfg, {"data": 4}, batch=8, seq=8)
+            {'capacity': 4, 'bytes_in': 2048, 'bytes_sent': 1536.0}
+        """
+        if self.expert is None:
+            raise ValueError(f"[{self.name}] has no expert axis: its MoE layers make no AllToAll")
+        shape = dict(mesh) if isinstance(mesh, dict) else dict(mesh.shape)
+        X = math.prod(shape[a] for a in self.data)
+        return alltoall_bytes(cfg, batch // X, seq, shape[self.expert], dtype_bytes)
 
 
 def dp(data="data") -> Strategy:
@@ -367,6 +407,19 @@ def fsdp_tp(data="data", model="model") -> Strategy:
     return Strategy("fsdp_tp", data=data, model=model, zero=3, sequence_parallel=True)
 
 
+def ep(data="data") -> Strategy:
+    """Expert parallelism (GShard): data parallel, the routed experts of MoE layers split over
+    ``data`` (the first data axis if several) with AllToAll dispatch and combine."""
+    axes = _axes_tuple(data)
+    return Strategy("ep", data=axes, expert=axes[0])
+
+
+def fsdp_ep(data="data") -> Strategy:
+    """FSDP (ZeRO-3) with the routed experts split over ``data`` instead of gathered."""
+    axes = _axes_tuple(data)
+    return Strategy("fsdp_ep", data=axes, zero=3, expert=axes[0])
+
+
 def cp(context="context", data=()) -> Strategy:
     """Context parallelism: the sequence split over ``context`` in zig-zag order, attention as
     a ring of K/V ppermutes (``shardlab.train.context``); params replicated."""
@@ -385,7 +438,8 @@ def cp_tp(context="context", model="model", data=()) -> Strategy:
 
 
 _FACTORIES = {"dp": dp, "zero1": zero1, "zero2": zero2, "fsdp": fsdp, "zero3": zero3, "tp": tp, "tp_sp": tp_sp,
-              "fsdp_tp": fsdp_tp, "cp": cp, "fsdp_cp": fsdp_cp, "cp_tp": cp_tp}
+              "fsdp_tp": fsdp_tp, "cp": cp, "fsdp_cp": fsdp_cp, "cp_tp": cp_tp,
+              "ep": ep, "fsdp_ep": fsdp_ep}
 NAMES = tuple(_FACTORIES)
 
 
