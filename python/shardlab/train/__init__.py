@@ -19,9 +19,10 @@ from . import context, pipeline
 from . import strategy
 from . import strategy as strategies
 from .estimate import Estimate, estimate, search, sequence_chunks, x_opt
+from .hierarchical import Hierarchical, hierarchical
 from .optim import SGD, AdamW, get_optimizer
 from .step import Trainer, TrainState, reference_step, tree_map
 from .strategy import Strategy
 
-__all__ = ["AdamW", "context", "Estimate", "estimate", "search", "x_opt", "get_optimizer", "pipeline", "reference_step", "sequence_chunks", "SGD", "strategies", "strategy", "Strategy",
+__all__ = ["AdamW", "context", "Estimate", "estimate", "Hierarchical", "hierarchical", "search", "x_opt", "get_optimizer", "pipeline", "reference_step", "sequence_chunks", "SGD", "strategies", "strategy", "Strategy",
            "Trainer", "TrainState", "tree_map"]

@@ -63,9 +63,12 @@ def _param_structs(cfg, trainer: Trainer, dtype, spec_fn):
                                                      sharding=trainer.sharding(spec_fn(axes))), param_axes(cfg))
 
 
-def _mesh(mesh, hardware):
+def _mesh(mesh, hardware, strategy=None):
     if isinstance(mesh, dict):
-        return sl.make_mesh(tuple(mesh.values()), tuple(mesh), hardware=hardware, abstract=True)
+        # a strategy with a cross-slice axis (train.hierarchical) says which axis is the DCN
+        physical = strategy.physical_axes() if hasattr(strategy, "physical_axes") else None
+        return sl.make_mesh(tuple(mesh.values()), tuple(mesh), hardware=hardware, physical_axes=physical,
+                            abstract=True)
     return mesh
 
 
@@ -92,7 +95,7 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
         abstract step, activations come from ``models.training_memory``.
     """
     s = _strategy.get(strategy)
-    m = _mesh(mesh, hardware)
+    m = _mesh(mesh, hardware, s)
     X, Y = s.sizes(m)
     chunks = sequence_chunks(batch, seq, X, Y if s.sequence_parallel else 1, microbatches)
     rows, cols = batch * chunks, seq // chunks

@@ -1,0 +1,118 @@
+"""Hierarchical gradient reduction over a DCN axis (train.hierarchical): executed on a 2x4
+("dcn", "data") mesh of TPU v5p, equal to one device, DCN bytes from the ledger equal to the
+closed form and smaller than the flat all-reduce's, priced by estimate at dcn_bandwidth."""
+
+import numpy as np
+import pytest
+
+import shardlab as sl
+from shardlab import train
+from shardlab.models import ModelConfig, param_count, transformer
+from shardlab.train.hierarchical import dcn_bytes_closed_form, flat_dcn_bytes_closed_form
+
+# every dimension (D = 32, F = 64, V = 64, heads 4 x 8) divisible by the slice size 4
+CFG = ModelConfig(num_layers=1, d_model=32, ffw_dim=64, num_heads=4, vocab_size=64, max_seq_len=8)
+S, X = 2, 4
+
+
+def _mesh():
+    return sl.make_mesh((S, X), ("dcn", "data"), hardware="tpu-v5p", physical_axes={"dcn": "dcn"})
+
+
+OPT = train.AdamW(lr=1e-3, eps=1e-3, weight_decay=0.1)  # eps keeps vanishing gradients out of the sign noise
+
+
+def _run(strategy, steps=5):
+    t = train.Trainer(CFG, strategy, _mesh(), optimizer=OPT)
+    params = transformer.init_params(CFG)
+    state, ref, ref_state = t.init(params), params, None
+    rng = np.random.default_rng(3)
+    with sl.Ledger() as ledger:
+        for i in range(steps):
+            tok, tgt = rng.integers(0, 64, (8, 8)), rng.integers(0, 64, (8, 8))
+            state, _ = t.step(state, tok, tgt)
+            ref, ref_state = train.reference_step(CFG, ref, tok, tgt, OPT, i + 1, ref_state)
+    return state, ref, ledger
+
+
+def _by_key(tree):
+    """Leaves in a key-sorted order (grad trees may order dict keys differently)."""
+    if isinstance(tree, dict):
+        return [x for k in sorted(tree) for x in _by_key(tree[k])]
+    if isinstance(tree, list):
+        return [x for v in tree for x in _by_key(v)]
+    return [tree]
+
+
+def _rel(got, ref):
+    return max(float(np.max(np.abs(np.asarray(a) - b)) / np.max(np.abs(b))) for a, b in
+               zip(_by_key(got), _by_key(ref)))
+
+
+def _sent(ledger, pred):
+    return sum(e["bytes_sent"] for e in ledger.events if e["axes"] and pred(e["axes"]))
+
+
+def _grad_bytes():
+    return 4 * param_count(CFG).total  # fp32 gradients
+
+
+@pytest.mark.parametrize("zero", [1, 3])
+def test_five_steps_equal_one_device_and_the_dcn_carries_one_xth(zero):
+    state, ref, ledger = _run(train.hierarchical(zero=zero))
+    assert _rel(state.params, ref) <= 1e-5
+    # only the 1/X shard crosses the DCN: 2·(S−1)/S·G/X per chip per step
+    dcn = _sent(ledger, lambda axes: axes == ("dcn",))
+    assert dcn == pytest.approx(5 * dcn_bytes_closed_form(_grad_bytes(), X, S), rel=1e-12)
+    # inside the slice: reduce-scatter + all-gather of the gradients (ZeRO-3: + the re-gather)
+    ici = _sent(ledger, lambda axes: axes == ("data",))
+    assert ici == pytest.approx(5 * (2 if zero == 1 else 3) * (X - 1) / X * _grad_bytes(), rel=1e-12)
+    # nothing else crosses the DCN but the loss' scalar psum
+    assert _sent(ledger, lambda axes: "dcn" in axes and axes != ("dcn",)) == 5 * 2 * (S * X - 1) / (S * X) * 4
+
+
+def test_the_flat_all_reduce_sends_more_over_the_dcn():
+    _, _, hier = _run(train.hierarchical(), steps=1)
+    state, ref, flat = _run(train.Strategy("dp", data=("dcn", "data")), steps=1)
+    assert _rel(state.params, ref) <= 1e-5
+    flat_dcn = _sent(flat, lambda axes: "dcn" in axes) - 2 * (S * X - 1) / (S * X) * 4  # minus the loss psum
+    assert flat_dcn == pytest.approx(flat_dcn_bytes_closed_form(_grad_bytes(), X, S), rel=1e-12)
+    hier_dcn = _sent(hier, lambda axes: axes == ("dcn",))
+    assert hier_dcn * X * S / (S - 1) == pytest.approx(flat_dcn * S * X / (S * X - 1), rel=1e-12)  # = 1/X·(N-1)/N ratio
+    assert hier_dcn < flat_dcn / 6
+
+
+def test_estimate_prices_the_dcn_axis_at_the_dcn_bandwidth():
+    hw = sl.hardware.get("tpu-v5p")
+    cfg = ModelConfig(num_layers=2, d_model=1024, ffw_dim=4096, num_heads=8, vocab_size=32768, max_seq_len=1024)
+    e = train.estimate(cfg, train.hierarchical(data=("x", "y"), zero=3), {"dcn": 4, "x": 4, "y": 4}, "tpu-v5p",
+                       batch=64, seq=1024)
+    events = [ev for ev in e.ledger.events if ev["axes"] == ("dcn",)]
+    sent = sum(ev["bytes_sent"] for ev in events)
+    assert sent == pytest.approx(dcn_bytes_closed_form(2 * param_count(cfg).total, 16, 4), rel=1e-12)
+    # each all-reduce: its bytes at the per-chip DCN bandwidth (6.25 GB/s), not an ICI link's 90 GB/s,
+    # or 3 ring steps x 2 hops of the DCN latency (10 us) for the small ones (norm scales)
+    for ev in events:
+        assert ev["seconds"] == pytest.approx(max(ev["bytes_sent"] / hw.dcn_bandwidth, ev["hops"] * hw.dcn_latency))
+    assert sum(ev["bound"] == "bandwidth" for ev in events) >= 8
+    assert e.comm_seconds["dcn"] == pytest.approx(sum(ev["seconds"] for ev in events), rel=1e-12)
+    # the same mesh as a Mesh: a flat strategy must be told that 'dcn' is the DCN (a 3-axis mesh
+    # on the 3-D v5p torus would otherwise lay it on ICI x)
+    mesh = sl.make_mesh((4, 4, 4), ("dcn", "x", "y"), hardware="tpu-v5p", physical_axes={"dcn": "dcn"}, abstract=True)
+    flat_fsdp = train.estimate(cfg, train.Strategy("flat", data=("dcn", "x", "y"), zero=3), mesh, "tpu-v5p",
+                               batch=64, seq=1024)
+    assert flat_fsdp.comm_seconds["dcn+x+y"] > 1.5 * e.comm_seconds["dcn"]   # gathers weights across slices too
+    # a flat psum is priced by its best staged plan, which is the hierarchical one: same DCN seconds
+    flat_dp = train.estimate(cfg, train.Strategy("dp", data=("dcn", "x", "y")), mesh, "tpu-v5p", batch=64, seq=1024)
+    assert flat_dp.comm_seconds["dcn+x+y"] == pytest.approx(e.comm_seconds["dcn"], rel=0.06)
+
+
+def test_bad_meshes_and_stages_are_refused():
+    with pytest.raises(ValueError, match=r"\[hierarchical\] mesh axis 'dcn' is laid over 'x' of tpu-v5p"):
+        train.Trainer(CFG, train.hierarchical(), sl.make_mesh((S, X), ("dcn", "data"), hardware="tpu-v5p"))
+    with pytest.raises(ValueError, match=r"zero=0 all-reduces every gradient"):
+        train.hierarchical(zero=0)
+    with pytest.raises(ValueError, match=r"cross-slice axis 'pod' is not one of the data axes"):
+        train.Hierarchical("h", data=("data",), zero=1, dcn="pod")
+    with pytest.raises(ValueError, match=r"have no axis inside the slice"):
+        train.Hierarchical("h", data=("dcn",), zero=1)
