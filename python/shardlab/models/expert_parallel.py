@@ -107,7 +107,8 @@ def expert_parallel_mlp(p: dict, x, cfg: ModelConfig, axis, *, return_dropped: b
         p: one MoE layer's params, as laid out by :func:`expert_specs`.
         x: [B, T, D] local tokens; each sequence is a routing group.
         cfg: the model.
-        axis: the mesh axis (or tuple of axes) the experts are split over.
+        axis: the mesh axis (or tuple of axes) the experts are split over; None: every
+            expert is on this device and nothing moves (:func:`~shardlab.models.moe.moe_mlp`).
         return_dropped: also return this device's count of dropped (token, choice) pairs
             (int32; ``lax.psum`` it over the token axes for the global count).
         router, experts, shared: optional functions ``router(x) -> logits [B, T, E]``,
@@ -117,7 +118,7 @@ def expert_parallel_mlp(p: dict, x, cfg: ModelConfig, axis, *, return_dropped: b
     Returns:
         [B, T, D] in x's dtype, or ``(out, dropped)``.
     """
-    n = lax.axis_size(axis)
+    n = lax.axis_size(axis) if axis is not None else 1
     check_experts(cfg, axis, n)
     if experts is None:
         local = p["w_down"].shape[0]
@@ -131,11 +132,13 @@ def expert_parallel_mlp(p: dict, x, cfg: ModelConfig, axis, *, return_dropped: b
     else:
         idx, gates = route_logits(router(x), cfg, p.get("router_bias"))
     xe, plan = dispatch(x, idx, gates, cfg)                              # [B, E, C, D]
-    with sl.named_scope("dispatch"):
-        xe = lax.all_to_all(xe, axis, 1, 0, tiled=True)                  # [N·B, E/N, C, D]
+    if axis is not None:
+        with sl.named_scope("dispatch"):
+            xe = lax.all_to_all(xe, axis, 1, 0, tiled=True)              # [N·B, E/N, C, D]
     ye = experts(xe)
-    with sl.named_scope("combine"):
-        ye = lax.all_to_all(ye, axis, 0, 1, tiled=True)                  # [B, E, C, D]
+    if axis is not None:
+        with sl.named_scope("combine"):
+            ye = lax.all_to_all(ye, axis, 0, 1, tiled=True)              # [B, E, C, D]
     out = combine(ye, plan)
     if cfg.num_shared_experts:
         out = out + (shared(x) if shared is not None else shared_experts(p["shared"], x, cfg))

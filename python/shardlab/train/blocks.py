@@ -37,12 +37,14 @@ import shardlab as sl
 import shardlab.nn as snn
 import shardlab.numpy as jnp
 from shardlab import LocalArray, lax
+from shardlab.models.expert_parallel import expert_parallel_mlp
 from shardlab.models.layers import norm, rotary
+from shardlab.models.moe import routed_experts, shared_experts
 from shardlab.models.ops import activation
 from shardlab.models.transformer import embedding_lookup
 
 from .context import apply_rotary, ring_attention
-from .strategy import param_sizes
+from .strategy import param_shape, param_sizes
 
 __all__ = ["local_config", "Blocks"]
 
@@ -76,7 +78,7 @@ class Blocks:
     def split(self, axes: tuple) -> tuple:
         """``Strategy.zero_split`` of a param with logical ``axes`` (its shape follows from them)."""
         if axes not in self._splits:
-            shape = tuple(self._sizes[a] for a in axes)
+            shape = param_shape(self.cfg, axes)
             self._splits[axes] = self.s.zero_split(axes, shape, self.mesh_shape)
         return self._splits[axes]
 
@@ -183,7 +185,9 @@ class Blocks:
         return x + self._add_bias_after(y, a, "bo", aa)
 
     def mlp(self, p, axes, x):
-        """x + mlp(norm(x)) with the local slice of F."""
+        """x + mlp(norm(x)) with the local slice of F (a MoE layer: :meth:`moe`)."""
+        if "moe" in p:
+            return self.moe(p, axes, x)
         cfg = self.cfg
         m, ma = p["mlp"], axes["mlp"]
         h = self._gather_seq(self._norm(p["mlp_norm"], axes["mlp_norm"], x))
@@ -195,6 +199,35 @@ class Blocks:
             z = activation(cfg.activation, self._proj(h, m["w_in"], ma["w_in"], m.get("b_in"), ma.get("b_in")))
         y = self._reduce_out(self._proj(z.astype(x.dtype), m["w_down"], ma["w_down"]))
         return x + self._add_bias_after(y, m, "b_down", ma)
+
+    def _use_tree(self, p, axes):
+        return {k: self._use_tree(v, axes[k]) if isinstance(v, dict) else self.use(v, axes[k]) for k, v in p.items()}
+
+    def moe(self, p, axes, x):
+        """x + moe(norm(x)). With an expert axis the routed experts are this device's E/N and
+        tokens travel by AllToAll (``models.expert_parallel``); without one every device runs
+        all E on its own sequences. Under FSDP the router, the shared experts and any expert
+        weight the expert axis does not split are gathered inside checkpoints (re-gathered in
+        the backward pass); the expert axis's shards are never gathered."""
+        cfg = self.cfg
+        m, ma = p["moe"], axes["moe"]
+        h = self._norm(p["mlp_norm"], axes["mlp_norm"], x)
+        routed = {k: v for k, v in m.items() if k not in ("router", "router_bias", "shared")}
+        extra = {"router_bias": self.use(m["router_bias"], ma["router_bias"])} if "router_bias" in m else {}
+        ckpt = self._ckpt
+
+        def router(h):
+            return ckpt(lambda h, w: jnp.matmul(h, self.use(w, ma["router"])))(h, m["router"])
+
+        def experts(xe):
+            return ckpt(lambda xe, w: routed_experts(self._use_tree(w, ma), xe, cfg))(xe, routed)
+
+        def shared(h):
+            return ckpt(lambda h, w: shared_experts(self._use_tree(w, ma["shared"]), h, cfg))(h, m["shared"])
+
+        y = expert_parallel_mlp(extra, h, cfg, self.s.expert, router=router, experts=experts,
+                                shared=shared if "shared" in m else None)
+        return x + y
 
     def head_loss(self, final_norm, fn_axes, head, head_axes, x, targets, total_tokens: int):
         """Summed cross-entropy of this device's tokens / ``total_tokens``, summed over the

@@ -203,7 +203,7 @@ class Trainer:
 
     def _layer(self, la, ls, act, ctx=None):
         B = self.blocks
-        attn_keys, mlp_keys = ("attn_norm", "attn"), ("mlp_norm", "mlp")
+        attn_keys, mlp_keys = ("attn_norm", "attn"), ("mlp_norm", "moe" if "moe" in la else "mlp")
         rope = ctx.get("rope") if ctx is not None else None
         rope_spec = P(self.s.context, None)
 
