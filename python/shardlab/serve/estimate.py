@@ -146,26 +146,37 @@ class StepModel:
             self._comm[batch_tokens] = t
         return self._comm[batch_tokens]
 
+    def _pieces(self, decode_batch, kv_tokens, prefill_tokens, attention_pairs, verify_tokens):
+        """(tokens, KV, weight, compute, collective seconds) of one step."""
+        tokens = decode_batch * verify_tokens + prefill_tokens
+        t_kv = (kv_tokens + prefill_tokens) * self.kv_bytes_per_token / self.hbm_bw
+        flops = 2.0 * tokens * self.active_params
+        if self.cfg is not None:
+            flops += 4.0 * self.cfg.num_layers * attention_pairs * self.cfg.num_heads * self.cfg.head_dim
+        t_x = self._comm[tokens] if tokens in self._comm else self.comm_seconds(tokens)
+        return tokens, t_kv, self.param_bytes / self.hbm_bw, flops / self.flops, t_x
+
     def step(self, decode_batch: int = 0, kv_tokens: float = 0.0, prefill_tokens: int = 0,
              attention_pairs: float = 0.0, verify_tokens: int = 1) -> StepTime:
         """One engine step: ``decode_batch`` sequences (``verify_tokens`` tokens each, > 1 when a
         speculative draft is checked) reading ``kv_tokens`` cached tokens, plus
         ``prefill_tokens`` prompt tokens whose causal attention covers ``attention_pairs``
         (query, key) pairs. Time = KV traffic + max(weights, FLOPs, collectives)."""
-        tokens = decode_batch * verify_tokens + prefill_tokens
-        t_kv = (kv_tokens + prefill_tokens) * self.kv_bytes_per_token / self.hbm_bw
-        t_w = self.param_bytes / self.hbm_bw
-        flops = 2.0 * tokens * self.active_params
-        if self.cfg is not None:
-            flops += 4.0 * self.cfg.num_layers * attention_pairs * self.cfg.num_heads * self.cfg.head_dim
-        t_c = flops / self.flops
-        t_x = self.comm_seconds(tokens)
+        tokens, t_kv, t_w, t_c, t_x = self._pieces(decode_batch, kv_tokens, prefill_tokens, attention_pairs,
+                                                   verify_tokens)
         worst = max(t_w, t_c, t_x)
         if t_kv >= worst or worst == t_w:
             bound = "HBM"
         else:
             bound = "compute" if worst == t_c else "communication"
         return StepTime(t_kv + worst, t_kv, t_w, t_c, t_x, bound, tokens)
+
+    def step_seconds(self, decode_batch: int = 0, kv_tokens: float = 0.0, prefill_tokens: int = 0,
+                     attention_pairs: float = 0.0, verify_tokens: int = 1) -> float:
+        """``step(...).seconds`` without building the StepTime (the simulator's hot path)."""
+        _, t_kv, t_w, t_c, t_x = self._pieces(decode_batch, kv_tokens, prefill_tokens, attention_pairs,
+                                              verify_tokens)
+        return t_kv + max(t_w, t_c, t_x)
 
     def decode(self, batch: int, kv_tokens: float) -> StepTime:
         """A decode step of ``batch`` sequences holding ``kv_tokens`` cached tokens in all
@@ -176,6 +187,10 @@ class StepModel:
         """Prefill of ``tokens`` new tokens per sequence after ``context`` cached ones."""
         pairs = batch * tokens * (context + (tokens + 1) / 2)
         return self.step(0, batch * context, batch * tokens, pairs)
+
+    def prefill_seconds(self, tokens: int, batch: int = 1, context: int = 0) -> float:
+        """``prefill(...).seconds`` without building the StepTime."""
+        return self.step_seconds(0, batch * context, batch * tokens, batch * tokens * (context + (tokens + 1) / 2))
 
     def max_batch(self, context: int) -> int:
         free = self.hbm_bytes - self.param_bytes

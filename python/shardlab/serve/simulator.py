@@ -1,4 +1,4 @@
-"""A discrete-event serving simulator (SimPy) whose step times come from ``serve.estimate``.
+"""A discrete-event serving simulator whose step times come from ``serve.estimate``.
 
 Engines do continuous batching: a request joins the running batch as soon as it has a slot and
 KV blocks (reserved for prompt + output at admission, so nothing is ever preempted), and leaves
@@ -15,6 +15,20 @@ the book's tables -- so a decode-only step at batch B and context S takes exactl
 ``estimate`` prints. Between events the engine jumps over runs of identical-shaped decode steps
 in closed form (step k costs a + c (S0 + k dS), a sum of an arithmetic series), so a simulation
 costs a few events per request, not one per token.
+
+Why no SimPy event loop (it ran this simulator until 100,000 requests had to take under 10 s):
+nothing in these layouts feeds back. Arrivals go round-robin; the disaggregated front end is
+FIFO prefill servers then one FIFO link, whose times do not depend on the decode engines (a
+Lindley recursion, :func:`_prefill_pool`); engines never talk to each other. So every engine's
+inputs -- (time, request) -- are known before it runs, and each engine is simulated on its own
+clock, taking a request when the clock reaches it. The SimPy version processed 1.47 M events
+for the benchmark's 100,000 disaggregated requests (15 per request: Store get/put, Timeout,
+Resource request/release, Process start, the AnyOf of a timer and a wake-up) and spent about
+two thirds of its profile in SimPy's event machinery (``Environment.step``,
+``Process._resume``, ``schedule``, event construction); without it the run takes about a
+quarter of the time. tests/python/test_serve_sim_simpy.py keeps the SimPy processes as a
+reference and requires bit-identical times from both. A layout with feedback (preemption,
+load-aware routing) would need a shared event queue again.
 
 Prefix caching (an LRU over blocks of shared prompt prefixes, :class:`PrefixCache`) skips the
 cached part of a prompt; speculative decoding with ``k`` draft tokens and acceptance rate
@@ -41,7 +55,6 @@ import math
 from collections import deque
 
 import numpy as np
-import simpy
 
 from .estimate import StepModel
 from .prefix_cache import PrefixCache
@@ -108,10 +121,12 @@ def tokens_per_verify(k: int, acceptance: float) -> float:
 
 
 class _Req:
-    __slots__ = ("r", "todo", "done", "cached", "blocks", "start_step", "ctx")
+    __slots__ = ("id", "prompt_len", "output_len", "prefix_id", "prefix_len", "todo", "done", "cached", "blocks",
+                 "start_step", "ctx")
 
-    def __init__(self, r):
-        self.r = r
+    def __init__(self, i: int, r):
+        self.id, self.prompt_len, self.output_len = i, r.prompt_len, r.output_len
+        self.prefix_id, self.prefix_len = r.prefix_id, r.prefix_len
         self.todo = r.prompt_len
         self.done = 0
         self.cached = 0
@@ -121,11 +136,18 @@ class _Req:
 
 
 class _Engine:
-    """One replica's continuous-batching loop."""
+    """One replica's continuous-batching loop on its own clock ``t``.
 
-    def __init__(self, env, sim, model: StepModel, cfg: ServingConfig, capacity_blocks: int, prefill: bool):
-        self.env, self.sim, self.model, self.cfg = env, sim, model, cfg
+    ``inbox`` lists the ``(time, request)`` pairs routed to this engine, in time order; a request
+    joins the queue once the clock reaches its time. A stretch of decode steps that has a free
+    slot stops at the step during which the next request arrives, so it can be admitted.
+    """
+
+    def __init__(self, sim, model: StepModel, cfg: ServingConfig, capacity_blocks: int, prefill: bool, inbox):
+        self.sim, self.model, self.cfg = sim, model, cfg
         self.capacity, self.prefill_enabled = capacity_blocks, prefill
+        self.inbox, self.next = inbox, 0
+        self.t = 0.0
         self.queue: deque = deque()
         self.prefilling: deque = deque()
         self.heap: list = []
@@ -134,33 +156,37 @@ class _Engine:
         self.S = 0.0
         self.blocks_used = 0
         self.util_area = 0.0
-        self.wake = None
         self.g = tokens_per_verify(cfg.speculative_k, cfg.acceptance)
         self._lines: dict = {}
         self.prefix = PrefixCache(cfg.prefix_cache_blocks) if prefill else None
-        env.process(self.run())
+        self.rejected: list = []
 
     # -- admission ------------------------------------------------------------------------------
-    def put(self, q: _Req) -> None:
-        self.queue.append(q)
-        if self.wake is not None and not self.wake.triggered:
-            self.wake.succeed()
+    def _pull(self) -> None:
+        """Moves the requests that have arrived by ``t`` into the queue."""
+        inbox, i, t = self.inbox, self.next, self.t
+        n = len(inbox)
+        while i < n and inbox[i][0] <= t:
+            self.queue.append(inbox[i][1])
+            i += 1
+        self.next = i
 
     def _room(self) -> bool:
         return len(self.heap) + len(self.prefilling) < self.cfg.max_batch
 
     def _admit(self) -> None:
         bs = self.cfg.block_size
-        while self.queue and self._room():
-            q = self.queue[0]
-            need = -(-(q.r.prompt_len + q.r.output_len) // bs)
+        queue, max_batch = self.queue, self.cfg.max_batch
+        while queue and len(self.heap) + len(self.prefilling) < max_batch:
+            q = queue[0]
+            need = -(-(q.prompt_len + q.output_len) // bs)
             if need > self.capacity:
-                self.queue.popleft()
-                self.sim.rejected.append(q.r.id)
+                queue.popleft()
+                self.rejected.append((self.t, q.id))
                 continue
             if self.blocks_used + need > self.capacity:
                 break
-            self.queue.popleft()
+            queue.popleft()
             q.blocks = need
             self.blocks_used += need
             if self.prefill_enabled:
@@ -170,19 +196,27 @@ class _Engine:
                 self._start_decoding(q)
 
     def _start_decoding(self, q: _Req) -> None:
-        q.ctx = float(q.r.prompt_len)
+        q.ctx = float(q.prompt_len)
         self.S += q.ctx
-        rest = q.r.output_len - 1
+        rest = q.output_len - 1
         if rest <= 0:
-            self._finish(q, self.env.now)
+            self._finish(q, self.t)
             return
         q.start_step = self.counter
         self.seq += 1
         heapq.heappush(self.heap, (self.counter + math.ceil(rest / self.g - 1e-9), self.seq, q))
 
     def _finish(self, q: _Req, t: float) -> None:
-        self.sim.finish[q.r.id] = t
+        self.sim.finish[q.id] = t
         self.blocks_used -= q.blocks
+
+    def _retire(self) -> None:
+        """Ends the sequences whose last step is ``counter``."""
+        heap, t = self.heap, self.t
+        while heap and heap[0][0] <= self.counter:
+            fs, _, q = heapq.heappop(heap)
+            self.S -= q.ctx + (fs - q.start_step) * self.g
+            self._finish(q, t)
 
     # -- step times -----------------------------------------------------------------------------
     def _line(self, B: int):
@@ -190,7 +224,7 @@ class _Engine:
         if B not in self._lines:
             k = self.cfg.speculative_k
             m = self.model
-            a = m.step(B, 0.0, verify_tokens=k + 1).seconds + k * self.cfg.draft_cost * m.decode(B, 0.0).seconds
+            a = m.step_seconds(B, 0.0, verify_tokens=k + 1) + k * self.cfg.draft_cost * m.step_seconds(B, 0.0)
             c = m.kv_bytes_per_token / m.hbm_bw * (1 + k * self.cfg.draft_cost)
             self._lines[B] = (a, c)
         return self._lines[B]
@@ -210,49 +244,41 @@ class _Engine:
         return n
 
     # -- the loop -------------------------------------------------------------------------------
-    def run(self):
-        env = self.env
+    def run(self) -> None:
+        """Runs until the inbox is empty and every admitted request has finished."""
+        inbox = self.inbox
         while True:
+            self._pull()
             self._admit()
             if not self.prefilling and not self.heap:
-                self.wake = env.event()
-                yield self.wake
-                self.wake = None
+                if self.next >= len(inbox):
+                    return
+                self.t = inbox[self.next][0]          # idle until the next arrival
                 continue
-            t0 = env.now
             if self.prefilling:
-                yield from self._mixed_step()
+                self._mixed_step()
                 continue
+            t0 = self.t
             B = len(self.heap)
             a, c = self._line(B)
             dS = B * self.g
             n_fin = self.heap[0][0] - self.counter
             T = self._cum(n_fin, a, c, self.S, dS)
-            if self._room():       # an arrival could join before the stretch ends
-                self.wake = env.event()
-                timer = env.timeout(T)
-                yield timer | self.wake
-                self.wake = None
-                if not timer.triggered or env.now < t0 + T:
-                    n = min(self._steps_within(env.now - t0, a, c, self.S, dS, n_fin) + 1, n_fin)
-                    end = t0 + self._cum(n, a, c, self.S, dS)
-                    if end > env.now:
-                        yield env.timeout(end - env.now)
-                else:
-                    n = n_fin
+            tp = inbox[self.next][0] if self.next < len(inbox) and self._room() else math.inf
+            if tp < t0 + T:          # an arrival can join before the stretch ends: stop after its step
+                n = min(self._steps_within(tp - t0, a, c, self.S, dS, n_fin) + 1, n_fin)
+                end = t0 + self._cum(n, a, c, self.S, dS)
+                self.t = tp + (end - tp) if end > tp else tp
             else:
-                yield env.timeout(T)
                 n = n_fin
-            self.util_area += self.blocks_used * (env.now - t0)
+                self.t = t0 + T
+            self.util_area += self.blocks_used * (self.t - t0)
             self.S += n * dS
             self.counter += n
-            while self.heap and self.heap[0][0] <= self.counter:
-                fs, _, q = heapq.heappop(self.heap)
-                self.S -= q.ctx + (fs - q.start_step) * self.g
-                self._finish(q, env.now)      # a stretch ends at its first finish
+            self._retire()          # a stretch ends at its first finish
 
-    def _mixed_step(self):
-        env, cfg = self.env, self.cfg
+    def _mixed_step(self) -> None:
+        cfg = self.cfg
         budget = cfg.chunk_size or self.prefilling[0].todo     # None: one whole prompt per step
         tokens, pairs, ctx, done = 0, 0.0, 0, []
         for q in self.prefilling:
@@ -269,21 +295,18 @@ class _Engine:
                 break
         B = len(self.heap)
         k = cfg.speculative_k
-        st = self.model.step(B, self.S + ctx, tokens, pairs, verify_tokens=k + 1).seconds
+        st = self.model.step_seconds(B, self.S + ctx, tokens, pairs, k + 1)
         if B and k:
-            st += k * cfg.draft_cost * self.model.decode(B, self.S).seconds
-        yield env.timeout(st)
+            st += k * cfg.draft_cost * self.model.step_seconds(B, self.S)
         self.util_area += self.blocks_used * st
+        self.t += st
         if B:
             self.counter += 1
             self.S += B * self.g
-            while self.heap and self.heap[0][0] <= self.counter:
-                fs, _, q = heapq.heappop(self.heap)
-                self.S -= q.ctx + (fs - q.start_step) * self.g
-                self._finish(q, env.now)
+            self._retire()
         for q in done:                  # chunks go in order, so the finished prompts lead the queue
             self.prefilling.popleft()
-            self.sim.first_token[q.r.id] = env.now
+            self.sim.first_token[q.id] = self.t
             self.sim.insert_prefix(self.prefix, q)
             self._start_decoding(q)
 
@@ -291,25 +314,21 @@ class _Engine:
 class _Sim:
     """Per-request times and the prefix bookkeeping shared by the engines."""
 
-    def __init__(self, requests, cfg: ServingConfig):
-        n = len(requests)
+    def __init__(self, n: int, cfg: ServingConfig):
         self.cfg = cfg
         self.first_token = np.full(n, np.nan)
         self.finish = np.full(n, np.nan)
-        self.rejected: list = []
 
     def lookup_prefix(self, cache, q: _Req) -> None:
-        r = q.r
-        if cache is None or r.prefix_id is None or r.prefix_len <= 0:
+        if cache is None or q.prefix_id is None or q.prefix_len <= 0:
             return
-        hit = cache.lookup(r.prefix_id, r.prefix_len // self.cfg.block_size)
-        q.cached = min(hit * self.cfg.block_size, r.prompt_len - 1)   # the last token is always run
-        q.todo = r.prompt_len - q.cached
+        hit = cache.lookup(q.prefix_id, q.prefix_len // self.cfg.block_size)
+        q.cached = min(hit * self.cfg.block_size, q.prompt_len - 1)   # the last token is always run
+        q.todo = q.prompt_len - q.cached
 
     def insert_prefix(self, cache, q: _Req) -> None:
-        r = q.r
-        if cache is not None and r.prefix_id is not None and r.prefix_len > 0:
-            cache.insert(r.prefix_id, r.prefix_len // self.cfg.block_size)
+        if cache is not None and q.prefix_id is not None and q.prefix_len > 0:
+            cache.insert(q.prefix_id, q.prefix_len // self.cfg.block_size)
 
 
 @dataclasses.dataclass
@@ -389,6 +408,55 @@ def _capacity_blocks(model: StepModel, cfg: ServingConfig) -> int:
     return tokens // cfg.block_size
 
 
+def _arrival_times(reqs) -> list:
+    """When each request enters the system: its arrival, or time 0 for a negative one."""
+    now, out = 0.0, []
+    for r in reqs:
+        if r.arrival > now:
+            now = now + (r.arrival - now)
+        out.append(now)
+    return out
+
+
+def _prefill_pool(qs, arrive, sim, prefix, pm: StepModel, model: StepModel, cfg: ServingConfig, decoders: int):
+    """The disaggregated front end: ``prefill_replicas`` FIFO servers at batch 1, then one FIFO
+    link to the decode pool. Returns each decoder's inbox, the link's busy seconds and the time
+    the last prefill or transfer ended."""
+    free = [0.0] * cfg.prefill_replicas           # when each prefill server is next idle (a heap)
+    pending: list = []                            # (end, order, request): prefixes not yet cached
+    ready = []
+    last = 0.0
+    for i, q in enumerate(qs):
+        f = heapq.heappop(free)
+        start = arrive[i] if arrive[i] > f else f
+        while pending and pending[0][0] <= start:
+            sim.insert_prefix(prefix, heapq.heappop(pending)[2])
+        sim.lookup_prefix(prefix, q)
+        end = start + pm.prefill_seconds(q.todo, 1, q.cached)
+        heapq.heappush(free, end)
+        heapq.heappush(pending, (end, i, q))
+        sim.first_token[q.id] = end
+        last = max(last, end)
+        if q.output_len <= 1:
+            sim.finish[q.id] = end
+        else:
+            ready.append((end, i, q))
+    while pending:
+        sim.insert_prefix(prefix, heapq.heappop(pending)[2])
+    if cfg.prefill_replicas > 1:
+        ready.sort(key=lambda e: (e[0], e[1]))
+    bw = cfg.transfer_bandwidth or model.chips * model.hw.dcn_bandwidth   # each chip ships its shard
+    lat = cfg.transfer_latency if cfg.transfer_latency is not None else model.hw.dcn_latency
+    inboxes = [[] for _ in range(decoders)]
+    link, busy = 0.0, 0.0
+    for j, (end, _, q) in enumerate(ready):
+        t = q.prompt_len * model.kv_bytes_per_token / bw + lat
+        busy += t
+        link = (end if end > link else link) + t
+        inboxes[j % decoders].append((link, q))
+    return inboxes, busy, max(last, link)
+
+
 def simulate(requests, model: StepModel, config: ServingConfig | None = None, *,
              prefill_model: StepModel | None = None) -> SimResult:
     """Runs ``requests`` (from ``workload``) through the serving system until all finish.
@@ -401,83 +469,35 @@ def simulate(requests, model: StepModel, config: ServingConfig | None = None, *,
     """
     cfg = config or ServingConfig()
     reqs = sorted(requests, key=lambda r: r.arrival)
-    index = {id(r): i for i, r in enumerate(reqs)}
-    env = simpy.Environment()
-    sim = _Sim(reqs, cfg)
+    sim = _Sim(len(reqs), cfg)
     capacity = _capacity_blocks(model, cfg)
-    transfer_total = [0.0]
-
-    class _View:     # engines record by position in the sorted list
-        __slots__ = ("id", "prompt_len", "output_len", "prefix_id", "prefix_len")
-
-    def view(r):
-        v = _View()
-        v.id, v.prompt_len, v.output_len, v.prefix_id, v.prefix_len = (index[id(r)], r.prompt_len, r.output_len,
-                                                                       r.prefix_id, r.prefix_len)
-        return v
-
+    arrive = _arrival_times(reqs)
+    qs = [_Req(i, r) for i, r in enumerate(reqs)]
+    transfer = 0.0
+    last = arrive[-1] if arrive else 0.0
     if cfg.mode == "interleaved":
-        engines = [_Engine(env, sim, model, cfg, capacity, prefill=True) for _ in range(cfg.replicas)]
+        n = cfg.replicas                                        # requests go round-robin
+        engines = [_Engine(sim, model, cfg, capacity, True, list(zip(arrive[e::n], qs[e::n]))) for e in range(n)]
         prefix_caches = [e.prefix for e in engines]
-
-        def arrivals():
-            for i, r in enumerate(reqs):
-                if r.arrival > env.now:
-                    yield env.timeout(r.arrival - env.now)
-                engines[i % len(engines)].put(_Req(view(r)))
     else:
-        pm = prefill_model or model
-        decoders = [_Engine(env, sim, model, cfg, capacity, prefill=False) for _ in range(cfg.decode_replicas)]
-        store = simpy.Store(env)
-        link = simpy.Resource(env, capacity=1)
         prefix = PrefixCache(cfg.prefix_cache_blocks)
         prefix_caches = [prefix]
-        bw = cfg.transfer_bandwidth or model.chips * model.hw.dcn_bandwidth   # each chip ships its shard
-        lat = cfg.transfer_latency if cfg.transfer_latency is not None else model.hw.dcn_latency
-        rr = [0]
-
-        def transfer(q):
-            with link.request() as req:
-                yield req
-                t = q.r.prompt_len * model.kv_bytes_per_token / bw + lat
-                transfer_total[0] += t
-                yield env.timeout(t)
-            decoders[rr[0] % len(decoders)].put(q)
-            rr[0] += 1
-
-        def prefill_server():
-            while True:
-                q = yield store.get()
-                sim.lookup_prefix(prefix, q)
-                yield env.timeout(pm.prefill(q.todo, 1, q.cached).seconds)
-                sim.first_token[q.r.id] = env.now
-                sim.insert_prefix(prefix, q)
-                if q.r.output_len <= 1:
-                    sim.finish[q.r.id] = env.now
-                else:
-                    env.process(transfer(q))
-
-        for _ in range(cfg.prefill_replicas):
-            env.process(prefill_server())
-        engines = decoders
-
-        def arrivals():
-            for r in reqs:
-                if r.arrival > env.now:
-                    yield env.timeout(r.arrival - env.now)
-                store.put(_Req(view(r)))
-
-    env.process(arrivals())
-    env.run()
-    end = env.now
+        inboxes, transfer, t = _prefill_pool(qs, arrive, sim, prefix, prefill_model or model, model, cfg,
+                                             cfg.decode_replicas)
+        last = max(last, t)
+        engines = [_Engine(sim, model, cfg, capacity, False, box) for box in inboxes]
+    for e in engines:
+        e.run()
+    end = max([last] + [e.t for e in engines])
     start = reqs[0].arrival if reqs else 0.0
     span = max(end - start, 1e-30)
     util = sum(e.util_area for e in engines) / (len(engines) * capacity * span) if capacity else 0.0
     lookups = sum(c.lookups for c in prefix_caches if c is not None)
     hits = sum(c.hits for c in prefix_caches if c is not None)
-    return SimResult(cfg.mode, np.array([r.arrival for r in reqs]), sim.first_token, sim.finish,
-                     np.array([r.output_len for r in reqs]), util, hits / lookups if lookups else 0.0,
-                     sim.rejected, transfer_total[0])
+    rejected = [i for _, _, i in sorted((t, k, i) for k, e in enumerate(engines) for t, i in e.rejected)]
+    return SimResult(cfg.mode, np.array([r.arrival for r in reqs], dtype=float), sim.first_token, sim.finish,
+                     np.array([r.output_len for r in reqs], dtype=np.int64), util,
+                     hits / lookups if lookups else 0.0, rejected, transfer)
 
 
 def sweep(make_requests, rates, model: StepModel, config: ServingConfig | None = None, **kw) -> list:
