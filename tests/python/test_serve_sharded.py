@@ -79,6 +79,26 @@ def test_megatron_ledger_matches_the_book_activation_bytes():
     assert sent[0] == sent[1] == L * 2 * (2 * (n - 1) / n * B * D * 4)
 
 
+def test_moe_decode_dispatches_by_alltoall_of_the_slot_grid():
+    """MoE with expert sharding (GShard): per MoE layer two AllToAlls of each device's capacity
+    slots, E·C·D·bytes in and (X-1)/X of it sent, and no AllReduce of expert outputs."""
+    cfg, shape, axes = CASES["moe"]
+    params = transformer.init_params(cfg, seed=1)
+    B, X = 8, shape[0]
+    sharded, plain = _caches(cfg, params, B, 3, 16)
+    ledger = sl.Ledger()
+    got = decode_step(params, np.arange(B), cfg, sharded, sl.make_mesh(shape, axes), "moe", ledger=ledger)
+    np.testing.assert_allclose(got, np.asarray(forward_cached(params, np.arange(B)[:, None], cfg, plain))[:, 0],
+                               atol=1e-5, rtol=0)
+    a2a = [e for e in ledger.events if e["op"] == "all_to_all"]
+    C = (B // X) * 1                                       # one token per sequence: capacity 1
+    assert len(a2a) == 2 * cfg.num_layers
+    assert all(e["bytes_in"] == cfg.num_experts * C * cfg.d_model * 4 for e in a2a)
+    assert all(e["bytes_sent"] == cfg.num_experts * C * cfg.d_model * 4 * (X - 1) / X for e in a2a)
+    psums = [e for e in ledger.events if e["op"] == "psum"]
+    assert len(psums) == cfg.num_layers                    # attention only
+
+
 def test_ring_attention_equals_causal_attention_and_moves_kv_blocks():
     rng = np.random.default_rng(0)
     X, B, S, N, K, H = 4, 2, 16, 4, 2, 8
@@ -111,5 +131,11 @@ def test_bad_layouts_are_clear_errors():
     c3 = ContiguousKVCache(DENSE, 8, 12)
     with pytest.raises(ValueError, match="cache length 12 is not divisible by mesh axis x of size 8"):
         decode_step(transformer.init_params(DENSE), np.zeros(8, int), DENSE, c3, mesh, "seq_kv")
+    moe = CASES["moe"][0]
+    pm = transformer.init_params(moe, seed=0)
+    cm = ContiguousKVCache(moe, 4, 16)
+    forward_cached(pm, np.ones((4, 2), int), moe, cm)
+    with pytest.raises(ValueError, match=r"batch 4 is not divisible by mesh axis x of size 8 \(strategy 'moe'\)"):
+        decode_step(pm, np.zeros(4, int), moe, cm, mesh, "moe")
     with pytest.raises(ValueError, match="unknown strategy 'fsdp'"):
         decode_step(params, np.zeros(8, int), cfg, c, mesh, "fsdp")

@@ -19,8 +19,10 @@ strategy           mesh axes            layout (book notation)
 ``2d``             ``x``, ``yz``        the MLP 2-D weight-stationary: AllGather_YZ,
                                         W_in[D_X, F_YZ], AllReduce_X, W_out[F_YZ, D_X],
                                         ReduceScatter_YZ (problem 7)
-``moe``            ``x``                experts E_X; each device runs its experts on the
-                                        routed tokens, AllReduce_X combines
+``moe``            ``x``                experts E_X (GShard): device i routes batch rows
+                                        B_X, AllToAll_X dispatch to the experts' devices,
+                                        local experts, AllToAll_X combine, AllGather_X of
+                                        the B_X outputs (``models.expert_parallel``)
 =================  ===================  ==================================================
 
 ``comm_bytes`` gives the closed forms (bytes each device puts into every collective per step);
@@ -53,7 +55,7 @@ from shardlab import P
 from shardlab import lax
 from shardlab.models import ModelConfig
 from shardlab.models.layers import mlp, norm
-from shardlab.models.moe import route
+from shardlab.models.expert_parallel import alltoall_bytes, expert_parallel_mlp
 from shardlab.models.ops import activation
 
 from .attention import finish, merge_partials, partial_attention
@@ -98,7 +100,7 @@ def check_layout(cfg: ModelConfig, strategy: str, mesh_shape: dict, batch: int, 
         if strategy == "moe":
             if not cfg.is_moe:
                 raise ValueError("[decode_step] strategy 'moe' needs a model with num_experts > 0")
-            checks.append(("num_experts", cfg.num_experts, n, "x"))
+            checks += [("num_experts", cfg.num_experts, n, "x"), ("batch", batch, n, "x")]
     elif strategy == "batch_kv":
         yz = s["y"] * s["z"]
         checks += [("num_heads", cfg.num_heads, yz, "(y, z)"), ("num_kv_heads", cfg.num_kv_heads, s["y"], "y"),
@@ -265,31 +267,15 @@ def _ffw_2d(p, h, cfg, s):
 
 
 def _moe_expert_sharded(p, x, cfg, n):
-    """Routed experts E_X: each device runs its E/X experts on every token they were chosen
-    for (gate 0 otherwise), then AllReduce_X. Shared experts are replicated."""
-    B, T, D = x.shape
-    El = cfg.num_experts // n
-    idx, gates = route(p, x, cfg)
-    first = lax.axis_index("x") * El
-    w = None                                                        # [B, T, El] gate per local expert
-    local = first + np.arange(El)
-    for i, g in zip(idx, gates):
-        hit = jnp.equal(jnp.expand_dims(i, -1), local).astype(np.float32) * jnp.expand_dims(g, -1)
-        w = hit if w is None else w + hit
-    if cfg.gated_mlp:
-        hmid = activation(cfg.activation, jnp.einsum("btd,edf->btef", x, p["w_gate"])) * \
-            jnp.einsum("btd,edf->btef", x, p["w_up"])
-    else:
-        hmid = activation(cfg.activation, jnp.einsum("btd,edf->btef", x, p["w_in"]))
-    y = jnp.einsum("btef,efd->bted", hmid.astype(x.dtype), p["w_down"])
-    y = jnp.sum(y * jnp.expand_dims(w, -1).astype(y.dtype), axis=2)
-    y = lax.psum(y, "x")
-    if cfg.num_shared_experts:
-        sp = p["shared"]
-        hs = activation(cfg.activation, jnp.einsum("btd,sdf->btsf", x, sp["w_gate"])) * \
-            jnp.einsum("btd,sdf->btsf", x, sp["w_up"])
-        y = y + jnp.einsum("btsf,sfd->btd", hs.astype(x.dtype), sp["w_down"])
-    return y.astype(x.dtype)
+    """Routed experts E_X with AllToAll dispatch (GShard): the stream is replicated over x, so
+    device i takes batch rows B_X (its tokens), routes them, AllToAll_X sends their capacity
+    slots to the experts' devices and back (``models.expert_parallel``), and AllGather_X
+    returns every row to every device. Shared experts run on the device's own rows."""
+    B = x.shape[0]
+    bl = B // n
+    mine = lax.dynamic_slice_in_dim(x, lax.axis_index("x") * np.int32(bl), bl, axis=0)
+    y = expert_parallel_mlp(p, mine, cfg, "x")
+    return lax.all_gather(y, "x", axis=0, tiled=True)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -419,7 +405,10 @@ def comm_bytes(cfg: ModelConfig, strategy: str, mesh_shape: dict, batch: int, dt
     L layers (``bytes_in`` = what one device puts into the collective, ``bytes_sent`` = what it
     sends under the ring algorithm). With B' = batch x tokens:
 
-    * megatron / moe: 2 AllReduce of [B', D] per layer over the model axes (every mesh axis);
+    * megatron: 2 AllReduce of [B', D] per layer over the model axes (every mesh axis);
+    * moe: 1 AllReduce of [B', D] per layer (attention; 2 in a dense layer), and per MoE layer
+      2 AllToAll of the capacity slots E·C·D (``models.expert_parallel.alltoall_bytes`` with
+      B/X sequences of ``tokens``) and 1 AllGather of [B'/X, D];
     * batch_kv: 2 AllToAll_Z of Q/O [B', N/(YZ), H] and 2 AllReduce_YZ of [B', D] per layer;
     * seq_kv: AllGather_X of Q [B', N/X, H], AllToAll_X of the packed partials
       [B', N, H + 2] (float32), 2 AllReduce_X of [B', D] per layer;
@@ -428,10 +417,12 @@ def comm_bytes(cfg: ModelConfig, strategy: str, mesh_shape: dict, batch: int, dt
       and the AllGather over (x, yz) of [B', D/(XYZ)] that gives back the replicated stream.
     """
     s = dict(mesh_shape)
+    if strategy == "moe":
+        return _moe_comm_bytes(cfg, s, batch, tokens, dtype_bytes)
     B, D, F, N, H, L = batch * tokens, cfg.d_model, cfg.ffw_dim, cfg.num_heads, cfg.head_dim, cfg.num_layers
     b = dtype_bytes
     rows = []  # (op, axes, group size, bytes in per call, calls per layer)
-    if strategy in ("megatron", "moe"):
+    if strategy == "megatron":
         axes = tuple(s)
         rows += [("psum", axes, math.prod(s.values()), B * D * b, 2)]
     elif strategy == "batch_kv":
@@ -454,6 +445,19 @@ def comm_bytes(cfg: ModelConfig, strategy: str, mesh_shape: dict, batch: int, dt
         out[(op, axes)] = {"calls": L * calls, "group_size": n, "bytes_each": v, "bytes_in": L * calls * v,
                            "bytes_sent": L * calls * _ring_sent(op, n, v)}
     return out
+
+
+def _moe_comm_bytes(cfg: ModelConfig, s: dict, batch: int, tokens: int, b: float) -> dict:
+    """moe: per layer the attention's AllReduce of [B', D] (and a dense layer's MLP one); per
+    MoE layer 2 AllToAll of the slot grid E·C·D (C = B/X · capacity(tokens)) and the
+    AllGather of [B/X, tokens, D]."""
+    axes, n = tuple(s), math.prod(s.values())
+    L, L_moe, D = cfg.num_layers, cfg.num_moe_layers, cfg.d_model
+    a2a = alltoall_bytes(cfg, batch / n, tokens, n, b)
+    rows = [("psum", n, batch * tokens * D * b, L + (L - L_moe)), ("all_to_all", n, a2a["bytes_in"], 2 * L_moe),
+            ("all_gather", n, batch / n * tokens * D * b, L_moe)]
+    return {(op, axes): {"calls": calls, "group_size": n, "bytes_each": v, "bytes_in": calls * v,
+                         "bytes_sent": calls * _ring_sent(op, n, v)} for op, n, v, calls in rows if calls}
 
 
 def ledger_comm_bytes(ledger) -> dict:
