@@ -11,14 +11,14 @@
 #include "shardlab/attention.hpp"
 
 namespace py = pybind11;
-using shardlab::AttentionDtype;
+using shardlab::DType;
 using shardlab::AttentionProblem;
 
 namespace {
 
-AttentionDtype dtype_of(const py::array& a, const char* op) {
-  if (a.dtype().is(py::dtype::of<float>())) return AttentionDtype::float32;
-  if (a.dtype().is(py::dtype::of<uint16_t>())) return AttentionDtype::bfloat16;
+DType dtype_of(const py::array& a, const char* op) {
+  if (a.dtype().is(py::dtype::of<float>())) return DType::float32;
+  if (a.dtype().is(py::dtype::of<uint16_t>())) return DType::bfloat16;
   throw std::invalid_argument(std::string("[") + op + "] expected float32 or bfloat16 bits " +
                               "(uint16), got " + std::string(py::str(a.dtype())));
 }

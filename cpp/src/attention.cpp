@@ -36,11 +36,11 @@ double at(const void* base, int64_t i) {
 }
 
 double load(const AttentionProblem& p, const void* base, int64_t i) {
-  return p.dtype == AttentionDtype::float32 ? at<float>(base, i) : at<uint16_t>(base, i);
+  return p.dtype == DType::float32 ? at<float>(base, i) : at<uint16_t>(base, i);
 }
 
 void store(const AttentionProblem& p, void* base, int64_t i, double x) {
-  if (p.dtype == AttentionDtype::float32) {
+  if (p.dtype == DType::float32) {
     static_cast<float*>(base)[i] = static_cast<float>(x);
   } else {
     static_cast<uint16_t*>(base)[i] = float_to_bf16(static_cast<float>(x));
@@ -95,6 +95,10 @@ void check_attention_problem(const AttentionProblem& p, const char* op) {
         ", q_len " + std::to_string(p.q_len) + ", kv_len " + std::to_string(p.kv_len) +
         ", q_heads " + std::to_string(p.q_heads) + ", kv_heads " + std::to_string(p.kv_heads) +
         ", head_dim " + std::to_string(p.head_dim));
+  }
+  if (p.dtype != DType::float32 && p.dtype != DType::bfloat16) {
+    throw std::invalid_argument(name + "dtype " + dtype_name(p.dtype) +
+                                "; the kernel takes float32 or bfloat16");
   }
   if (p.q_heads % p.kv_heads != 0) {
     throw std::invalid_argument(name + "the number of query heads " +

@@ -41,7 +41,7 @@ void kernel_scalar(int64_t kc, const void* a_, const void* b_, float* c, int64_t
 
 }  // namespace
 
-KernelSet kernels_scalar(GemmType type) {
+KernelSet kernels_scalar(DType type) {
   KernelSet ks;
   ks.mr = kScalarMr;
   ks.nr = kScalarNr;
@@ -59,7 +59,7 @@ namespace {
 
 using gemm_detail::KernelSet;
 
-KernelSet select_kernels(GemmType type) {
+KernelSet select_kernels(DType type) {
   switch (active_isa()) {
     case Isa::avx512bf16: return gemm_detail::kernels_avx512bf16(type);
     case Isa::avx512: return gemm_detail::kernels_avx512(type);
@@ -139,6 +139,10 @@ void gemm_block(const KernelSet& ks, const GemmOperand& a, const GemmOperand& b,
 }
 
 void validate(const GemmProblem& p) {
+  if (p.type != DType::float32 && p.type != DType::bfloat16) {
+    throw std::invalid_argument("[gemm] operands of dtype " + dtype_name(p.type) +
+                                "; the kernel multiplies float32 or bfloat16");
+  }
   const size_t rank = p.batch_shape.size();
   if (p.a_batch_strides.size() != rank || p.b_batch_strides.size() != rank ||
       p.c_batch_strides.size() != rank) {
@@ -181,9 +185,9 @@ BatchOffsets batch_offsets(const GemmProblem& p, int64_t index) {
   return o;
 }
 
-size_t elem_size(GemmType t) { return t == GemmType::f32 ? 4 : 2; }
+size_t elem_size(DType t) { return t == DType::float32 ? 4 : 2; }
 
-GemmOperand offset(const GemmOperand& x, int64_t elems, GemmType t) {
+GemmOperand offset(const GemmOperand& x, int64_t elems, DType t) {
   GemmOperand y = x;
   y.data = static_cast<const char*>(x.data) + elems * static_cast<int64_t>(elem_size(t));
   return y;
@@ -254,7 +258,7 @@ void gemm_reference(const GemmProblem& p) {
                                         std::multiplies<int64_t>());
   const auto load = [&](const GemmOperand& x, int64_t base, int64_t i, int64_t j) -> double {
     const int64_t idx = base + i * x.row_stride + j * x.col_stride;
-    if (p.type == GemmType::f32) return static_cast<const float*>(x.data)[idx];
+    if (p.type == DType::float32) return static_cast<const float*>(x.data)[idx];
     return gemm_detail::load_as_f32(static_cast<const uint16_t*>(x.data) + idx);
   };
   for (int64_t t = 0; t < batch; ++t) {

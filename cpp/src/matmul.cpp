@@ -21,9 +21,8 @@ std::vector<std::int64_t> elem_strides(const ArrayRef& x, const char* name, cons
   return out;
 }
 
-GemmType gemm_type(DType dtype, const char* name, const std::string& op) {
-  if (dtype == DType::float32) return GemmType::f32;
-  if (dtype == DType::bfloat16) return GemmType::bf16;
+DType gemm_type(DType dtype, const char* name, const std::string& op) {
+  if (dtype == DType::float32 || dtype == DType::bfloat16) return dtype;
   throw std::invalid_argument("[" + op + "] " + name + " has dtype " + dtype_name(dtype) +
                               "; the kernel takes float32 or bfloat16");
 }
@@ -57,7 +56,7 @@ Shape matmul_shape(const Shape& a, const Shape& b, const std::string& op) {
 }
 
 GemmProblem matmul_problem(const ArrayRef& a, const ArrayRef& b, const ArrayRef& c, const std::string& op) {
-  const GemmType type = gemm_type(a.dtype, "a", op);
+  const DType type = gemm_type(a.dtype, "a", op);
   if (b.dtype != a.dtype) {
     throw std::invalid_argument("[" + op + "] a has dtype " + dtype_name(a.dtype) + " and b " +
                                 dtype_name(b.dtype) + "; cast both to the same dtype");

@@ -125,7 +125,7 @@ void check_case(const Case& c, std::mt19937& rng) {
     // fast path keeps fp32 statistics, so only the final rounding of out (2^-8 relative)
     // separates them. Tolerance: 1/128 of max |out| (two bf16 ulps at the top of the range).
     AttentionProblem pb = p;
-    pb.dtype = AttentionDtype::bfloat16;
+    pb.dtype = DType::bfloat16;
     const auto qb = to_bf16(q), kb = to_bf16(k), vb = to_bf16(v), db = to_bf16(dout);
     std::vector<uint16_t> ob(nq), rob(nq);
     std::vector<float> lb(nl), rlb(nl), dqb(nq), dkb(nk), dvb(nk), rdqb(nq), rdkb(nk), rdvb(nk);

@@ -38,12 +38,12 @@ float from_bf16(uint16_t h) { return bf16_to_float(h); }
 
 // A buffer of random values with an element reader that hides the storage type.
 struct Buffer {
-  GemmType type;
+  DType type;
   std::vector<float> f;
   std::vector<uint16_t> h;
-  Buffer(GemmType t, size_t n, std::mt19937& rng) : type(t) {
+  Buffer(DType t, size_t n, std::mt19937& rng) : type(t) {
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-    if (t == GemmType::f32) {
+    if (t == DType::float32) {
       f.resize(n);
       for (auto& x : f) x = dist(rng);
     } else {
@@ -51,8 +51,8 @@ struct Buffer {
       for (auto& x : h) x = to_bf16(dist(rng));
     }
   }
-  const void* data() const { return type == GemmType::f32 ? (const void*)f.data() : (const void*)h.data(); }
-  double at(int64_t i) const { return type == GemmType::f32 ? f[i] : from_bf16(h[i]); }
+  const void* data() const { return type == DType::float32 ? (const void*)f.data() : (const void*)h.data(); }
+  double at(int64_t i) const { return type == DType::float32 ? f[i] : from_bf16(h[i]); }
 };
 
 std::vector<Isa> supported_isas() {
@@ -122,7 +122,7 @@ void expect_matches_reference(GemmProblem p, const Buffer& a, int64_t a_base_ele
   EXPECT_LE(worst, 1.0) << what;
 }
 
-GemmProblem plain(GemmType type, const Buffer& a, const Buffer& b, int64_t m, int64_t n, int64_t k,
+GemmProblem plain(DType type, const Buffer& a, const Buffer& b, int64_t m, int64_t n, int64_t k,
                   bool a_trans, bool b_trans) {
   GemmProblem p;
   p.type = type;
@@ -132,8 +132,8 @@ GemmProblem plain(GemmType type, const Buffer& a, const Buffer& b, int64_t m, in
   return p;
 }
 
-std::string label(Isa isa, GemmType t, int64_t m, int64_t n, int64_t k) {
-  return isa_name(isa) + (t == GemmType::f32 ? " f32 " : " bf16 ") + std::to_string(m) + "x" +
+std::string label(Isa isa, DType t, int64_t m, int64_t n, int64_t k) {
+  return isa_name(isa) + (t == DType::float32 ? " f32 " : " bf16 ") + std::to_string(m) + "x" +
          std::to_string(n) + "x" + std::to_string(k);
 }
 
@@ -142,7 +142,7 @@ TEST_F(GemmTest, RandomSizesEveryIsaBothDtypesAndTransposes) {
   std::uniform_int_distribution<size_t> pick(0, kSizes.size() - 1);
   for (Isa isa : supported_isas()) {
     set_active_isa(isa);
-    for (GemmType type : {GemmType::f32, GemmType::bf16}) {
+    for (DType type : {DType::float32, DType::bfloat16}) {
       for (int trial = 0; trial < 12; ++trial) {
         const int64_t m = kSizes[pick(rng)], n = kSizes[pick(rng)], k = kSizes[pick(rng)];
         const bool at = trial % 2, bt = (trial / 2) % 2;
@@ -162,7 +162,7 @@ TEST_F(GemmTest, LargerThanOneCacheBlockInEveryDimension) {
   const int64_t m = 9, n = 4200, k = 1101;
   for (Isa isa : supported_isas()) {
     set_active_isa(isa);
-    for (GemmType type : {GemmType::f32, GemmType::bf16}) {
+    for (DType type : {DType::float32, DType::bfloat16}) {
       Buffer a(type, m * k, rng), b(type, k * n, rng);
       expect_matches_reference(plain(type, a, b, m, n, k, false, false), a, 0, b, 0,
                                label(isa, type, m, n, k));
@@ -170,9 +170,9 @@ TEST_F(GemmTest, LargerThanOneCacheBlockInEveryDimension) {
   }
   for (Isa isa : supported_isas()) {
     set_active_isa(isa);
-    Buffer a(GemmType::f32, 700 * 300, rng), b(GemmType::f32, 300 * 40, rng);
-    expect_matches_reference(plain(GemmType::f32, a, b, 700, 40, 300, true, false), a, 0, b, 0,
-                             label(isa, GemmType::f32, 700, 40, 300));
+    Buffer a(DType::float32, 700 * 300, rng), b(DType::float32, 300 * 40, rng);
+    expect_matches_reference(plain(DType::float32, a, b, 700, 40, 300, true, false), a, 0, b, 0,
+                             label(isa, DType::float32, 700, 40, 300));
   }
 }
 
@@ -183,13 +183,13 @@ TEST_F(GemmTest, StridedAndReversedViews) {
   const int64_t m = 33, n = 17, k = 65;
   for (Isa isa : supported_isas()) {
     set_active_isa(isa);
-    for (GemmType type : {GemmType::f32, GemmType::bf16}) {
+    for (DType type : {DType::float32, DType::bfloat16}) {
       Buffer a(type, m * 2 * k, rng), b(type, k * n, rng);
       GemmProblem p;
       p.type = type;
       const int64_t b_last = k * n - 1;
       p.a = {a.data(), m, k, 2 * k, 2};
-      p.b = {static_cast<const char*>(b.data()) + b_last * (type == GemmType::f32 ? 4 : 2), k, n, -n, -1};
+      p.b = {static_cast<const char*>(b.data()) + b_last * (type == DType::float32 ? 4 : 2), k, n, -n, -1};
       expect_matches_reference(p, a, 0, b, b_last, label(isa, type, m, n, k) + " strided");
     }
   }
@@ -203,7 +203,7 @@ TEST_F(GemmTest, BatchedWithBroadcastDims) {
     set_active_isa(isa);
     for (int threads : {1, 2}) {
       omp_set_num_threads(threads);
-      for (GemmType type : {GemmType::f32, GemmType::bf16}) {
+      for (DType type : {DType::float32, DType::bfloat16}) {
         Buffer a(type, 3 * m * k, rng), b(type, 4 * k * n, rng);
         GemmProblem p = plain(type, a, b, m, n, k, false, true);
         p.a.col_stride = 1, p.a.row_stride = k;
@@ -223,8 +223,8 @@ TEST_F(GemmTest, ThreadCountDoesNotChangeTheResult) {
   for (Isa isa : supported_isas()) {
     set_active_isa(isa);
     for (auto [m, n, k, batch] : std::vector<std::array<int64_t, 4>>{{257, 129, 300, 1}, {65, 300, 63, 3}}) {
-      Buffer a(GemmType::f32, batch * m * k, rng), b(GemmType::f32, k * n, rng);
-      GemmProblem p = plain(GemmType::f32, a, b, m, n, k, false, false);
+      Buffer a(DType::float32, batch * m * k, rng), b(DType::float32, k * n, rng);
+      GemmProblem p = plain(DType::float32, a, b, m, n, k, false, false);
       p.batch_shape = {batch};
       p.a_batch_strides = {m * k};
       p.b_batch_strides = {0};
@@ -244,15 +244,15 @@ TEST_F(GemmTest, ThreadCountDoesNotChangeTheResult) {
 
 TEST_F(GemmTest, EmptyDimensions) {
   std::mt19937 rng(1);
-  Buffer a(GemmType::f32, 12, rng), b(GemmType::f32, 12, rng);
+  Buffer a(DType::float32, 12, rng), b(DType::float32, 12, rng);
   std::vector<float> c(16, NAN);
-  GemmProblem p = plain(GemmType::f32, a, b, 4, 4, 0, false, false);
+  GemmProblem p = plain(DType::float32, a, b, 4, 4, 0, false, false);
   p.c = c.data();
   p.c_row_stride = 4;
   gemm(p);  // K = 0: C is all zeros
   for (float x : c) EXPECT_EQ(x, 0.0f);
   std::fill(c.begin(), c.end(), NAN);
-  p = plain(GemmType::f32, a, b, 0, 4, 3, false, false);
+  p = plain(DType::float32, a, b, 0, 4, 3, false, false);
   p.c = c.data();
   p.c_row_stride = 4;
   gemm(p);  // M = 0: nothing written
@@ -266,11 +266,11 @@ TEST_F(GemmTest, ReferenceAndEveryPathMatchAnXtensorExpression) {
   const int64_t batch = 2, m = 13, n = 11, k = 29;
   const xt::xarray<float> af = xt::random::rand<float>({batch, m, k}, -1.0f, 1.0f);
   const xt::xarray<float> bf = xt::random::rand<float>({k, n}, -1.0f, 1.0f);
-  for (GemmType type : {GemmType::f32, GemmType::bf16}) {
+  for (DType type : {DType::float32, DType::bfloat16}) {
     // What the kernel reads: bf16 operands are rounded first, and the oracle sees the same values.
     xt::xarray<uint16_t> ah = xt::zeros<uint16_t>(af.shape()), bh = xt::zeros<uint16_t>(bf.shape());
     xt::xarray<double> ad = af, bd = bf;
-    if (type == GemmType::bf16) {
+    if (type == DType::bfloat16) {
       for (size_t i = 0; i < af.size(); ++i) ah.flat(i) = to_bf16(af.flat(i)), ad.flat(i) = from_bf16(ah.flat(i));
       for (size_t i = 0; i < bf.size(); ++i) bh.flat(i) = to_bf16(bf.flat(i)), bd.flat(i) = from_bf16(bh.flat(i));
     }
@@ -280,8 +280,8 @@ TEST_F(GemmTest, ReferenceAndEveryPathMatchAnXtensorExpression) {
     const xt::xarray<double> tol = (k + 2) * std::ldexp(1.0, -24) * xt::sum(xt::abs(prod), {2}) + 1e-30;
     GemmProblem p;
     p.type = type;
-    p.a = {type == GemmType::f32 ? (const void*)af.data() : (const void*)ah.data(), m, k, k, 1};
-    p.b = {type == GemmType::f32 ? (const void*)bf.data() : (const void*)bh.data(), k, n, n, 1};
+    p.a = {type == DType::float32 ? (const void*)af.data() : (const void*)ah.data(), m, k, k, 1};
+    p.b = {type == DType::float32 ? (const void*)bf.data() : (const void*)bh.data(), k, n, n, 1};
     p.c_row_stride = n;
     p.batch_shape = {batch};
     p.a_batch_strides = {m * k};
@@ -290,7 +290,7 @@ TEST_F(GemmTest, ReferenceAndEveryPathMatchAnXtensorExpression) {
     xt::xarray<float> c = xt::zeros<float>({batch, m, n});
     p.c = c.data();
     gemm_reference(p);
-    EXPECT_TRUE(xt::all(xt::abs(c - want) <= tol)) << "gemm_reference " << (type == GemmType::f32 ? "f32" : "bf16");
+    EXPECT_TRUE(xt::all(xt::abs(c - want) <= tol)) << "gemm_reference " << (type == DType::float32 ? "f32" : "bf16");
     for (Isa isa : supported_isas()) {
       set_active_isa(isa);
       c.fill(NAN);
@@ -302,7 +302,7 @@ TEST_F(GemmTest, ReferenceAndEveryPathMatchAnXtensorExpression) {
 
 TEST_F(GemmTest, BadShapesThrow) {
   std::mt19937 rng(1);
-  Buffer a(GemmType::f32, 12, rng), b(GemmType::f32, 30, rng);
+  Buffer a(DType::float32, 12, rng), b(DType::float32, 30, rng);
   std::vector<float> c(30);
   GemmProblem p;
   p.a = {a.data(), 3, 4, 4, 1};

@@ -14,15 +14,15 @@
 
 #include <cstdint>
 
-namespace shardlab {
+#include "shardlab/dtype.hpp"
 
-enum class AttentionDtype { float32, bfloat16 };
+namespace shardlab {
 
 struct AttentionProblem {
   int64_t batch = 0, q_len = 0, kv_len = 0, q_heads = 0, kv_heads = 0, head_dim = 0;
   float scale = 1.0f;
   bool causal = false;
-  AttentionDtype dtype = AttentionDtype::float32;
+  DType dtype = DType::float32;       // float32 or bfloat16 (check_attention_problem checks)
   const uint8_t* mask = nullptr;      // optional; element (b, h, i, j) at sum(index * stride)
   int64_t mask_strides[4] = {0, 0, 0, 0};
 };
@@ -49,20 +49,5 @@ void attention_reference_forward(const AttentionProblem& p, const void* q, const
 void attention_reference_backward(const AttentionProblem& p, const void* q, const void* k,
                                   const void* v, const void* dout, float* dq, float* dk,
                                   float* dv);
-
-// Round-to-nearest-even fp32 -> bf16 bits (NaN stays NaN) and the exact widening.
-inline uint16_t float_to_bf16(float x) {
-  uint32_t u;
-  __builtin_memcpy(&u, &x, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-inline float bf16_to_float(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float x;
-  __builtin_memcpy(&x, &u, 4);
-  return x;
-}
 
 }  // namespace shardlab

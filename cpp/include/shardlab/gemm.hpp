@@ -8,12 +8,9 @@
 #include <cstdint>
 #include <vector>
 
-namespace shardlab {
+#include "shardlab/dtype.hpp"
 
-enum class GemmType {
-  f32,   // float
-  bf16,  // bfloat16 stored as uint16_t bit patterns (the upper half of a float)
-};
+namespace shardlab {
 
 // One operand: a (rows x cols) matrix at `data` with strides in ELEMENTS (not bytes), which may
 // be zero or negative, so transposed and broadcast views need no copy.
@@ -27,7 +24,7 @@ struct GemmOperand {
 // where matrix b starts; a stride of 0 broadcasts that operand along the dimension. C has
 // unit column stride and row stride `c_row_stride`.
 struct GemmProblem {
-  GemmType type = GemmType::f32;
+  DType type = DType::float32;  // float32, or bfloat16 as uint16_t bits; gemm() checks
   GemmOperand a, b;
   float* c = nullptr;
   int64_t c_row_stride = 0;

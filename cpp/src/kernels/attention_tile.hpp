@@ -611,7 +611,7 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
 template <class V>
 void forward_dispatch(const AttentionProblem& p, const void* q, const void* k, const void* v,
                       void* out, float* lse) {
-  if (p.dtype == AttentionDtype::float32) {
+  if (p.dtype == DType::float32) {
     forward_tiles<V>(p, static_cast<const float*>(q), static_cast<const float*>(k),
                      static_cast<const float*>(v), static_cast<float*>(out), lse);
   } else {
@@ -624,7 +624,7 @@ template <class V>
 void backward_dispatch(const AttentionProblem& p, const void* q, const void* k, const void* v,
                        const void* out, const void* dout, const float* lse, float* dq,
                        float* dk, float* dv) {
-  if (p.dtype == AttentionDtype::float32) {
+  if (p.dtype == DType::float32) {
     backward_tiles<V>(p, static_cast<const float*>(q), static_cast<const float*>(k),
                       static_cast<const float*>(v), static_cast<const float*>(out),
                       static_cast<const float*>(dout), lse, dq, dk, dv);

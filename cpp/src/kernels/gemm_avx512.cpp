@@ -54,7 +54,7 @@ void kernel_f32(int64_t kc, const void* a_, const void* b_, float* c, int64_t ld
 
 }  // namespace
 
-KernelSet kernels_avx512(GemmType type) {
+KernelSet kernels_avx512(DType type) {
   KernelSet ks;
   ks.mr = kMr;
   ks.nr = kNr;

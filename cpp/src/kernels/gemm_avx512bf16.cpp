@@ -57,8 +57,8 @@ void kernel_bf16(int64_t kc, const void* a_, const void* b_, float* c, int64_t l
 
 }  // namespace
 
-KernelSet kernels_avx512bf16(GemmType type) {
-  if (type == GemmType::f32) return kernels_avx512(type);
+KernelSet kernels_avx512bf16(DType type) {
+  if (type == DType::float32) return kernels_avx512(type);
   KernelSet ks;
   ks.mr = kMr;
   ks.nr = kNr;

@@ -37,10 +37,10 @@ struct KernelSet {
   MicroKernel kernel = nullptr;
 };
 
-KernelSet kernels_scalar(GemmType type);
-KernelSet kernels_avx2(GemmType type);
-KernelSet kernels_avx512(GemmType type);
-KernelSet kernels_avx512bf16(GemmType type);
+KernelSet kernels_scalar(DType type);
+KernelSet kernels_avx2(DType type);
+KernelSet kernels_avx512(DType type);
+KernelSet kernels_avx512bf16(DType type);
 
 // The packing templates below are instantiated in every ISA file. They live in an anonymous
 // namespace on purpose: with external linkage the linker would keep ONE instantiation, maybe
@@ -170,8 +170,8 @@ void pack_b_f32(const GemmOperand& b, int64_t p0, int64_t kc, int64_t j0, int64_
 
 // Packers for kernels that multiply in fp32: bf16 operands are widened while packing.
 template <int MR, int NR>
-void set_f32_packers(KernelSet& ks, GemmType type) {
-  if (type == GemmType::f32) {
+void set_f32_packers(KernelSet& ks, DType type) {
+  if (type == DType::float32) {
     ks.pack_a = pack_a_f32<MR, float>;
     ks.pack_b = pack_b_f32<NR, float>;
   } else {
