@@ -167,6 +167,33 @@ def test_layer_ledger_moves_the_kv_blocks_around_the_ring(name):
     assert not [e for e in led.events if e["op"] == "ppermute" and not e["label"].endswith("attn")]
 
 
+@pytest.mark.parametrize("strategy", [train.strategies.cp(data="data"),
+                                      train.Strategy("zero1_cp", data="data", zero=1, context="context")])
+def test_adamw_full_remat_and_zero1_with_a_data_axis_follow_the_reference(strategy):
+    tok, tgt = _batch(2)
+    p0 = transformer.init_params(CFG, seed=3)
+    opt = train.AdamW(lr=1e-3, eps=1e-3, weight_decay=0.1)
+    ref, st = p0, None
+    for s in range(1, 4):
+        ref, st = train.reference_step(CFG, ref, tok, tgt, opt, s, st)
+    t = train.Trainer(CFG, strategy, sl.make_mesh((2, 2), ("data", "context")), optimizer=opt, remat="full")
+    state = t.init(p0)
+    for _ in range(3):
+        state, _ = t.step(state, tok, tgt)
+    assert max(_rel(a, b) for a, b in zip(_by_key(state.params), _by_key(ref))) <= 1e-5
+
+
+def test_mixed_precision_moves_bf16_kv_blocks():
+    t = train.Trainer(CFG, "fsdp_cp", sl.make_mesh((2, 2), ("data", "context")), precision="mixed")
+    state = t.init(transformer.init_params(CFG, seed=0))
+    tok, tgt = _batch()
+    with sl.Ledger() as led:
+        t.step(state, tok, tgt)
+    hops = [e for e in led.filter(label="layer0/attn", phase="forward").events if e["op"] == "ppermute"]
+    assert [e["dtype"] for e in hops] == ["bfloat16"] * 2
+    assert all(e["bytes_sent"] == context.kv_hop_bytes(2, 16, 2, CFG.num_kv_heads, CFG.head_dim, 2) for e in hops)
+
+
 # -- bad input -----------------------------------------------------------------------------------
 
 def test_errors_name_the_sequence_and_the_context_axis():
