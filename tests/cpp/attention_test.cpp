@@ -261,6 +261,14 @@ TEST(Attention, RejectsBadProblems) {
   p.q_heads = 2, p.head_dim = 0;
   EXPECT_THROW(attention_forward(p, buf.data(), buf.data(), buf.data(), buf.data(), lse.data()),
                std::invalid_argument);
+  p.head_dim = 8, p.dtype = DType::int32;  // the core's one dtype enum has more than the kernel takes
+  try {
+    attention_forward(p, buf.data(), buf.data(), buf.data(), buf.data(), lse.data());
+    FAIL() << "expected invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("[flash_attention] dtype int32"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -318,6 +318,14 @@ TEST_F(GemmTest, BadShapesThrow) {
   p.b.rows = 4;
   p.batch_shape = {2};
   EXPECT_THROW(gemm(p), std::invalid_argument);  // batch strides missing
+  p.batch_shape.clear();
+  p.type = DType::float64;
+  try {
+    gemm(p);
+    FAIL() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("[gemm] operands of dtype float64"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
