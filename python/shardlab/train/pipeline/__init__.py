@@ -1,11 +1,13 @@
 """Pipeline parallelism: schedules as data, validated, clocked and drawn.
 
-Build a schedule (:func:`gpipe`, :func:`one_f_one_b`, :func:`interleaved_1f1b`, :func:`zb_h1`, :func:`zb_v`),
+Build a schedule (:func:`gpipe`, :func:`one_f_one_b`, :func:`interleaved_1f1b`, :func:`zb_h1`, :func:`zb_v`,
+:func:`dualpipe_v`),
 check it (:func:`validate`), time it with given or cost-model durations (:func:`clock` with
 :class:`Durations`), and read the step time, the bubble fraction and the peak activations per
 stage from the :class:`Timeline`, which draws itself in Jupyter and with ``.plot()``. Run it on
 real data with :func:`execute` (a training step of a ``shardlab.models.transformer`` model along a
-``stage`` mesh axis, equal to :func:`reference_step`); its ledger gives the clock the executed times.
+``stage`` mesh axis, equal to :func:`reference_step`, with data parallelism and Megatron tensor parallelism
+(:mod:`.tensor`) on the mesh's other axes); its ledger gives the clock the executed times.
 
 Example:
     >>> from shardlab.train import pipeline as pp
@@ -17,16 +19,19 @@ Example:
 from .schedule import (ACTIVATION, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD, GRADIENT, KINDS, RECV,
                        SEND, Action, Schedule, stage_layers)
 from .builders import SCHEDULES, gpipe, interleaved_1f1b, one_f_one_b, zb_h1, zb_v
+from .dualpipe import dualpipe_v
+
+SCHEDULES["dualpipe-v"] = dualpipe_v
 from .validate import ScheduleError, validate
 from .durations import Durations
 from .clock import Event, Timeline, bubble_formula, clock
 from .execute import Execution, execute, reference_step
-from . import stages, timeline
+from . import stages, tensor, timeline
 
 __all__ = [
     "Action", "Schedule", "stage_layers", "KINDS", "FORWARD", "BACKWARD", "BACKWARD_INPUT", "BACKWARD_WEIGHT",
     "SEND", "RECV", "ACTIVATION", "GRADIENT",
-    "gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "zb_v", "SCHEDULES",
+    "gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "zb_v", "dualpipe_v", "SCHEDULES",
     "ScheduleError", "validate", "Durations", "Event", "Timeline", "clock", "bubble_formula", "timeline",
-    "execute", "reference_step", "Execution", "stages",
+    "execute", "reference_step", "Execution", "stages", "tensor",
 ]

@@ -9,6 +9,11 @@ So a forward of microbatch i on stage s starts after the forward of i on stage s
 send time, a backward after the backward of the next stage plus the send time, and everything
 after the previous action of the same device.
 
+An overlapped pair (``Schedule.overlapped``, DualPipe's F&B) is one block on the compute stream:
+it starts when the device is free and both members' inputs have arrived, lasts
+``F + B - overlap * min(F, B)`` (``Durations.overlap``; 1 is the max-based ideal ``max(F, B)``)
+and both members' results are ready at its end. Both members are drawn over the whole block.
+
 Why not SimPy: the schedule already fixes each device's order, so the only waiting is a receive
 on its send. One pass that advances every device until it reaches a receive whose send is not
 clocked yet, and resumes it when that send is clocked, gives the exact times with each action
@@ -173,6 +178,9 @@ def clock(schedule: Schedule, durations: Durations | None = None, *, check: bool
     vs_of = [[schedule.virtual_stage(s, c) for c in range(schedule.v)] for s in range(p)]
     dev_of = [schedule.placement(k)[0] for k in range(n)]
     compute_time = {k: d[k] for k in (FORWARD, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT)}
+    overlap = d["overlap"]
+    pair_of = [dict(x) for x in schedule.overlapped] if schedule.overlapped else [{} for _ in range(p)]
+    pair_block: dict = {}                   # (device, index of a pair's backward) -> (start, end)
     send_act, send_grad = d["send"], d["grad_send"]
     # data is keyed by one int: ((producing virtual stage) * m + microbatch) * 2 + (1 for a gradient)
     produced: list = [None] * (2 * n * m)   # -> end of the compute that produced it
@@ -222,11 +230,35 @@ def clock(schedule: Schedule, durations: Durations | None = None, *, check: bool
                     ready.append(w)
             else:
                 dt = compute_time[kind][vs]
-                end = t + dt
-                st(t)
+                j = pair_of[s].get(i) if pair_of[s] else None
+                if j is not None:            # the forward of an overlapped pair: wait for the backward's input too
+                    bk, _, bmb, bchunk, _ = acts[j]
+                    bvs = vss[bchunk]
+                    ready_at = 0.0
+                    if bvs < n - 1:
+                        key = ((bvs + 1) * m + bmb) * 2 + 1
+                        ready_at = arrived[key] if dev_of[bvs + 1] != s else produced[key]
+                        if ready_at is None:
+                            waiting[key] = s
+                            break
+                    if ready_at > t:
+                        t = ready_at
+                    db = compute_time[bk][bvs]
+                    dt = dt + db - overlap * min(dt, db)
+                    pair_block[(s, j)] = (t, t + dt)
+                    end = t + dt
+                    st(t)
+                    b += dt
+                    t = end
+                elif (s, i) in pair_block:   # the backward of a pair: drawn over the pair's block
+                    start, end = pair_block.pop((s, i))
+                    st(start)
+                else:
+                    end = t + dt
+                    st(t)
+                    b += dt
+                    t = end
                 en(end)
-                b += dt
-                t = end
                 if kind == FORWARD:
                     produced[(vs * m + mb) * 2] = end
                     lv += 1

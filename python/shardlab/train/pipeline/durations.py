@@ -54,10 +54,18 @@ class Durations:
         weight: the weight-gradient part of ``backward``. Default ``backward / 2``.
         send: time to send an activation to the next virtual stage (default 0).
         grad_send: time to send a gradient to the previous one (default: ``send``).
+        overlap: for schedules with overlapped forward & backward pairs (DualPipeV), the part
+            of the shorter member hidden under the longer: a pair lasts
+            ``F + B - overlap * min(F, B)``; 0 (default) runs them back to back, 1 is ``max(F, B)``.
         source: a note on where the numbers come from (shown in summaries).
     """
 
-    def __init__(self, forward=1.0, backward=None, weight=None, send=0.0, grad_send=None, *, source: str = "given"):
+    def __init__(self, forward=1.0, backward=None, weight=None, send=0.0, grad_send=None, *, overlap: float = 0.0,
+                 source: str = "given"):
+        if not (isinstance(overlap, (int, float)) and 0.0 <= overlap <= 1.0):
+            raise ValueError(f"[pipeline.Durations] overlap={overlap!r} must be a number in [0, 1] (the part of "
+                             f"the shorter of an overlapped forward & backward hidden under the longer)")
+        self.overlap = float(overlap)
         self.forward = forward
         self.backward = backward
         self.weight = weight
@@ -67,7 +75,7 @@ class Durations:
 
     def resolve(self, n: int) -> dict[str, tuple[float, ...]]:
         """Per-virtual-stage tuples for ``n`` virtual stages: forward, backward, backward_input,
-        backward_weight, send, grad_send."""
+        backward_weight, send, grad_send (and overlap, one number)."""
         op = "pipeline.Durations"
         f = _per_stage(op, "forward", self.forward, n)
         b = tuple(2 * x for x in f) if self.backward is None else _per_stage(op, "backward", self.backward, n)
@@ -79,11 +87,11 @@ class Durations:
         s = _per_stage(op, "send", self.send, n)
         g = s if self.grad_send is None else _per_stage(op, "grad_send", self.grad_send, n)
         return {"forward": f, "backward": b, "backward_input": tuple(bk - wk for bk, wk in zip(b, w)),
-                "backward_weight": w, "send": s, "grad_send": g}
+                "backward_weight": w, "send": s, "grad_send": g, "overlap": self.overlap}
 
     def __repr__(self) -> str:
         return (f"Durations(forward={self.forward!r}, backward={self.backward!r}, weight={self.weight!r}, "
-                f"send={self.send!r}, grad_send={self.grad_send!r}, source={self.source!r})")
+                f"send={self.send!r}, grad_send={self.grad_send!r}, overlap={self.overlap!r}, source={self.source!r})")
 
     @classmethod
     def from_cost(cls, *, forward_flops, activation_bytes: float, p: int, hardware=None, mesh=None,

@@ -55,6 +55,7 @@ from shardlab.models import ModelConfig
 from . import stages as _stages
 from .durations import Durations
 from .clock import Timeline, clock
+from .tensor import TensorParallel
 from .schedule import (ACTIVATION, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD, GRADIENT, RECV, SEND, Action,
                        Schedule, stage_layers)
 from .validate import ScheduleError, validate
@@ -119,15 +120,20 @@ class Execution:
         spans = [self._reduce_spans[stage]] if stage is not None else list(self._reduce_spans.values())
         return [e for i, j in spans for e in self._events[i:j]]
 
-    def _per_virtual_stage(self, kinds, field: str) -> tuple[float, ...]:
+    def _per_virtual_stage(self, kinds, field: str) -> tuple:
         """Per virtual stage: the value of ``field`` summed over one microbatch's ``kinds`` actions
-        (checked equal for every microbatch: the stages run the same program on each)."""
+        (checked equal for every microbatch that has them: the stages run the same program on
+        each); ``None`` for a virtual stage where no microbatch has them (a schedule may run the
+        whole backward for some microbatches and the split one for others, as DualPipeV does)."""
         s = self.schedule
+        present = self._present()
         out = []
         for vs in range(s.num_virtual_stages):
             st, c = s.placement(vs)
             vals = []
             for mb in range(s.m):
+                if kinds[0] not in (SEND, RECV) and (kinds[0], st, mb, c) not in present:
+                    continue
                 tot = 0.0
                 for kind in kinds:
                     for e in self.action_events(Action(kind, st, mb, c, _payload(kind))):
@@ -140,45 +146,51 @@ class Execution:
                                              f"every event is priced")
                         tot += v
                 vals.append(tot)
-            if max(vals) - min(vals) > 1e-9 * max(1.0, abs(max(vals))):
+            if vals and max(vals) - min(vals) > 1e-9 * max(1.0, abs(max(vals))):
                 raise ValueError(f"[{_OP}] virtual stage {vs}: {kinds} {field} differ between microbatches {vals}")
-            out.append(vals[0])
+            out.append(vals[0] if vals else None)
         return tuple(out)
+
+    def _present(self) -> set:
+        if not hasattr(self, "_present_set"):
+            self._present_set = {(a.kind, a.stage, a.microbatch, a.chunk) for acts in self.schedule.actions
+                                 for a in acts if a.payload is None}
+        return self._present_set
+
+    def _backward_parts(self, field: str):
+        """Per virtual stage (forward, backward, input part, weight part) of ``field``: the whole
+        backward where a microbatch ran it whole, else input + weight parts; the weight part from
+        the weight steps (0 where none ran)."""
+        f = self._per_virtual_stage((FORWARD,), field)
+        whole = self._per_virtual_stage((BACKWARD,), field)
+        inp = self._per_virtual_stage((BACKWARD_INPUT,), field)
+        wgt = self._per_virtual_stage((BACKWARD_WEIGHT,), field)
+        back, i_out, w_out = [], [], []
+        for k in range(len(f)):
+            w = wgt[k] if wgt[k] is not None else 0.0
+            i = inp[k] if inp[k] is not None else (whole[k] - w if whole[k] is not None else 0.0)
+            back.append(whole[k] if whole[k] is not None else i + w)
+            i_out.append(i)
+            w_out.append(w)
+        return f, tuple(back), tuple(i_out), tuple(w_out)
 
     def stage_flops(self) -> dict[str, tuple[float, ...]]:
         """Per virtual stage, the compute FLOPs per device of one microbatch's forward, backward
         (whole, or input + weight parts), input-gradient and weight-gradient steps, from the ledger."""
-        kinds = {a.kind for acts in self.schedule.actions for a in acts}
-        split = BACKWARD_INPUT in kinds
-        f = self._per_virtual_stage((FORWARD,), "flops")
-        if split:
-            i = self._per_virtual_stage((BACKWARD_INPUT,), "flops")
-            w = self._per_virtual_stage((BACKWARD_WEIGHT,), "flops")
-        elif BACKWARD in kinds:
-            i = self._per_virtual_stage((BACKWARD,), "flops")
-            w = (0.0,) * len(f)
-        else:
-            i = w = (0.0,) * len(f)
-        return {"forward": f, "backward": tuple(a + b for a, b in zip(i, w)), "backward_input": i,
-                "backward_weight": w}
+        f, b, i, w = self._backward_parts("flops")
+        return {"forward": f, "backward": b, "backward_input": i, "backward_weight": w}
 
     def durations(self) -> Durations:
         """The clock's durations from the executed ledger: every action's events' seconds (FLOPs
-        and bytes priced on the mesh's hardware), summed per virtual stage."""
-        kinds = {a.kind for acts in self.schedule.actions for a in acts}
-        fwd = self._per_virtual_stage((FORWARD,), "seconds")
-        if BACKWARD_INPUT in kinds:
-            inp = self._per_virtual_stage((BACKWARD_INPUT,), "seconds")
-            wgt = self._per_virtual_stage((BACKWARD_WEIGHT,), "seconds")
-        elif BACKWARD in kinds:
-            inp, wgt = self._per_virtual_stage((BACKWARD,), "seconds"), (0.0,) * len(fwd)
-        else:
-            inp = wgt = (0.0,) * len(fwd)
+        and bytes priced on the mesh's hardware), summed per virtual stage. A virtual stage that
+        ran both whole and split backwards is clocked with the whole one's time and the weight
+        steps' time (its input steps as their difference)."""
+        fwd, back, _, wgt = self._backward_parts("seconds")
         n = len(fwd)
         send = self._sends(ACTIVATION, n)
         grad = self._sends(GRADIENT, n)
         hw = self.mesh.hardware.name if self.mesh.hardware is not None else "?"
-        return Durations(forward=fwd, backward=[a + b for a, b in zip(inp, wgt)], weight=wgt, send=send,
+        return Durations(forward=fwd, backward=back, weight=[min(w, b) for w, b in zip(wgt, back)], send=send,
                          grad_send=grad, source=f"executed ledger on {hw}")
 
     def _sends(self, payload: str, n: int) -> tuple[float, ...]:
@@ -205,7 +217,7 @@ def _payload(kind: str):
     return None if kind not in (SEND, RECV) else ACTIVATION
 
 
-def _check_inputs(schedule: Schedule, tokens, targets, cfg: ModelConfig, mesh, axis: str):
+def _check_inputs(schedule: Schedule, tokens, targets, cfg: ModelConfig, mesh, axis: str, model: str | None):
     names = tuple(mesh.axis_names)
     if axis not in names:
         raise ValueError(f"[{_OP}] the mesh has no pipeline axis {axis!r} (axes {names}); build it with a "
@@ -222,7 +234,10 @@ def _check_inputs(schedule: Schedule, tokens, targets, cfg: ModelConfig, mesh, a
     if B % m:
         raise ValueError(f"[{_OP}] batch {B} is not divisible by m={m} microbatches; use a batch that is a "
                          f"multiple of {m}")
-    data_axes = tuple(a for a in names if a != axis)
+    if model == axis:
+        raise ValueError(f"[{_OP}] model={model!r} is the pipeline axis; name a different mesh axis for tensor "
+                         f"parallelism (or model=None)")
+    data_axes = tuple(a for a in names if a not in (axis, model))
     dp = int(np.prod([dict(mesh.shape)[a] for a in data_axes], dtype=np.int64)) if data_axes else 1
     if (B // m) % dp:
         raise ValueError(f"[{_OP}] microbatch {B // m} (batch {B} / m={m}) is not divisible by the {dp} devices "
@@ -261,6 +276,24 @@ def _unstack(tree):
     return jnp.reshape(tree, tuple(tree.shape[1:]))
 
 
+def _map(fn, tree):
+    """``fn`` on every leaf (a tuple of logical axis names) of a dict / list tree."""
+    if isinstance(tree, dict):
+        return {k: _map(fn, v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_map(fn, v) for v in tree]
+    return fn(tree)
+
+
+def _spec_leaves(spec, tree) -> list:
+    """One PartitionSpec per leaf of ``tree``: ``spec`` is a prefix (one spec for all) or a tree."""
+    if isinstance(spec, P):
+        return [spec] * len(_leaves(tree))
+    if isinstance(tree, dict):
+        return [x for k in tree for x in _spec_leaves(spec[k], tree[k])]
+    return [x for sp, v in zip(spec, tree) for x in _spec_leaves(sp, v)]
+
+
 def _leaves(tree) -> list:
     if isinstance(tree, dict):
         return [x for k in tree for x in _leaves(tree[k])]
@@ -278,7 +311,7 @@ def _fill(tree, it):
 
 
 def execute(schedule: Schedule, params: dict, tokens, targets, cfg: ModelConfig, mesh, *, axis: str = "stage",
-            causal: bool = True) -> Execution:
+            model: str | None = "model", causal: bool = True) -> Execution:
     """Runs one training step of ``transformer.loss`` with ``schedule`` on ``mesh``.
 
     Args:
@@ -291,27 +324,43 @@ def execute(schedule: Schedule, params: dict, tokens, targets, cfg: ModelConfig,
         cfg: the model.
         mesh: a mesh with the pipeline axis (hardware optional; with it every event is priced).
         axis: the pipeline axis name.
+        model: the tensor-parallel axis, when the mesh has it: inside every stage the heads, F
+            and the vocabulary are split over it (Megatron f / g, :mod:`.tensor`); every other
+            axis is a data axis. ``None``: no tensor parallelism.
 
     Returns:
         An :class:`Execution` (loss, grads, ledger, executed durations and timeline).
 
     Raises:
         ValueError: no pipeline axis in the mesh or the wrong size, a batch not divisible into
-            m microbatches (or a microbatch over the data axes), more stages than layers.
+            m microbatches (or a microbatch over the data axes), more stages than layers, heads,
+            kv heads, F or the vocabulary not divisible by the model axis.
         ScheduleError: an invalid or deadlocking schedule.
     """
     validate(schedule)
-    tokens, targets, data_axes, layers = _check_inputs(schedule, tokens, targets, cfg, mesh, axis)
+    tokens, targets, data_axes, layers = _check_inputs(schedule, tokens, targets, cfg, mesh, axis, model)
     p, m, n = schedule.p, schedule.m, schedule.num_virtual_stages
     shape = dict(mesh.shape)
+    tp = TensorParallel(cfg, model, shape[model]) if model is not None and model in shape else None
     dp = int(np.prod([shape[a] for a in data_axes], dtype=np.int64)) if data_axes else 1
     mb_size = tokens.shape[0] // m
     subs = [_submesh(mesh, axis, s) for s in range(p)]
     spec_x = P(data_axes) if data_axes else P()
     full_spec = P(axis, data_axes) if data_axes else P(axis)
-    pieces = [_stages.pieces(params, cfg, layers[vs], first=vs == 0, last=vs == n - 1, causal=causal)
+    pieces = [_stages.pieces(params, cfg, layers[vs], first=vs == 0, last=vs == n - 1, causal=causal, tp=tp)
               for vs in range(n)]
     stacked = [[_stack(q.params, dp) for q in pcs] for pcs in pieces]
+    dp_entry = (data_axes[0] if len(data_axes) == 1 else data_axes) if data_axes else None
+
+    def weight_spec(q):
+        """Stacked weights [dp, ...]: the replicas over the data axes, each param's own split over
+        the model axis (``strategies.tp``'s param spec of its logical axes)."""
+        if tp is None:
+            return spec_x
+        axes = tp.piece_axes(q.where, q.params)
+        return _map(lambda ax: P(dp_entry, *tp.spec(ax)), axes)
+
+    wspecs = [[weight_spec(q) for q in pcs] for pcs in pieces]
 
     def piece_fn(vs: int, k: int):
         q = pieces[vs][k]
@@ -321,7 +370,7 @@ def execute(schedule: Schedule, params: dict, tokens, targets, cfg: ModelConfig,
             out = q.apply(_unstack(w), c, tgt)
             return jnp.reshape(out, (1,)) if last else out   # each replica's own loss
 
-        return sl.shard_map(body, mesh=subs[schedule.placement(vs)[0]], in_specs=(spec_x, spec_x, spec_x),
+        return sl.shard_map(body, mesh=subs[schedule.placement(vs)[0]], in_specs=(wspecs[vs][k], spec_x, spec_x),
                             out_specs=spec_x)
 
     fns = [[piece_fn(vs, k) for k in range(len(pieces[vs]))] for vs in range(n)]
@@ -423,20 +472,29 @@ def execute(schedule: Schedule, params: dict, tokens, targets, cfg: ModelConfig,
 
     def all_reduce(s: int) -> list:
         """Device s's gradients, summed over the data-parallel replicas: one psum of one flat
-        buffer (all its chunks' weight gradients), once per step."""
+        buffer (all its chunks' weight gradients, the device's shards of them under a model
+        axis), once per step."""
         mine = [(vs, k) for vs in range(n) if schedule.placement(vs)[0] == s for k in range(len(pieces[vs]))]
         leaves = [x for vs, k in mine for x in _leaves(grad_sum[vs][k])]
-        flat = np.concatenate([np.asarray(x, np.float32).reshape(dp, -1) for x in leaves], axis=1)
-        if data_axes:
-            flat = np.asarray(sl.shard_map(lambda g: sl.lax.psum(g, data_axes), mesh=subs[s], in_specs=spec_x,
-                                           out_specs=P())(flat))
-        flat = flat[0]
-        out, at = [], 0
-        for x in leaves:
-            size = int(np.prod(x.shape[1:], dtype=np.int64))
-            out.append(flat[at:at + size].reshape(x.shape[1:]).astype(x.dtype))
-            at += size
-        it = iter(out)
+        specs = [x for vs, k in mine for x in _spec_leaves(wspecs[vs][k], grad_sum[vs][k])]
+
+        def body(*local):
+            flat = jnp.concatenate([jnp.reshape(x.astype(np.float32), (1, -1)) for x in local], axis=1)
+            if data_axes:
+                flat = sl.lax.psum(flat, data_axes)
+            out, at = [], 0
+            for x in local:
+                size = int(np.prod(x.shape, dtype=np.int64))
+                out.append(jnp.reshape(flat[:, at:at + size], tuple(x.shape)).astype(x.dtype))
+                at += size
+            return tuple(out)
+
+        out_specs = tuple(P(None, *tuple(sp)[1:]) for sp in specs)
+        # a replicated weight's slice of the flat buffer is equal on every device of the model
+        # axis (each computed it from the same inputs), though the buffer as a whole varies
+        summed = sl.shard_map(body, mesh=subs[s], in_specs=tuple(specs), out_specs=out_specs,
+                              check_vma=tp is None)(*leaves)
+        it = iter(np.asarray(x)[0] for x in summed)
         return [(pieces[vs][k], _fill(grad_sum[vs][k], it)) for vs, k in mine]
 
     ptr = [0] * p

@@ -121,6 +121,10 @@ class Schedule:
         actions: ``actions[s]`` is the ordered tuple of :class:`Action` of device ``s``.
         layout: "loop" or "v" (see the module docstring).
         layers: when built with ``num_layers``, the layer range of every virtual stage.
+        overlapped: per device, pairs ``(i, j)`` of indices into ``actions[s]``: a forward ``i``
+            and a backward (whole or input part) ``j > i`` of other microbatches that run as one
+            overlapped block (DualPipe's "F&B"; see :func:`~shardlab.train.pipeline.dualpipe_v`).
+            Only sends and receives may sit between the two. ``()`` for none.
     """
 
     name: str
@@ -130,6 +134,7 @@ class Schedule:
     actions: tuple[tuple[Action, ...], ...]
     layout: str = "loop"
     layers: tuple[range, ...] | None = None
+    overlapped: tuple = ()
 
     def __post_init__(self):
         if self.layout not in LAYOUTS:
@@ -138,6 +143,25 @@ class Schedule:
             raise ValueError(f"[pipeline] the 'v' layout places 2 chunks per device, got v={self.v}")
         if len(self.actions) != self.p:
             raise ValueError(f"[pipeline] {len(self.actions)} action lists for p={self.p} stages")
+        if self.overlapped:
+            self._check_overlapped()
+
+    def _check_overlapped(self) -> None:
+        if len(self.overlapped) != self.p:
+            raise ValueError(f"[pipeline] {len(self.overlapped)} lists of overlapped pairs for p={self.p} stages")
+        for s, pairs in enumerate(self.overlapped):
+            acts, seen = self.actions[s], set()
+            for i, j in pairs:
+                if not (0 <= i < j < len(acts)) or acts[i].kind != FORWARD or \
+                        acts[j].kind not in (BACKWARD, BACKWARD_INPUT):
+                    raise ValueError(f"[pipeline] stage {s}: overlapped pair ({i}, {j}) must name a forward and a "
+                                     f"later backward of stage {s}'s list of {len(acts)} actions")
+                if any(acts[k].kind in _SHORT for k in range(i + 1, j)):
+                    raise ValueError(f"[pipeline] stage {s}: a compute action sits inside the overlapped pair "
+                                     f"'{acts[i]}' & '{acts[j]}'; only sends and receives may")
+                if i in seen or j in seen:
+                    raise ValueError(f"[pipeline] stage {s}: '{acts[i]}' or '{acts[j]}' is in two overlapped pairs")
+                seen.update((i, j))
 
     @property
     def num_virtual_stages(self) -> int:
@@ -183,23 +207,25 @@ def check_sizes(op: str, p: int, m: int, v: int = 1, *, num_layers: int | None =
 
 
 def with_comms(sched_name: str, p: int, m: int, v: int, compute: Sequence[Sequence[Action]], *,
-               layout: str = "loop", layers=None) -> Schedule:
+               layout: str = "loop", layers=None, pairs=None) -> Schedule:
     """Builds a :class:`Schedule` from per-device compute orders, inserting sends and receives.
 
     A receive goes right before the compute that consumes the data (it blocks, as a real receive
     does); a send right after the compute that produced it. Neighbouring virtual stages on the
-    same device (the turn of a V) exchange nothing.
+    same device (the turn of a V) exchange nothing. ``pairs`` (per device, pairs of indices into
+    its compute order) become the schedule's ``overlapped`` pairs.
     """
     probe = Schedule(sched_name, p, m, v, tuple(() for _ in range(p)), layout)
     last = p * v - 1
     vs_of = [[probe.virtual_stage(s, c) for c in range(v)] for s in range(p)]
     dev_of = [probe.placement(k)[0] for k in range(p * v)]
     new = tuple.__new__   # Action(...) without the keyword-argument handling: ~2x faster for big schedules
-    out = []
+    out, overlapped = [], []
     for s, acts in enumerate(compute):
         lst: list[Action] = []
         append = lst.append
         vss = vs_of[s]
+        at = []                          # compute index -> index in the action list
         for a in acts:
             kind, _, mb, chunk, _ = a
             vs = vss[chunk]
@@ -209,10 +235,13 @@ def with_comms(sched_name: str, p: int, m: int, v: int, compute: Sequence[Sequen
                 append(new(Action, (RECV, s, mb, chunk, ACTIVATION)))
             elif bwd and vs < last and dev_of[vs + 1] != s:
                 append(new(Action, (RECV, s, mb, chunk, GRADIENT)))
+            at.append(len(lst))
             append(a)
             if fwd and vs < last and dev_of[vs + 1] != s:
                 append(new(Action, (SEND, s, mb, chunk, ACTIVATION)))
             elif bwd and vs > 0 and dev_of[vs - 1] != s:
                 append(new(Action, (SEND, s, mb, chunk, GRADIENT)))
         out.append(tuple(lst))
-    return Schedule(sched_name, p, m, v, tuple(out), layout, layers)
+        if pairs is not None:
+            overlapped.append(tuple((at[i], at[j]) for i, j in pairs[s]))
+    return Schedule(sched_name, p, m, v, tuple(out), layout, layers, tuple(overlapped))

@@ -179,42 +179,58 @@ class Piece(NamedTuple):
 
 
 def pieces(params: dict, cfg: ModelConfig, layer_ids, *, first: bool, last: bool,
-           causal: bool = True) -> list[Piece]:
+           causal: bool = True, tp=None) -> list[Piece]:
     """The pieces of the stage holding blocks ``layer_ids`` (and the embedding / the head).
 
     Chained in order they compute :func:`stage_forward` (the loss is the microbatch's mean,
     not averaged over data axes: the executor does that).
+
+    Args:
+        tp: a :class:`~shardlab.train.pipeline.tensor.TensorParallel`: the pieces are then
+            per-device code for its model axis (run them in ``shard_map``); the final norm and
+            the head are one piece (``"head"``, its vocab-parallel loss).
     """
     out: list[Piece] = []
+    if tp is not None:
+        attn = lambda p, h: tp.attention(p, h, causal)   # noqa: E731
+        ffn = tp.mlp
+    else:
+        attn = lambda p, h: attention(p, h, cfg, causal=causal)   # noqa: E731
+        ffn = lambda p, h: mlp(p, h, cfg)   # noqa: E731
     if first:
         top = {k: params[k] for k in ("embed", "pos_embed") if k in params}
-        out.append(Piece("embed", top, (), lambda p, ids, t: _embed(p, ids, cfg), has_input=False))
+        emb = (lambda p, ids, t: tp.embed(p, ids)) if tp is not None else (lambda p, ids, t: _embed(p, ids, cfg))
+        out.append(Piece("embed", top, (), emb, has_input=False))
     for i in layer_ids:
         layer = params["layers"][i]
         moe = cfg.is_moe_layer(i)
-        ff, fkey = (moe_mlp, "moe") if moe else (mlp, "mlp")
+        ff, fkey = ((lambda p, h: moe_mlp(p, h, cfg)), "moe") if moe else (ffn, "mlp")
         where = ("layers", i)
         if cfg.parallel_residual:
             out += [
                 Piece(f"layer{i}.norms", {"attn_norm": layer["attn_norm"], "mlp_norm": layer["mlp_norm"]}, where,
                       lambda p, x, t: (x, norm(p["attn_norm"], x, cfg), norm(p["mlp_norm"], x, cfg))),
                 Piece(f"layer{i}.attn", {"attn": layer["attn"]}, where,
-                      lambda p, c, t: (c[0] + attention(p["attn"], c[1], cfg, causal=causal), c[2])),
+                      lambda p, c, t: (c[0] + attn(p["attn"], c[1]), c[2])),
                 Piece(f"layer{i}.{fkey}", {fkey: layer[fkey]}, where,
-                      lambda p, c, t, ff=ff, fkey=fkey: c[0] + ff(p[fkey], c[1], cfg)),
+                      lambda p, c, t, ff=ff, fkey=fkey: c[0] + ff(p[fkey], c[1])),
             ]
             continue
         out += [
             Piece(f"layer{i}.attn_norm", {"attn_norm": layer["attn_norm"]}, where,
                   lambda p, x, t: (x, norm(p["attn_norm"], x, cfg))),
             Piece(f"layer{i}.attn", {"attn": layer["attn"]}, where,
-                  lambda p, c, t: c[0] + attention(p["attn"], c[1], cfg, causal=causal)),
+                  lambda p, c, t: c[0] + attn(p["attn"], c[1])),
             Piece(f"layer{i}.mlp_norm", {"mlp_norm": layer["mlp_norm"]}, where,
                   lambda p, x, t: (x, norm(p["mlp_norm"], x, cfg))),
             Piece(f"layer{i}.{fkey}", {fkey: layer[fkey]}, where,
-                  lambda p, c, t, ff=ff, fkey=fkey: c[0] + ff(p[fkey], c[1], cfg)),
+                  lambda p, c, t, ff=ff, fkey=fkey: c[0] + ff(p[fkey], c[1])),
         ]
-    if last:
+    if last and tp is not None:
+        key = "head" if "head" in params else "embed"
+        out.append(Piece("head", {"final_norm": params["final_norm"], key: params[key]}, (),
+                         lambda p, x, t: tp.head_loss(p, x, t)))
+    elif last:
         out.append(Piece("final_norm", {"final_norm": params["final_norm"]}, (),
                          lambda p, x, t: norm(p["final_norm"], x, cfg)))
         key = "head" if "head" in params else "embed"
