@@ -163,8 +163,10 @@ def test_layer_ledger_moves_the_kv_blocks_around_the_ring(name):
         assert len(hops) == 2 * (C - 1) and all(e["axes"] == ("context",) for e in hops)
         assert sum(e["bytes_sent"] for e in hops) == context.ring_forward_bytes(
             tok.shape[0] // X, tok.shape[1], C, CFG.num_kv_heads // Y, CFG.head_dim, 4) == 2 * (C - 1) * hop
-    # no other layer moves K/V; the loss sums over the context axis too
+    # no other block moves K/V; positions come from the axis index, so nothing but the weights'
+    # own gathers and reduce-scatters crosses the data axis in the attention block
     assert not [e for e in led.events if e["op"] == "ppermute" and not e["label"].endswith("attn")]
+    assert {e["op"] for e in attn.events if "data" in e["axes"]} <= {"all_gather", "psum_scatter"}
 
 
 @pytest.mark.parametrize("strategy", [train.strategies.cp(data="data"),

@@ -43,7 +43,7 @@ from shardlab.models.moe import routed_experts, shared_experts
 from shardlab.models.ops import activation
 from shardlab.models.transformer import embedding_lookup
 
-from .context import apply_rotary, ring_attention
+from .context import ring_attention, rotary_zigzag, zigzag_positions
 from .strategy import param_shape, param_sizes
 
 __all__ = ["local_config", "Blocks"]
@@ -125,9 +125,8 @@ class Blocks:
         return y if name not in p else y + self.use(p[name], axes[name])
 
     # -- blocks ---------------------------------------------------------------------------
-    def embed(self, table, tokens, pos=None, positions=None):
-        """Token ids [b, T] → residual stream; vocab-parallel under a model axis. Under
-        context parallelism ``positions`` are the local tokens' global positions [T]."""
+    def embed(self, table, tokens, pos=None):
+        """Token ids [b, T] → residual stream; vocab-parallel under a model axis."""
         cfg, axes = self.cfg, ("vocab", "embed")
 
         def run(table, tokens):
@@ -153,8 +152,8 @@ class Blocks:
             def add_pos(x, pos):
                 table_p = self.use(pos, ("seq", "embed"))
                 t = x.shape[1]
-                if positions is not None:  # context parallelism: zig-zag chunks of the sequence
-                    return x + embedding_lookup(table_p, jnp.expand_dims(positions, 0))
+                if self.context is not None:  # zig-zag chunks of the sequence: their global rows
+                    return x + embedding_lookup(table_p, jnp.expand_dims(zigzag_positions(self.context, t), 0))
                 if self.s.sequence_parallel:
                     start = lax.axis_index(self.model) * np.int32(t)
                     return x + lax.dynamic_slice_in_dim(table_p, start, t, axis=0)[None]
@@ -162,9 +161,9 @@ class Blocks:
             x = self._ckpt(add_pos)(x, pos)
         return x
 
-    def attention(self, p, axes, x, rope=None):
+    def attention(self, p, axes, x):
         """x + attention(norm(x)) with the local heads; under context parallelism a ring over
-        the context axis, with ``rope`` = the local (cos, sin) rotary rows."""
+        the context axis (rotary at the tokens' global positions)."""
         cfg, lcfg = self.cfg, self.lcfg
         a, aa = p["attn"], axes["attn"]
         h = self._gather_seq(self._norm(p["attn_norm"], axes["attn_norm"], x))
@@ -175,7 +174,7 @@ class Blocks:
         v = jnp.reshape(self._proj(h, a["wv"], aa["wv"], a.get("bv"), aa.get("bv")), (B, T, K, H))
         if self.context is not None:
             if cfg.positions == "rotary":
-                q, k = apply_rotary(q, *rope, lcfg), apply_rotary(k, *rope, lcfg)
+                q, k = rotary_zigzag(q, lcfg, self.context), rotary_zigzag(k, lcfg, self.context)
             o = ring_attention(q, k, v, self.context, is_causal=True)
         else:
             if cfg.positions == "rotary":

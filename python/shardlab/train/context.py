@@ -47,7 +47,8 @@ import shardlab.numpy as jnp
 from shardlab import LocalArray, lax
 
 __all__ = ["zigzag_order", "to_zigzag", "from_zigzag", "check_context", "ring_attention", "kv_hop_bytes",
-           "ring_forward_bytes", "causal_block_fraction", "rotary_tables", "apply_rotary"]
+           "ring_forward_bytes", "causal_block_fraction", "zigzag_positions", "rotary_tables", "apply_rotary",
+           "rotary_zigzag"]
 
 _NEG = np.float32(-1e30)  # the logsumexp of "no keys": exp(_NEG - finite) is exactly 0
 
@@ -106,7 +107,18 @@ def causal_block_fraction(n: int) -> float:
     return (2 * n + 1) / (4 * n)
 
 
-# -- rotary positions for tokens that are not contiguous ---------------------------------------
+# -- positions of tokens that are not contiguous -------------------------------------------------
+def zigzag_positions(axis_name, local_len: int):
+    """Inside ``shard_map``: the global positions ``[local_len]`` (int32) of this device's
+    tokens under the zig-zag layout over ``axis_name``, from the device's axis index (no
+    input array, so nothing for the backward pass to reduce)."""
+    n = lax.axis_size(axis_name)
+    c = local_len // 2
+    me = lax.axis_index(axis_name)
+    offsets = np.arange(c, dtype=np.int32)
+    return jnp.concatenate([offsets + me * np.int32(c), offsets + (np.int32(2 * n - 1) - me) * np.int32(c)])
+
+
 def rotary_tables(cfg, positions) -> tuple[np.ndarray, np.ndarray]:
     """(cos, sin) ``[len(positions), rotary_dim/2]`` float32 at ``positions``, computed as
     ``shardlab.models.layers.rotary`` does (float64 angles)."""
@@ -127,6 +139,16 @@ def apply_rotary(x, cos, sin, cfg):
     if rot < cfg.head_dim:
         parts.append(xf[..., rot:])
     return jnp.concatenate(parts, axis=-1).astype(x.dtype)
+
+
+def rotary_zigzag(x, cfg, axis_name):
+    """Inside ``shard_map``: rotary embedding of the local x ``[B, T/C, heads, H]`` at the global
+    positions of the zig-zag layout over ``axis_name`` (the same values as
+    ``shardlab.models.layers.rotary`` of the whole sequence)."""
+    t = x.shape[1]
+    pos = zigzag_positions(axis_name, t)
+    cos, sin = (lax.pvary(tab, axis_name) for tab in rotary_tables(cfg, np.arange(t * lax.axis_size(axis_name))))
+    return apply_rotary(x, jnp.take(cos, pos, axis=0), jnp.take(sin, pos, axis=0), cfg)
 
 
 # -- the ring --------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from shardlab.models import param_axes, transformer
 
 from . import strategy as _strategy
 from .blocks import Blocks
-from .context import check_context, rotary_tables, to_zigzag, zigzag_order
+from .context import check_context, to_zigzag
 from .optim import get_optimizer
 
 __all__ = ["Trainer", "TrainState", "tree_map", "reference_step"]
@@ -109,7 +109,6 @@ class Trainer:
         self.dtype, self.mixed = _PRECISIONS[precision]
         self.X, self.Y = self.s.sizes(mesh)
         self.C = self.s.context_size(mesh)
-        self._ctx_cache: dict = {}
         self.s.validate(cfg, mesh)
         self.axes = param_axes(cfg)
         self.blocks = Blocks(cfg, self.s, self.X, self.Y, dict(mesh.shape))
@@ -166,57 +165,30 @@ class Trainer:
         """The mean cross-entropy over ``total_tokens`` of this (micro)batch's summed losses."""
         B, ax, act, specs = self.blocks, self.axes, self.s.activation_spec(), self._use_specs()
         bspec = self.s.batch_spec()
-        ctx = self._context_inputs(tokens.shape[1])
         with sl.named_scope("embed"):
-            if "pos_embed" in params and ctx is not None:
-                f = self._smap(B.embed, (specs["embed"], bspec, specs["pos_embed"], P(self.s.context)), act)
-                x = f(params["embed"], tokens, params["pos_embed"], ctx["positions"])
-            elif "pos_embed" in params:
+            if "pos_embed" in params:
                 f = self._smap(B.embed, (specs["embed"], bspec, specs["pos_embed"]), act)
                 x = f(params["embed"], tokens, params["pos_embed"])
             else:
                 x = self._smap(B.embed, (specs["embed"], bspec), act)(params["embed"], tokens)
         for i, (lp, la, ls) in enumerate(zip(params["layers"], ax["layers"], specs["layers"])):
             with sl.named_scope(f"layer{i}"):
-                x = self._layer(la, ls, act, ctx)(lp, x)
+                x = self._layer(la, ls, act)(lp, x)
         with sl.named_scope("head"):
             head_key = "head" if "head" in params else "embed"
             f = self._smap(lambda fn, h, x, t: B.head_loss(fn, ax["final_norm"], h, ax[head_key], x, t, total_tokens),
                            (specs["final_norm"], specs[head_key], act, bspec), P())
             return f(params["final_norm"], params[head_key], x, targets)
 
-    def _context_inputs(self, seq_len: int):
-        """Context parallelism: the global positions of the tokens in zig-zag order and their
-        rotary rows, as arrays split over the context axis (None without a context axis)."""
-        if self.s.context is None:
-            return None
-        cache = self._ctx_cache
-        if seq_len not in cache:
-            order = zigzag_order(seq_len, self.C)
-            put = lambda a, spec: sl.device_put(a, self.sharding(spec))  # noqa: E731
-            ctx = {"positions": put(order, P(self.s.context))}
-            if self.cfg.positions == "rotary":
-                cos, sin = rotary_tables(self.blocks.lcfg, order)
-                ctx["rope"] = (put(cos, P(self.s.context, None)), put(sin, P(self.s.context, None)))
-            cache[seq_len] = ctx
-        return cache[seq_len]
-
-    def _layer(self, la, ls, act, ctx=None):
+    def _layer(self, la, ls, act):
         B = self.blocks
         attn_keys, mlp_keys = ("attn_norm", "attn"), ("mlp_norm", "moe" if "moe" in la else "mlp")
-        rope = ctx.get("rope") if ctx is not None else None
-        rope_spec = P(self.s.context, None)
 
         def layer(lp, x):
             with sl.named_scope("attn"):
-                if rope is not None:
-                    f = self._smap(lambda p, x, c, s: B.attention(p, {k: la[k] for k in attn_keys}, x, (c, s)),
-                                   ({k: ls[k] for k in attn_keys}, act, rope_spec, rope_spec), act)
-                    x = f({k: lp[k] for k in attn_keys}, x, *rope)
-                else:
-                    f = self._smap(lambda p, x: B.attention(p, {k: la[k] for k in attn_keys}, x),
-                                   ({k: ls[k] for k in attn_keys}, act), act)
-                    x = f({k: lp[k] for k in attn_keys}, x)
+                f = self._smap(lambda p, x: B.attention(p, {k: la[k] for k in attn_keys}, x),
+                               ({k: ls[k] for k in attn_keys}, act), act)
+                x = f({k: lp[k] for k in attn_keys}, x)
             with sl.named_scope("mlp"):
                 f = self._smap(lambda p, x: B.mlp(p, {k: la[k] for k in mlp_keys}, x),
                                ({k: ls[k] for k in mlp_keys}, act), act)
