@@ -2,7 +2,8 @@
 
 Each device gets a compute lane (forward blocks light, whole backward / input gradient full
 colour, weight gradient dark, all in the microbatch's hue, labelled F3 / B3 / I3 / W3, ``.c`` for
-chunk c) with its idle time shaded grey and hatched, and a thin send lane below it (the link
+chunk c; the two members of an overlapped F&B pair share one block, the forward in its upper half
+and the backward in its lower half) with its idle time shaded grey and hatched, and a thin send lane below it (the link
 busy with an activation or gradient). :func:`to_svg` / :func:`to_html` give inline SVG for
 Jupyter (``Timeline._repr_html_``), :func:`plot` a matplotlib figure.
 
@@ -38,6 +39,14 @@ def _label(action) -> str:
     return f"{_SHORT.get(action.kind, '')}{action.microbatch}{c}"
 
 
+def _halves(tl, s: int) -> dict:
+    """Device s's overlapped actions -> 0 (the forward: upper half) or 1 (the backward: lower half)."""
+    if not tl.schedule.overlapped:
+        return {}
+    acts = tl.schedule.actions[s]
+    return {acts[k]: h for pair in tl.schedule.overlapped[s] for h, k in enumerate(pair)}
+
+
 def _text_colour(kind: str) -> str:
     return "#111" if kind == "forward" else "#fff"
 
@@ -68,16 +77,22 @@ def to_svg(tl, *, width: int = 1100, lane: int = 26, send_lane: int = 7, title: 
         for a, b in tl.idle_intervals(s):
             out.append(f'<rect x="{left + a * scale:.2f}" y="{y}" width="{(b - a) * scale:.2f}" height="{lane}" '
                        f'fill="url(#bubble)"><title>bubble {a:.4g}-{b:.4g}</title></rect>')
+        halves = _halves(tl, s)
         for e in tl.compute_events(s):
             a = e.action
             x, w = left + e.start * scale, (e.end - e.start) * scale
-            out.append(f'<rect x="{x:.2f}" y="{y}" width="{max(w, 0.5):.2f}" height="{lane}" '
+            half = halves.get(a)
+            yy, hh = (y, lane) if half is None else (y + half * lane / 2, lane / 2)
+            pair = "" if half is None else " (overlapped F&amp;B pair)"
+            out.append(f'<rect x="{x:.2f}" y="{yy}" width="{max(w, 0.5):.2f}" height="{hh}" '
                        f'fill="{microbatch_colour(a.microbatch, a.kind)}" stroke="#fff" stroke-width="0.6">'
-                       f'<title>{html.escape(str(a))}: {e.start:.4g}-{e.end:.4g}</title></rect>')
+                       f'<title>{html.escape(str(a))}{pair}: {e.start:.4g}-{e.end:.4g}</title></rect>')
             label = _label(a)
             size = 11 if w >= 6.5 * len(label) + 2 else 8 if w >= 4.4 * len(label) + 1 else 0
+            if half is not None:
+                size = min(size, 8)
             if size:
-                out.append(f'<text x="{x + w / 2:.2f}" y="{y + lane / 2 + 4}" text-anchor="middle" '
+                out.append(f'<text x="{x + w / 2:.2f}" y="{yy + hh / 2 + size / 3:.1f}" text-anchor="middle" '
                            f'font-size="{size}" fill="{_text_colour(a.kind)}">{label}</text>')
         for e in tl.send_events(s):
             if e.end <= e.start:
@@ -106,6 +121,9 @@ def to_svg(tl, *, width: int = 1100, lane: int = 26, send_lane: int = 7, title: 
     out.append(f'<rect x="{x}" y="{ly - 10}" width="14" height="12" fill="url(#bubble)" stroke="#bbb"/>')
     out.append(f'<text x="{x + 18}" y="{ly}">bubble (idle)</text>')
     x += 120
+    if tl.schedule.overlapped:
+        out.append(f'<text x="{x}" y="{ly}">half-height: an overlapped F&amp;B pair</text>')
+        x += 235
     out.append(f'<text x="{x}" y="{ly}">thin bars: sends; colour = microbatch (times: {html.escape(tl.source)})</text>')
     out.append("</svg>")
     return "\n".join(out)
@@ -137,14 +155,17 @@ def plot(tl, ax=None, *, title: str | None = None, labels: bool = True):
         y = p - 1 - s
         for a, b in tl.idle_intervals(s):
             ax.broken_barh([(a, b - a)], (y, lane), facecolors=_BUBBLE, hatch="//", edgecolor="#aaaaaa", lw=0)
+        halves = _halves(tl, s)
         for e in tl.compute_events(s):
             a = e.action
-            ax.broken_barh([(e.start, e.end - e.start)], (y, lane), facecolors=microbatch_colour(a.microbatch, a.kind),
+            half = halves.get(a)
+            yy, hh = (y, lane) if half is None else (y + (1 - half) * lane / 2, lane / 2)
+            ax.broken_barh([(e.start, e.end - e.start)], (yy, hh), facecolors=microbatch_colour(a.microbatch, a.kind),
                            edgecolor="white", lw=0.5)
             span = (e.end - e.start) / (tl.step_time or 1)
             if labels and span > 0.012 * len(_label(a)):
-                ax.text((e.start + e.end) / 2, y + lane / 2, _label(a), ha="center", va="center", fontsize=7,
-                        color=_text_colour(a.kind))
+                ax.text((e.start + e.end) / 2, yy + hh / 2, _label(a), ha="center", va="center",
+                        fontsize=7 if half is None else 5, color=_text_colour(a.kind))
         for e in tl.send_events(s):
             if e.end > e.start:
                 ax.broken_barh([(e.start, e.end - e.start)], (y - send_lane - 0.02, send_lane),
