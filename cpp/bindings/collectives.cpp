@@ -1,5 +1,6 @@
 // Each collective: validate and size the output, allocate it, run without the GIL, and return
-// (output storage, ledger event).
+// the output storage. Python prices the event from its own rule (primitives/collectives.py);
+// the C++ event is for C++ callers, so it is not converted here.
 #include <pybind11/stl.h>
 
 #include "array_ref.hpp"
@@ -15,16 +16,15 @@ using shardlab_py::empty_like_dtype;
 namespace {
 
 template <class Run>
-py::tuple run(const py::array& x, const Shape& out_shape, Run&& body) {
+py::array run(const py::array& x, const Shape& out_shape, Run&& body) {
   py::array out = empty_like_dtype(x, out_shape);
   const ArrayRef in = as_ref(x);
   const ArrayRef o = as_ref(out);
-  Event e;
   {
     py::gil_scoped_release release;
-    e = body(in, o);
+    body(in, o);
   }
-  return py::make_tuple(out, e);
+  return out;
 }
 
 }  // namespace

@@ -26,6 +26,18 @@ namespace {
 // team costs more than it saves (the per-collective overhead budget is ~20 us).
 constexpr std::int64_t kParallelBytes = 1 << 18;
 
+// body(w) for w in [0, work): on the OpenMP team when `parallel`, else on the calling thread
+// outside any OpenMP construct (even a team of one costs microseconds per collective).
+template <class Body>
+void for_each_work(bool parallel, std::int64_t work, Body&& body) {
+  if (!parallel) {
+    for (std::int64_t w = 0; w < work; ++w) body(w);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (std::int64_t w = 0; w < work; ++w) body(w);
+}
+
 // A loop nest over a shared shape with one stride list per operand, simplified by dropping
 // size-1 dims and merging dims that are contiguous in every operand.
 struct Nest {
@@ -166,16 +178,15 @@ void copy_strided(const ArrayRef& dst, const ArrayRef& src) {
   if (parallel && outer_count < threads) pieces = (threads + outer_count - 1) / outer_count;
   const std::int64_t piece = (inner + pieces - 1) / pieces;
   const std::int64_t work = outer_count * pieces;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (std::int64_t w = 0; w < work; ++w) {
+  for_each_work(parallel, work, [&](std::int64_t w) {
     std::int64_t offs[2];
     outer_offsets(nest, outer, w / pieces, offs);
     const std::int64_t i0 = (w % pieces) * piece;
     const std::int64_t n = std::min(piece, inner - i0);
-    if (n <= 0) continue;
+    if (n <= 0) return;
     copy_inner(static_cast<char*>(dst.data) + offs[0] + i0 * ds, ds,
                static_cast<const char*>(src.data) + offs[1] + i0 * ss, ss, n, item);
-  }
+  });
 }
 
 namespace {
@@ -231,8 +242,7 @@ void select_strided(const ArrayRef& dst, const ArrayRef& cond, const ArrayRef& x
   std::int64_t outer_count = 1;
   for (int d = 0; d < outer; ++d) outer_count *= nest.shape[d];
   const bool parallel = dst.nbytes() >= kParallelBytes;
-#pragma omp parallel for schedule(static) if (parallel)
-  for (std::int64_t w = 0; w < outer_count; ++w) {
+  for_each_work(parallel, outer_count, [&](std::int64_t w) {
     std::int64_t o[4];
     outer_offsets(nest, outer, w, o);
     char* d = static_cast<char*>(dst.data) + o[0];
@@ -247,7 +257,7 @@ void select_strided(const ArrayRef& dst, const ArrayRef& cond, const ArrayRef& x
       case 4: select_run<std::uint32_t>(d, ds, c, cs, xp, xs, yp, ys, inner); break;
       default: select_run<std::uint64_t>(d, ds, c, cs, xp, xs, yp, ys, inner); break;
     }
-  }
+  });
 }
 
 void fill_zero(const ArrayRef& dst) {
@@ -310,12 +320,11 @@ void reduce_strided(const ArrayRef& dst, const ArrayRef& src, int reduce_dims, R
   const bool parallel = src.nbytes() >= kParallelBytes && work > 1;
   const ReduceRowsFn rows = reduce_rows_for(active_isa());
 
-#pragma omp parallel if (parallel)
-  {
-    std::vector<double> scratch(static_cast<std::size_t>(chunk));  // 8 bytes per element covers every accumulator
+  // One scratch row (8 bytes per element covers every accumulator) and source list per thread.
+  auto run_range = [&](std::int64_t w0, std::int64_t w1) {
+    std::vector<double> scratch(static_cast<std::size_t>(chunk));
     std::vector<const char*> srcs(static_cast<std::size_t>(red_count));
-#pragma omp for schedule(static)
-    for (std::int64_t w = 0; w < work; ++w) {
+    for (std::int64_t w = w0; w < w1; ++w) {
       std::int64_t offs[2];
       outer_offsets(nest, outer, w / chunks, offs);
       const std::int64_t c0 = (w % chunks) * chunk;
@@ -324,6 +333,15 @@ void reduce_strided(const ArrayRef& dst, const ArrayRef& src, int reduce_dims, R
       rows(dst.dtype, op, srcs.data(), red_count, ssi, static_cast<char*>(dst.data) + offs[0] + c0 * dsi, dsi,
            std::min(chunk, inner - c0), scratch.data());
     }
+  };
+  if (!parallel) {
+    run_range(0, work);
+    return;
+  }
+#pragma omp parallel
+  {
+    const std::int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    run_range(work * t / nt, work * (t + 1) / nt);
   }
 }
 

@@ -20,7 +20,7 @@ from ..core.dtypes import bfloat16, default_int_dtype, float32, float64, int8, i
 from ..core.einsum_spec import free_letters
 from ..kernels.attention import run_backward, run_forward
 from ..kernels.einsum import einsum_arrays
-from ..kernels.native import as_bits, narrow, wide
+from ..kernels.native import CORE_DTYPES, as_bits, narrow, wide
 from ..primitives import attention as att
 from ..primitives import broadcasting as bc
 from ..primitives import collectives as col
@@ -111,23 +111,30 @@ def _convert(storages, mesh, *, dtype):
 
 
 # -- reductions ------------------------------------------------------------------------------
-def _reduction_impl(prim, np_fn, accumulate=False):
+def _reduction_impl(prim, ufunc, accumulate=False):
+    """`ufunc.reduce` over the local axes (what np.sum / np.max call, without their wrappers)."""
+    dtype_of = prim.shape_rule.dtype_of
+
     def impl(storages, mesh, *, axes, keepdims=False, **_):
         x = storages[0]
-        ((_, dt),) = prim.shape_rule(storages, mesh, axes=axes, keepdims=keepdims)
-        kw = {"dtype": dt} if accumulate else {}
-        out = np.asarray(np_fn(x, axis=_local(mesh.ndim, axes), keepdims=keepdims, **kw))
+        dt = dtype_of(x.dtype)
+        k = mesh.ndim
+        axis = tuple(k + a for a in axes)
+        if accumulate:
+            out = np.asarray(ufunc.reduce(x, axis=axis, dtype=dt, keepdims=keepdims))
+        else:
+            out = np.asarray(ufunc.reduce(x, axis=axis, keepdims=keepdims))
         return [out if out.dtype == dt else out.astype(dt)]
 
     prim.impl["emulated"] = impl
 
 
-_reduction_impl(bc.REDUCE_SUM, np.sum, accumulate=True)
-_reduction_impl(red.REDUCE_PROD, np.prod, accumulate=True)
-_reduction_impl(red.REDUCE_MAX, np.max)
-_reduction_impl(red.REDUCE_MIN, np.min)
-_reduction_impl(red.REDUCE_ANY, np.any)
-_reduction_impl(red.REDUCE_ALL, np.all)
+_reduction_impl(bc.REDUCE_SUM, np.add, accumulate=True)
+_reduction_impl(red.REDUCE_PROD, np.multiply, accumulate=True)
+_reduction_impl(red.REDUCE_MAX, np.maximum)
+_reduction_impl(red.REDUCE_MIN, np.minimum)
+_reduction_impl(red.REDUCE_ANY, np.logical_or)
+_reduction_impl(red.REDUCE_ALL, np.logical_and)
 
 
 def _arg_impl(np_fn):
@@ -346,10 +353,7 @@ _SMALL_OUTPUT = 1 << 30
 def _check_output(prim, storages, mesh, **params):
     """MemoryError naming the collective before the core allocates an output larger than this
     machine's memory (an all_gather's output is every device's input together)."""
-    x = storages[0]
-    if x.nbytes * mesh.size < _SMALL_OUTPUT:  # no collective's output exceeds this bound: skip the rule
-        return
-    (shape, dtype), = prim.shape_rule([x], mesh, **params)
+    (shape, dtype), = prim.shape_rule(storages[:1], mesh, **params)
     memory.check_alloc(prim.name, math.prod(shape) * np.dtype(dtype).itemsize,
                        f"its output of local shape {tuple(shape[mesh.ndim:])} is held for every device "
                        f"of the mesh; use an abstract mesh (make_mesh(..., abstract=True)) to cost it")
@@ -359,7 +363,8 @@ def _collective_impl(prim):
     """Registers a collective's implementation behind the output-size check."""
     def register(fn):
         def impl(storages, mesh, **params):
-            _check_output(prim, storages, mesh, **params)
+            if storages[0].nbytes * mesh.size >= _SMALL_OUTPUT:
+                _check_output(prim, storages, mesh, **params)
             return fn(storages, mesh, **params)
 
         prim.impl["emulated"] = impl
@@ -371,14 +376,18 @@ def _collective_impl(prim):
 def _move(core_fn, x, mesh, axes, *args):
     """A data-movement collective on any dtype: the core moves its bits under a core dtype of
     the same size."""
-    return [core_fn(mesh._core, as_bits(x), list(axes), *args)[0].view(x.dtype)]
+    if x.dtype in CORE_DTYPES:
+        return [core_fn(mesh._core, x, axes, *args)]
+    return [core_fn(mesh._core, as_bits(x), axes, *args).view(x.dtype)]
 
 
 def _reduce_wide(core_fn, x, mesh, axes, *args, mean=False):
     """A reducing collective on any dtype: run in a wider core dtype, back with JAX's wrap."""
+    if x.dtype in CORE_DTYPES and not (mean and x.dtype.kind in "iub"):
+        return [core_fn(mesh._core, x, axes, *args)]
     if mean and x.dtype.kind in "iub":
         x = x.astype(np.float32)  # a mean of integers is a float, as JAX's
-    return [narrow(core_fn(mesh._core, x.astype(wide(x.dtype), copy=False), list(axes), *args)[0], x.dtype)]
+    return [narrow(core_fn(mesh._core, x.astype(wide(x.dtype), copy=False), axes, *args), x.dtype)]
 
 
 @_collective_impl(col.PSUM)
@@ -403,7 +412,7 @@ def _all_to_all(storages, mesh, *, axes, split, concat, tiled):
 
 @_collective_impl(col.PPERMUTE)
 def _ppermute(storages, mesh, *, axes, perm):
-    return _move(_core.ppermute, storages[0], mesh, axes, list(perm))
+    return _move(_core.ppermute, storages[0], mesh, axes, perm)
 
 
 @_impl(col.AXIS_INDEX)

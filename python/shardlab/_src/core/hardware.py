@@ -121,10 +121,12 @@ class Hardware:
         object.__setattr__(self, "ici_axes", tuple(self.ici_axes))
         if not self.description:
             object.__setattr__(self, "description", self.name)
+        # Hashed once: every priced ledger event looks its chip up in a memo.
+        object.__setattr__(self, "_hash", hash(tuple(tuple(sorted(v.items())) if isinstance(v, dict) else v
+                                                     for v in (getattr(self, f.name) for f in dataclasses.fields(self)))))
 
     def __hash__(self):
-        return hash(tuple(tuple(sorted(v.items())) if isinstance(v, dict) else v
-                          for v in (getattr(self, f.name) for f in dataclasses.fields(self))))
+        return self._hash
 
     def __repr__(self):
         return f"<Hardware {self.name}>"

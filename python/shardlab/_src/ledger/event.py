@@ -57,6 +57,19 @@ class Event:
         self.hops = None
         self.bound = None
 
+    @classmethod
+    def collective(cls, op: str, axes: tuple, group_size: int, num_groups: int, dtype: str, bytes_in: float,
+                   bytes_out: float, bytes_sent: float, perm) -> Event:
+        """A ring collective's event from already-typed fields (the per-primitive hot path:
+        no conversions, no keyword parsing)."""
+        e = object.__new__(cls)
+        e.op, e.axes, e.group_size, e.num_groups, e.dtype = op, axes, group_size, num_groups, dtype
+        e.bytes_in, e.bytes_out, e.bytes_sent, e.algorithm = bytes_in, bytes_out, bytes_sent, "ring"
+        e.flops = e.hbm_bytes = 0.0
+        e.perm, e.phase, e.label = perm, "forward", ""
+        e.seconds = e.book_seconds = e.hops = e.bound = None
+        return e
+
     @property
     def is_compute(self) -> bool:
         return not self.axes

@@ -23,8 +23,8 @@ import numpy as np
 
 from ..arrays.local_array import LocalArray, lift
 from ..core import tree
-from ..core.context import current_shard_map_mesh
-from ..core.dtypes import canonicalize
+from ..core.context import CTX, current_shard_map_mesh
+from ..core.dtypes import bfloat16, canonicalize
 from ..primitives import collectives as col
 from ..primitives import structural as st
 from ..primitives.primitive import bind
@@ -32,7 +32,16 @@ from . import numpy as jnp
 from .numpy_more import top_k  # noqa: F401  (jax.lax.top_k)
 
 
+_AXES: dict = {}  # (mesh axis names, axis_name) -> the validated tuple of names
+
+
 def _axes(axis_name, op: str):
+    meshes = CTX.meshes
+    mesh = meshes[-1] if meshes else None
+    if mesh is not None and type(axis_name) is str:
+        names = _AXES.get((mesh.axis_names, axis_name))
+        if names is not None:
+            return mesh, names
     names = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
     mesh = current_shard_map_mesh(op, names[0] if names else None)
     if not names:
@@ -44,7 +53,14 @@ def _axes(axis_name, op: str):
             raise NameError(f"unbound axis name: {n!r}. [{op}] the mesh has axes {mesh.axis_names}")
     if len(set(names)) != len(names):
         raise ValueError(f"[{op}] axis name repeated in {names}")
+    if type(axis_name) is str:
+        _AXES[(mesh.axis_names, axis_name)] = names
     return mesh, names
+
+
+# Dtypes a collective takes as they are (native byte order, at most 32-bit integers).
+_NATIVE_OK = frozenset(np.dtype(t) for t in (np.float32, np.float16, np.int32, np.int16, np.int8, np.uint8, np.uint16,
+                                             np.uint32, np.bool_)) | {bfloat16}
 
 
 def _no_groups(axis_index_groups, op):
@@ -73,6 +89,8 @@ def _root(root, mesh, names, op: str) -> int:
 
 def _lift(v, mesh, op: str) -> LocalArray:
     """`v` as a LocalArray of a supported dtype (int64 → int32 as JAX with x64 off)."""
+    if type(v) is LocalArray and v.dtype in _NATIVE_OK:
+        return v
     if isinstance(v, LocalArray):
         if v.dtype.kind in "iu" and v.dtype.itemsize > 4:
             return jnp.astype(v, np.int32)
@@ -106,6 +124,8 @@ def axis_index(axis_name) -> LocalArray:
 
 def _reduce_collective(x, axis_name, op: str, reduction: str):
     mesh, names = _axes(axis_name, op)
+    if type(x) is LocalArray:  # the common case, without the pytree walk
+        return bind(col.PSUM, [_lift(x, mesh, op)], mesh, axes=names, reduction=reduction)
     n = math.prod(mesh.shape[a] for a in names)
 
     def one(v):

@@ -206,6 +206,8 @@ def astype(x, dtype, copy=False):
 
 # -- reductions ------------------------------------------------------------------------------
 def _axes(axis, x: LocalArray, op: str) -> tuple:
+    if axis is None:
+        return tuple(range(len(x.storage.shape) - x.mesh.ndim))
     try:
         st_axes = local_axes(axis, x)
     except (np.exceptions.AxisError, TypeError) as e:
@@ -714,12 +716,28 @@ for _name, _fn in (("sum", sum), ("mean", mean), ("max", max), ("min", min), ("p
 
 # Arithmetic operators call the ufunc handler directly: numpy's operator mixin would route every
 # `a + b` through numpy's override protocol first (about 2.5 µs of a ~10 µs dispatch).
+def _elementwise(ufunc, prim, inputs):
+    """`ufunc` on operands that are LocalArrays or Python scalars, with jax.numpy's promotion:
+    the operators' path (the general one is :func:`_ufunc`)."""
+    mesh = mesh_of(inputs)
+    args = [v if type(v) is LocalArray or type(v) in _PY_SCALARS else _operand(v, mesh) for v in inputs]
+    target, _ = ew.dtype_rule(ufunc, args)
+    if target is not None:
+        args = [astype(a, target) if type(a) is LocalArray and a.dtype != target else a for a in args]
+    return bind(prim, args, mesh)
+
+
+_PY_SCALARS = frozenset((int, float, complex, bool))
+
+
 def _binary(ufunc):
+    prim = ew.PRIMS[ufunc.__name__]
+
     def op(self, other):
-        return _ufunc(ufunc, "__call__", (self, other), {})
+        return _elementwise(ufunc, prim, (self, other))
 
     def rop(self, other):
-        return _ufunc(ufunc, "__call__", (other, self), {})
+        return _elementwise(ufunc, prim, (other, self))
 
     return op, rop
 

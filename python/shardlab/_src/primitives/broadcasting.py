@@ -24,11 +24,23 @@ def _reduced_local(x_local: tuple, axes: tuple, keepdims: bool) -> tuple:
 
 
 def _reduce_shape_for(dtype_rule):
+    """A reduction's shape rule; its memoized dtype rule is ``shape_rule.dtype_of`` (the
+    backends read the result dtype from it without building the shape)."""
+    memo: dict = {}
+
+    def dtype_of(dtype):
+        key = (dtype, dtypes.x64_enabled())
+        out = memo.get(key)
+        if out is None:
+            out = memo[key] = dtype_rule(dtype)
+        return out
+
     def shape_rule(avals, mesh, *, axes, keepdims=False, **_):
         x = avals[0]
         k = mesh.ndim
-        return [(tuple(x.shape[:k]) + _reduced_local(tuple(x.shape[k:]), axes, keepdims), dtype_rule(x.dtype))]
+        return [(tuple(x.shape[:k]) + _reduced_local(tuple(x.shape[k:]), axes, keepdims), dtype_of(x.dtype))]
 
+    shape_rule.dtype_of = dtype_of
     return shape_rule
 
 

@@ -49,16 +49,26 @@ def _local_bytes(aval, k) -> float:
     return float(n * aval.dtype.itemsize)
 
 
+_EVENT_FIELDS: dict = {}  # (op, mesh axes and sizes, axes, shapes, dtype, perm) -> Event.collective's fields
+
+
 def _event(op, mesh, axes, x, out, *, perm=None) -> Event:
-    k = mesh.ndim
-    n = group_size(mesh, axes)
-    b_in, b_out = _local_bytes(x, k), _local_bytes(out, k)
-    v = b_out if op in ("all_gather", "gather") else b_in
-    sent = formulas.ring_bytes_sent(op, n, v)
-    if op == "ppermute" and not perm:
-        sent = 0.0
-    return Event(op, axes=axes, group_size=n, num_groups=mesh.size // n, dtype=dtype_name(x.dtype), bytes_in=b_in,
-                 bytes_out=b_out, bytes_sent=sent, algorithm="ring", perm=perm)
+    key = (op, mesh.axis_names, mesh.axis_sizes, axes if type(axes) is tuple else tuple(axes), x.shape, out.shape,
+           x.dtype, perm)
+    fields = _EVENT_FIELDS.get(key)
+    if fields is None:
+        k = mesh.ndim
+        n = group_size(mesh, axes)
+        b_in, b_out = _local_bytes(x, k), _local_bytes(out, k)
+        v = b_out if op in ("all_gather", "gather") else b_in
+        sent = formulas.ring_bytes_sent(op, n, v)
+        if op == "ppermute" and not perm:
+            sent = 0.0
+        fields = (op, tuple(axes), int(n), int(mesh.size // n), dtype_name(x.dtype), b_in, b_out, float(sent), perm)
+        if len(_EVENT_FIELDS) > 4096:  # a long sweep over shapes: start over rather than grow
+            _EVENT_FIELDS.clear()
+        _EVENT_FIELDS[key] = fields
+    return Event.collective(*fields)
 
 
 def _collective(name, shape_fn, op_of=lambda p: None, vjp=None):

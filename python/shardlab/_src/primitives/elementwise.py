@@ -127,6 +127,7 @@ _MIXED_OPERANDS = ("ldexp", "left_shift", "right_shift")
 
 
 _WEAK = (bool, int, float, complex)
+_ARRAYS = frozenset((np.ndarray, LocalArray))  # operand types whose key is their dtype
 
 
 def _operand_key(a):
@@ -188,7 +189,8 @@ def dtype_rule(ufunc, operands) -> tuple:
         >>> dtype_rule(np.add, [np.zeros(2, np.uint8), 3])
         (dtype('uint8'), dtype('uint8'))
     """
-    key = (ufunc, tuple(map(_operand_key, operands)), dtypes.x64_enabled())
+    key = (ufunc, tuple([a.dtype if type(a) in _ARRAYS else _operand_key(a) for a in operands]),
+           dtypes.x64_enabled())
     hit = _RULES_SEEN.get(key)
     if hit is None:
         hit = _RULES_SEEN[key] = _rule(*key)

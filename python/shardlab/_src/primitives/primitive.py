@@ -55,38 +55,42 @@ class Primitive:
         return f"Primitive({self.name!r})"
 
 
-def backend_of(storages) -> str:
-    for s in storages:
-        if type(s) is AbstractStorage:
-            return "abstract"
-    return "emulated"
-
-
 def bind(prim: Primitive, args, mesh, **params):
     """Runs `prim` on LocalArrays `args` (all of `mesh`); returns a LocalArray, or a list of
     them for primitives with several results."""
     storages = [a.storage if type(a) is LocalArray else a for a in args]
-    backend = "abstract" if mesh.abstract else backend_of(storages)
+    backend = "emulated"
+    if mesh.abstract:
+        backend = "abstract"
+    else:
+        for s in storages:
+            if type(s) is AbstractStorage:
+                backend = "abstract"
+                break
     impl = prim.impl.get(backend)
     if impl is None:
         raise NotImplementedError(f"[{prim.name}] has no {backend} implementation")
-    replay = CTX.remat_replay
+    ctx = CTX
+    replay = ctx.remat_replay
     if replay is not None and prim in replay[0] and replay[1]:
         # A checkpoint's re-run: this output was kept by its policy, so it is not recomputed.
         results = replay[1].pop(0)
-        for tape in CTX.tapes:
+        for tape in ctx.tapes:
             tape.push(prim, params, args, results, mesh)
         return results if prim.multiple_results else results[0]
     outs = impl(storages, mesh, **params)
-    if prim.cost is not None:
-        event = prim.cost(storages, outs, mesh, **params)
+    cost = prim.cost
+    if cost is not None:
+        event = cost(storages, outs, mesh, **params)
         if event is not None:
             record(event, mesh)
     results = [wrap(o, mesh) for o in outs]
-    if CTX.remat_saving is not None and prim in CTX.remat_saving[0]:
-        CTX.remat_saving[1].append(results)
-    if CTX.tapes:
-        for tape in CTX.tapes:
+    saving = ctx.remat_saving
+    if saving is not None and prim in saving[0]:
+        saving[1].append(results)
+    tapes = ctx.tapes
+    if tapes:
+        for tape in tapes:
             tape.push(prim, params, args, results, mesh)
     return results if prim.multiple_results else results[0]
 

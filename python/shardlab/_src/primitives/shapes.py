@@ -24,8 +24,19 @@ def align_shape(shape: tuple, k: int, r: int) -> tuple:
 
 def align(storages, k: int) -> list:
     """Storages reshaped (views) so local dims line up right-aligned and mesh dims lead."""
-    ranks = [len(s.shape) if hasattr(s, "shape") and not isinstance(s, np.generic) else -1 for s in storages]
-    if len(set(r for r in ranks if r >= 0)) <= 1:
+    rank, mixed = -1, False
+    for s in storages:
+        if type(s) is np.ndarray:
+            n = s.ndim
+        elif hasattr(s, "shape") and not isinstance(s, np.generic):
+            n = len(s.shape)
+        else:
+            continue  # a scalar broadcasts anywhere
+        if rank < 0:
+            rank = n
+        elif n != rank:
+            mixed = True
+    if not mixed:
         return list(storages)  # already aligned: one rank (or scalars), the common case
     r = max((local_rank(s, k) for s in storages), default=0)
     out = []
