@@ -108,7 +108,8 @@ def test_causal_ring_skips_the_future_blocks(n):
     # 2n+1 of the 4n c x c blocks: about half (the diagonal blocks are computed whole)
     assert flops[True] / flops[False] == context.causal_block_fraction(n) == (2 * n + 1) / (4 * n)
     # per device: QK^T and PV of its T/n queries against every key
-    assert flops[False] == 4 * B * N * (T // n) * T * H
+    assert flops[False] == 4 * B * N * (T // n) * T * H == context.ring_attention_flops(B, T, n, N, H, causal=False)
+    assert flops[True] == context.ring_attention_flops(B, T, n, N, H)
 
 
 # -- training under context parallelism ---------------------------------------------------------
@@ -163,6 +164,8 @@ def test_layer_ledger_moves_the_kv_blocks_around_the_ring(name):
         assert len(hops) == 2 * (C - 1) and all(e["axes"] == ("context",) for e in hops)
         assert sum(e["bytes_sent"] for e in hops) == context.ring_forward_bytes(
             tok.shape[0] // X, tok.shape[1], C, CFG.num_kv_heads // Y, CFG.head_dim, 4) == 2 * (C - 1) * hop
+    flops = sum(e["flops"] for e in attn.filter(phase="forward").events if e["op"] == "einsum")
+    assert flops == context.ring_attention_flops(tok.shape[0] // X, tok.shape[1], C, CFG.num_heads // Y, CFG.head_dim)
     # no other block moves K/V; positions come from the axis index, so nothing but the weights'
     # own gathers and reduce-scatters crosses the data axis in the attention block
     assert not [e for e in led.events if e["op"] == "ppermute" and not e["label"].endswith("attn")]

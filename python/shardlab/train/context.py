@@ -47,7 +47,7 @@ import shardlab.numpy as jnp
 from shardlab import LocalArray, lax
 
 __all__ = ["zigzag_order", "to_zigzag", "from_zigzag", "check_context", "ring_attention", "kv_hop_bytes",
-           "ring_forward_bytes", "causal_block_fraction", "zigzag_positions", "rotary_tables", "apply_rotary",
+           "ring_forward_bytes", "causal_block_fraction", "ring_attention_flops", "zigzag_positions", "rotary_tables", "apply_rotary",
            "rotary_zigzag"]
 
 _NEG = np.float32(-1e30)  # the logsumexp of "no keys": exp(_NEG - finite) is exactly 0
@@ -105,6 +105,18 @@ def causal_block_fraction(n: int) -> float:
     """Attention FLOPs of the causal zig-zag ring over the non-causal one: ``(2n+1) / 4n``
     (the diagonal blocks are computed whole, the future ones skipped)."""
     return (2 * n + 1) / (4 * n)
+
+
+def ring_attention_flops(batch: int, seq_len: int, n: int, heads: int, head_dim: int, causal: bool = True) -> float:
+    """Forward FLOPs of one device's ring (``QK^T`` and ``PV``): ``4·B·N·(T/n)·T·H``, times
+    :func:`causal_block_fraction` when causal.
+
+    Example:
+        >>> ring_attention_flops(1, 8, 2, 1, 4, causal=False), ring_attention_flops(1, 8, 2, 1, 4)
+        (512.0, 320.0)
+    """
+    full = 4.0 * batch * heads * (seq_len // n) * seq_len * head_dim
+    return full * causal_block_fraction(n) if causal else full
 
 
 # -- positions of tokens that are not contiguous -------------------------------------------------
