@@ -345,3 +345,17 @@ def test_matplotlib_figure():
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+@pytest.mark.parametrize("p,m,meets", [(2, 4, True), (3, 9, True), (4, 8, True), (4, 16, True), (8, 16, False)])
+def test_zb_v_against_its_start_up_lower_bound(p, m, meets):
+    """No V schedule beats (p - 1) F + 6 m F with F = I = W per chunk: the last device's first forward waits
+    for microbatch 0 to cross p - 1 chunks, then has 6m chunk steps of work. The greedy order meets it up
+    to p = 4; at p = 8 its 2p-activation cap costs a little, and a larger cap reaches the bound."""
+    d = pp.Durations(forward=0.5, backward=1.0, weight=0.5)
+    bound = (p - 1) * 0.5 + 6 * m * 0.5
+    t = pp.clock(pp.zb_v(p, m), d)
+    assert t.step_time >= bound
+    assert (t.step_time == bound) == meets
+    if not meets:
+        assert pp.clock(pp.zb_v(p, m, max_live=3 * p), d).step_time == bound
