@@ -4,7 +4,8 @@ pipeline-parallel schedules (``shardlab.train.pipeline``).
 * :mod:`~shardlab.train.strategy` (also ``train.strategies``): DP, ZeRO-1/2, FSDP (ZeRO-3),
   Megatron TP (f/g), TP + sequence parallelism, FSDP + TP, vocab-parallel embedding and loss,
   context parallelism (``cp``, ``fsdp_cp``, ``cp_tp``) with the ring attention of
-  :mod:`~shardlab.train.context`;
+  :mod:`~shardlab.train.context`, MoE expert parallelism (``ep``, ``fsdp_ep``: experts split over
+  a data axis, AllToAll dispatch and combine from :mod:`shardlab.models.expert_parallel`);
 * :class:`Trainer`: forward, ``shardlab.grad``, gradient accumulation, AdamW / SGD with bf16
   params and fp32 master weights, activation checkpointing;
 * :func:`estimate` / :func:`search`: the same step in abstract mode at any scale.
