@@ -223,6 +223,11 @@ def test_errors_name_the_sequence_and_the_context_axis():
                        in_specs=P(None, "context"), out_specs=P(None, "context"))
     with pytest.raises(ValueError, match=r"\[ring_attention\] local shapes q \(1, 4, 4, 8\), k \(1, 4, 3, 8\)"):
         bad(q, np.zeros((1, 8, 3, 8), np.float32))
+    odd = sl.shard_map(lambda q: context.ring_attention(q, q, q, "context", is_causal=True), mesh=mesh,
+                       in_specs=P(None, "context"), out_specs=P(None, "context"))
+    with pytest.raises(ValueError, match=r"\[ring_attention\] causal ring attention needs the zig-zag layout: the "
+                                         r"local sequence 3"):
+        odd(np.zeros((1, 6, 4, 8), np.float32))
 
 
 def test_strategy_lays_the_sequence_over_the_context_axis():

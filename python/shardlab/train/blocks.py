@@ -174,7 +174,7 @@ class Blocks:
         v = jnp.reshape(self._proj(h, a["wv"], aa["wv"], a.get("bv"), aa.get("bv")), (B, T, K, H))
         if self.context is not None:
             if cfg.positions == "rotary":
-                q, k = rotary_zigzag(q, lcfg, self.context), rotary_zigzag(k, lcfg, self.context)
+                q, k = rotary_zigzag((q, k), lcfg, self.context)
             o = ring_attention(q, k, v, self.context, is_causal=True)
         else:
             if cfg.positions == "rotary":

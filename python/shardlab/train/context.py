@@ -153,14 +153,15 @@ def apply_rotary(x, cos, sin, cfg):
     return jnp.concatenate(parts, axis=-1).astype(x.dtype)
 
 
-def rotary_zigzag(x, cfg, axis_name):
-    """Inside ``shard_map``: rotary embedding of the local x ``[B, T/C, heads, H]`` at the global
-    positions of the zig-zag layout over ``axis_name`` (the same values as
-    ``shardlab.models.layers.rotary`` of the whole sequence)."""
-    t = x.shape[1]
+def rotary_zigzag(xs, cfg, axis_name) -> list:
+    """Inside ``shard_map``: rotary embedding of each local x ``[B, T/C, heads, H]`` in ``xs``
+    (e.g. ``(q, k)``, which share the tables) at the global positions of the zig-zag layout
+    over ``axis_name``: the values ``shardlab.models.layers.rotary`` gives the whole sequence."""
+    t = xs[0].shape[1]
     pos = zigzag_positions(axis_name, t)
-    cos, sin = (lax.pvary(tab, axis_name) for tab in rotary_tables(cfg, np.arange(t * lax.axis_size(axis_name))))
-    return apply_rotary(x, jnp.take(cos, pos, axis=0), jnp.take(sin, pos, axis=0), cfg)
+    cos, sin = (jnp.take(lax.pvary(tab, axis_name), pos, axis=0)
+                for tab in rotary_tables(cfg, np.arange(t * lax.axis_size(axis_name))))
+    return [apply_rotary(x, cos, sin, cfg) for x in xs]
 
 
 # -- the ring --------------------------------------------------------------------------------------
