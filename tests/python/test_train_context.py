@@ -10,8 +10,10 @@ import pytest
 import shardlab as sl
 import shardlab.numpy as jnp
 from shardlab import P, lax, train
-from shardlab.models import ModelConfig, transformer
+from shardlab.models import ModelConfig, param_axes, presets, transformer
 from shardlab.train import context
+from shardlab.train.step import tree_map
+from shardlab.train.strategy import param_sizes
 
 B, T, N, K, H = 2, 16, 4, 2, 8  # grouped-query: 4 query heads over 2 kv heads
 
@@ -197,6 +199,27 @@ def test_mixed_precision_moves_bf16_kv_blocks():
     hops = [e for e in led.filter(label="layer0/attn", phase="forward").events if e["op"] == "ppermute"]
     assert [e["dtype"] for e in hops] == ["bfloat16"] * 2
     assert all(e["bytes_sent"] == context.kv_hop_bytes(2, 16, 2, CFG.num_kv_heads, CFG.head_dim, 2) for e in hops)
+
+
+def test_the_ring_at_scale_in_abstract_mode_equals_the_closed_forms():
+    # LLaMA-3 8B (one layer, 32 heads over 8 kv heads, H = 128) at 64k tokens over 8 v5p chips, shape-only
+    cfg = presets.get("llama3-8b").replace(num_layers=1)
+    C, T = 8, 65536
+    t = train.Trainer(cfg, "cp", sl.make_mesh((C,), ("context",), hardware="tpu-v5p", abstract=True),
+                      optimizer="sgd", precision="mixed")
+    sizes = param_sizes(cfg)
+    params = tree_map(lambda axes: sl.ShapeDtypeStruct(tuple(sizes[a] for a in axes), t.dtype,
+                                                       sharding=t.sharding(t.param_spec(axes))), param_axes(cfg))
+    tok = sl.ShapeDtypeStruct((1, T), np.int32, sharding=t.sharding(t.s.batch_spec()))
+    with sl.Ledger() as led:
+        sl.eval_shape(lambda p, tok: t.loss(p, tok, tok, T), params, tok)
+    attn = led.filter(label="layer0/attn", phase="forward")
+    hops = [e for e in attn.events if e["op"] == "ppermute"]
+    assert len(hops) == 2 * (C - 1)
+    assert all(e["bytes_sent"] == context.kv_hop_bytes(1, T, C, 8, 128, 2) == 16 * 2**20 for e in hops)
+    assert all(e["seconds"] > 0 for e in hops)
+    flops = sum(e["flops"] for e in attn.events if e["op"] == "einsum")
+    assert flops == context.ring_attention_flops(1, T, C, 32, 128)
 
 
 # -- bad input -----------------------------------------------------------------------------------
