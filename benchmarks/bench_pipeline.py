@@ -1,5 +1,7 @@
 """Building, validating and clocking a 1F1B schedule with p = 64 stages and m = 512 microbatches;
-executing a 4-stage, 8-microbatch 1F1B step of a 4-layer D=256 model on real data.
+executing a 4-stage, 8-microbatch 1F1B step of a 4-layer D=256 model on real data; the same model's
+3-D step (stage x data x model = 2 x 2 x 2: pipeline, data and Megatron tensor parallelism) with
+1F1B and DualPipeV.
 
 The competitor is a unit-time lock-step simulator written the way PyTorch's pipelining dry run
 (torch.distributed.pipelining.schedules._simulate_comms_compute) works: at every time step each
@@ -110,6 +112,7 @@ def main() -> None:
           f"= formula {pp.bubble_formula(p, m):.6f}; lock-step simulation: {steps} unit steps "
           f"(every action, sends and receives included, counts as one step)")
     ex_s, ref_s, ex, zb = bench_execute(args.repeats)
+    three = bench_3d(args.repeats)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"p": p, "m": m, "actions": sched.num_actions, "build_s": t_build, "validate_s": t_valid,
@@ -118,7 +121,7 @@ def main() -> None:
                        "executed_loss": ex.loss, "executed_1f1b_step_s": ex.timeline().step_time,
                        "executed_1f1b_bubble": ex.timeline().bubble_fraction,
                        "executed_zb_h1_step_s": zb.timeline().step_time,
-                       "executed_zb_h1_bubble": zb.timeline().bubble_fraction}, f, indent=1)
+                       "executed_zb_h1_bubble": zb.timeline().bubble_fraction, "three_d": three}, f, indent=1)
 
 
 def bench_execute(repeats: int):
@@ -149,6 +152,38 @@ def bench_execute(repeats: int):
               f"{sum(t.busy) * 1e6:8.2f} us  peak activations {list(t.peak_activations)}")
     print(f"  ZB-H1 / 1F1B step: {tz.step_time / tl.step_time:.3f} (ZB-H1 executed in {t_zb * 1e3:.0f} ms)")
     return t_ex, t_ref, ex, zb
+
+
+def bench_3d(repeats: int) -> dict:
+    """The same model's step on a 2 x 2 x 2 (stage, data, model) mesh: 1F1B and DualPipeV executed,
+    against the same step not pipelined; the ledger per mesh axis and the executed timelines."""
+    cfg = ModelConfig(num_layers=4, d_model=256, ffw_dim=1024, num_heads=4, num_kv_heads=4, vocab_size=256)
+    params = transformer.init_params(cfg, seed=0)
+    rng = np.random.default_rng(0)
+    tokens, targets = rng.integers(0, 256, (16, 32)), rng.integers(0, 256, (16, 32))
+    mesh = sl.make_mesh((2, 2, 2), ("stage", "data", "model"), hardware="tpu-v5e")
+    t_ref, (loss, _) = best_of(lambda: pp.reference_step(params, tokens, targets, cfg), repeats)
+    print("\n3-D step: stage x data x model = 2 x 2 x 2 (tpu-v5e), 4 layers, D=256, batch 16 x 32 tokens")
+    print(f"  {'same step not pipelined (reference_step)':<48} {t_ref * 1e3:9.1f} ms   loss {loss:.6f}")
+    out = {"reference_step_s": t_ref}
+    for name, sched in (("1F1B", pp.one_f_one_b(2, 8)), ("DualPipeV", pp.dualpipe_v(2, 8))):
+        t, ex = best_of(lambda: pp.execute(sched, params, tokens, targets, cfg, mesh), repeats)
+        assert abs(ex.loss - loss) <= 1e-5, (name, ex.loss, loss)
+        tl = ex.timeline()
+        by_axis: dict = {}
+        for e in ex.ledger.events:
+            if e.get("axes"):
+                n, b = by_axis.get(e["axes"], (0, 0.0))
+                by_axis[e["axes"]] = (n + 1, b + e["bytes_in"])
+        axes = ", ".join(f"{'x'.join(a)}: {n} ({b / 2**20:.2f} MiB)" for a, (n, b) in sorted(by_axis.items()))
+        print(f"  {'ours: pp.execute ' + name:<48} {t * 1e3:9.1f} ms   loss {ex.loss:.6f}  "
+              f"({t / t_ref:.2f}x not pipelined)")
+        print(f"    collectives per device by axis: {axes}")
+        print(f"    executed timeline: step {tl.step_time * 1e6:.2f} us, bubble {tl.bubble_fraction:.4f}, "
+              f"peak activations {list(tl.peak_activations)}")
+        out[name] = {"execute_s": t, "step_s": tl.step_time, "bubble": tl.bubble_fraction,
+                     "collectives": {"x".join(a): [n, b] for a, (n, b) in by_axis.items()}}
+    return out
 
 
 if __name__ == "__main__":
