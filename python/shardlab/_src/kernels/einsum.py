@@ -34,6 +34,21 @@ def gemm_batched(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return gemm(a, b)
 
 
+def _grouped(x: np.ndarray, term: str, groups: tuple, size: dict) -> np.ndarray:
+    """`x` as a 3-D array whose dims are the products of `groups` (lists of letters of
+    `term`). When each group's letters sit together and in order in `term`, the groups are
+    merged first and then transposed: a strided view the GEMM packs in place, where
+    transposing first would make reshape copy (a weight gradient's x^T, for one)."""
+    dims = tuple(math.prod(size[c] for c in g) for g in groups)
+    spans = [[term.index(c) for c in g] for g in groups]
+    if all(p == list(range(p[0], p[0] + len(p))) for p in spans if p):
+        present = sorted((p[0], i) for i, p in enumerate(spans) if p)
+        merged = x.reshape([dims[i] for _, i in present])
+        order = [i for _, i in present]
+        return merged.transpose([order.index(i) for i in sorted(order)]).reshape(dims)
+    return x.transpose([term.index(c) for g in groups for c in g]).reshape(dims)
+
+
 def einsum_arrays(terms: list[str], out: str, arrays: list) -> np.ndarray:
     """einsum over plain arrays with explicit terms and output."""
     if len(arrays) != 2 or any(len(set(t)) != len(t) for t in terms) or len(set(out)) != len(out):
@@ -61,8 +76,8 @@ def einsum_arrays(terms: list[str], out: str, arrays: list) -> np.ndarray:
     m = math.prod(size[c] for c in fa)
     n = math.prod(size[c] for c in fb)
     kk = math.prod(size[c] for c in contract)
-    a3 = a.transpose([ta.index(c) for c in batch + fa + contract]).reshape(nb, m, kk)
-    b3 = b.transpose([tb.index(c) for c in batch + contract + fb]).reshape(nb, kk, n)
+    a3 = _grouped(a, ta, (batch, fa, contract), size)
+    b3 = _grouped(b, tb, (batch, contract, fb), size)
     c3 = gemm_batched(a3, b3)
     order = batch + fa + fb
     c = c3.reshape(tuple(size[x] for x in order))
