@@ -152,3 +152,42 @@ def test_model_none_makes_the_model_axis_a_data_axis(reference):
     assert abs(ex.loss - reference[0]) <= 1e-5
     assert not [e for e in ex.ledger.events if e.get("axes") == ("model",)]
     assert {e["axes"] for e in ex.gradient_all_reduce_events()} == {("data", "model")}
+
+
+@pytest.mark.parametrize("shape,names,build", [
+    ((2, 2), ("stage", "data"), lambda: pp.one_f_one_b(2, 4)),
+    ((2, 2, 2), ("stage", "data", "model"), lambda: pp.one_f_one_b(2, 4)),
+    ((2, 2, 2), ("stage", "data", "model"), lambda: pp.zb_h1(2, 4)),
+    ((2, 2, 2), ("stage", "data", "model"), lambda: pp.dualpipe_v(2, 4))])
+def test_fsdp_over_the_data_axis(reference, shape, names, build):
+    """ZeRO-3 inside the pipeline: each piece gathers its weights over `data` when it runs and its
+    backward reduce-scatters their gradients; no end-of-step all-reduce."""
+    ex = pp.execute(build(), _params(), TOK, TGT, CFG, sl.make_mesh(shape, names), fsdp=True)
+    loss, grads = reference
+    assert abs(ex.loss - loss) <= 1e-5
+    for a, b in zip(_leaves(ex.grads), _leaves(grads)):
+        assert a.shape == b.shape and np.max(np.abs(a - b)) <= 1e-5
+    assert ex.gradient_all_reduce_events() == []
+    y = dict(zip(names, shape)).get("model", 1)
+    for acts in ex.schedule.actions:
+        for a in acts:
+            data = [e for e in ex.action_events(a) if e.get("axes") == ("data",)]
+            vs = ex.schedule.virtual_stage(a.stage, a.chunk)
+            nv = ex.schedule.num_virtual_stages
+            lay = pp.stage_layers(4, nv)[vs]
+            # the stage's weights on one device of the model axis, gathered whole over data once per use
+            local = _local_param_bytes(CFG, lay, vs == 0, vs == nv - 1, y)
+            if a.kind == "forward":
+                assert {e["op"] for e in data} == {"all_gather"}
+                assert sum(e["bytes_out"] for e in data) == local
+            elif a.kind in ("backward", "backward_weight"):
+                assert {e["op"] for e in data} == {"psum_scatter"}
+                assert sum(e["bytes_in"] for e in data) == local
+            else:                     # the input-gradient step and the sends move no weight
+                assert data == []
+
+
+def test_fsdp_needs_a_data_axis():
+    with pytest.raises(ValueError, match=r"\[pipeline.execute\] fsdp=True shards the weights over the data axes, "
+                                         r"but the mesh has none besides the pipeline and model axes"):
+        pp.execute(pp.gpipe(2, 2), _params(), TOK, TGT, CFG, sl.make_mesh((2, 2), ("stage", "model")), fsdp=True)

@@ -6,7 +6,9 @@ action list in order, as a rank of an MPMD pipeline (PyTorch's pipelining, Megat
 - its compute runs in :func:`shardlab.shard_map` over *its* slice of the mesh (the ``stage``
   axis cut to that one device, every other axis kept), so a ``("stage", "data")`` mesh is
   pipeline x data parallelism: the microbatch is split over the other axes and every replica
-  holds its own copy of the stage's weights;
+  holds its own copy of the stage's weights (or, with ``fsdp=True``, its ZeRO-3 shard of them,
+  gathered per piece as it runs); a ``model`` axis adds Megatron tensor parallelism inside the
+  stage (:mod:`.tensor`): 3-D parallelism;
 - a stage is a chain of pieces (:func:`shardlab.train.pipeline.stages.pieces`: embedding, per
   block norm / attention / norm / MLP, final norm, head and loss); a forward is one
   ``shardlab.vjp`` per piece, kept until that microbatch's backward;
@@ -19,8 +21,10 @@ action list in order, as a rank of an MPMD pipeline (PyTorch's pipelining, Megat
   matmuls (plus, inside each piece, the input gradient of the ops between its output and its
   first weight, which it recomputes), so the ledger puts each half's FLOPs in its own action;
 - the data-parallel gradient sum runs once per step, after the last action: per device one
-  ``psum`` over the data axes of one flat buffer holding all its weight gradients (as
-  PyTorch's DDP buckets do), not one per microbatch (:meth:`Execution.gradient_all_reduce_events`);
+  ``psum`` over the data axes of one flat buffer holding all its weight gradients (its shards
+  of them under a model axis; as PyTorch's DDP buckets do), not one per microbatch
+  (:meth:`Execution.gradient_all_reduce_events`); with ``fsdp=True`` the backward of each
+  piece reduce-scatters its gradients instead and there is no end-of-step sum;
 - a send is ``shardlab.lax.ppermute`` over the pipeline axis with the one pair
   ``(sender, receiver)``, run in ``shard_map`` over the whole mesh; the receive takes the
   receiver's block.
@@ -50,12 +54,12 @@ import numpy as np
 import shardlab as sl
 import shardlab.numpy as jnp
 from shardlab import P
-from shardlab.models import ModelConfig
+from shardlab.models import ModelConfig, param_axes
 
 from . import stages as _stages
 from .durations import Durations
 from .clock import Timeline, clock
-from .tensor import TensorParallel
+from .tensor import FullyShardedData, TensorParallel, piece_axes
 from .schedule import (ACTIVATION, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD, GRADIENT, RECV, SEND, Action,
                        Schedule, stage_layers)
 from .validate import ScheduleError, validate
@@ -311,7 +315,7 @@ def _fill(tree, it):
 
 
 def execute(schedule: Schedule, params: dict, tokens, targets, cfg: ModelConfig, mesh, *, axis: str = "stage",
-            model: str | None = "model", causal: bool = True) -> Execution:
+            model: str | None = "model", fsdp: bool = False, causal: bool = True) -> Execution:
     """Runs one training step of ``transformer.loss`` with ``schedule`` on ``mesh``.
 
     Args:
@@ -327,6 +331,10 @@ def execute(schedule: Schedule, params: dict, tokens, targets, cfg: ModelConfig,
         model: the tensor-parallel axis, when the mesh has it: inside every stage the heads, F
             and the vocabulary are split over it (Megatron f / g, :mod:`.tensor`); every other
             axis is a data axis. ``None``: no tensor parallelism.
+        fsdp: ZeRO-3 over the data axes (:class:`.tensor.FullyShardedData`): weights stored split
+            over them, all-gathered by each piece as it runs, gradients reduce-scattered in the
+            backward; no end-of-step all-reduce. Default: each data replica holds whole weights
+            and the replicas' gradients are all-reduced once per step.
 
     Returns:
         An :class:`Execution` (loss, grads, ledger, executed durations and timeline).
@@ -341,7 +349,12 @@ def execute(schedule: Schedule, params: dict, tokens, targets, cfg: ModelConfig,
     tokens, targets, data_axes, layers = _check_inputs(schedule, tokens, targets, cfg, mesh, axis, model)
     p, m, n = schedule.p, schedule.m, schedule.num_virtual_stages
     shape = dict(mesh.shape)
-    tp = TensorParallel(cfg, model, shape[model]) if model is not None and model in shape else None
+    if model is not None and model not in shape:
+        model = None
+    tp = TensorParallel(cfg, model, shape[model]) if model is not None else None
+    fs = FullyShardedData(cfg, data_axes, model, {a: shape[a] for a in data_axes + ((model,) if model else ())}) \
+        if fsdp else None
+    all_axes = param_axes(cfg) if (tp is not None or fs is not None) else None
     dp = int(np.prod([shape[a] for a in data_axes], dtype=np.int64)) if data_axes else 1
     mb_size = tokens.shape[0] // m
     subs = [_submesh(mesh, axis, s) for s in range(p)]
@@ -349,16 +362,17 @@ def execute(schedule: Schedule, params: dict, tokens, targets, cfg: ModelConfig,
     full_spec = P(axis, data_axes) if data_axes else P(axis)
     pieces = [_stages.pieces(params, cfg, layers[vs], first=vs == 0, last=vs == n - 1, causal=causal, tp=tp)
               for vs in range(n)]
-    stacked = [[_stack(q.params, dp) for q in pcs] for pcs in pieces]
+    stacked = [[q.params if fs is not None else _stack(q.params, dp) for q in pcs] for pcs in pieces]
     dp_entry = (data_axes[0] if len(data_axes) == 1 else data_axes) if data_axes else None
 
     def weight_spec(q):
         """Stacked weights [dp, ...]: the replicas over the data axes, each param's own split over
         the model axis (``strategies.tp``'s param spec of its logical axes)."""
+        if fs is not None:
+            return _map(fs.spec, piece_axes(all_axes, q.where, q.params))
         if tp is None:
             return spec_x
-        axes = tp.piece_axes(q.where, q.params)
-        return _map(lambda ax: P(dp_entry, *tp.spec(ax)), axes)
+        return _map(lambda ax: P(dp_entry, *tp.spec(ax)), piece_axes(all_axes, q.where, q.params))
 
     wspecs = [[weight_spec(q) for q in pcs] for pcs in pieces]
 
@@ -366,8 +380,10 @@ def execute(schedule: Schedule, params: dict, tokens, targets, cfg: ModelConfig,
         q = pieces[vs][k]
         last = vs == n - 1 and k == len(pieces[vs]) - 1
 
+        axes = piece_axes(all_axes, q.where, q.params) if fs is not None else None
+
         def body(w, c, tgt):
-            out = q.apply(_unstack(w), c, tgt)
+            out = q.apply(fs.gather(w, axes) if fs is not None else _unstack(w), c, tgt)
             return jnp.reshape(out, (1,)) if last else out   # each replica's own loss
 
         return sl.shard_map(body, mesh=subs[schedule.placement(vs)[0]], in_specs=(wspecs[vs][k], spec_x, spec_x),
@@ -525,7 +541,9 @@ def execute(schedule: Schedule, params: dict, tokens, targets, cfg: ModelConfig,
         grads = None
         if all(g is not None for row in grad_sum for g in row):
             pairs = []
-            for s in range(p):
+            if fs is not None:   # ZeRO-3: each piece's backward reduce-scattered its gradients already
+                pairs = [(pieces[vs][k], grad_sum[vs][k]) for vs in range(n) for k in range(len(pieces[vs]))]
+            for s in range(p if fs is None else 0):
                 first = len(ledger)
                 with sl.named_scope(f"pipeline/gradient all-reduce s{s}"):
                     pairs += all_reduce(s)

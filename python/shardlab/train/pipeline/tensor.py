@@ -18,6 +18,12 @@ axis of size ``Y``, reusing the training library's rules rather than a second co
 Divisibility (heads, kv heads, F, vocabulary by ``Y``) is checked by the strategy's own
 ``validate`` and reported naming the pipeline op.
 
+:class:`FullyShardedData` adds ZeRO-3 / FSDP over the data axes: each param is stored split over
+them where ``strategies.fsdp`` / ``fsdp_tp``'s ``zero_split`` puts them (model axis major, data
+minor), a piece all-gathers its weights over the data axes when it runs (``Blocks.use``), and the
+transpose of that gather reduce-scatters their gradients in the backward: no gradient all-reduce
+at the end of the step.
+
 Example:
     >>> from shardlab.models import ModelConfig
     >>> from shardlab.train.pipeline.tensor import TensorParallel
@@ -40,7 +46,7 @@ from shardlab.models.layers import attention, mlp
 from .. import strategy as _strategy
 from ..blocks import Blocks, local_config
 
-__all__ = ["TensorParallel"]
+__all__ = ["TensorParallel", "FullyShardedData", "piece_axes"]
 
 _OP = "pipeline.execute"
 
@@ -80,11 +86,6 @@ class TensorParallel:
         """The PartitionSpec over the model axis of a param with these logical axes."""
         return self.strategy.param_spec(tuple(logical))
 
-    def piece_axes(self, where: tuple, keys) -> dict:
-        """The logical axes of a piece's params (``where`` and keys as in :class:`.stages.Piece`)."""
-        src = self.axes if where == () else self.axes["layers"][where[1]]
-        return {k: src[k] for k in keys}
-
     # -- the per-device pieces ------------------------------------------------------------------
     def embed(self, p: dict, ids):
         """Vocab-parallel lookup (psum of the partial rows over the model axis), + positions."""
@@ -110,3 +111,60 @@ class TensorParallel:
         b, t = x.shape[0], x.shape[1]
         return self.blocks.head_loss(p["final_norm"], self.axes["final_norm"], p[key], self.axes[key], x, targets,
                                      b * t)
+
+
+def piece_axes(axes: dict, where: tuple, keys) -> dict:
+    """The logical axes of a piece's params from ``param_axes(cfg)`` (``where`` and keys as in
+    :class:`.stages.Piece`)."""
+    src = axes if where == () else axes["layers"][where[1]]
+    return {k: src[k] for k in keys}
+
+
+class FullyShardedData:
+    """ZeRO-3 / FSDP over ``data`` axes (sizes in ``mesh_shape``), with an optional model axis.
+
+    Raises:
+        ValueError: no data axis, or a weight no data axis can split (the strategy's message,
+            naming the pipeline op).
+
+    Example:
+        >>> from shardlab.models import ModelConfig
+        >>> from shardlab.train.pipeline.tensor import FullyShardedData
+        >>> cfg = ModelConfig(num_layers=2, d_model=32, ffw_dim=64, num_heads=4, num_kv_heads=2, vocab_size=50)
+        >>> fs = FullyShardedData(cfg, ("data",), None, {"data": 2, "model": 2})
+        >>> fs.spec(("embed", "heads")), fs.spec(("embed",))
+        (PartitionSpec('data', None), PartitionSpec('data'))
+    """
+
+    def __init__(self, cfg: ModelConfig, data: tuple, model: str | None, mesh_shape: dict):
+        if not data:
+            raise ValueError(f"[{_OP}] fsdp=True shards the weights over the data axes, but the mesh has none "
+                             f"besides the pipeline{' and model' if model else ''} axes; add a data axis or "
+                             f"pass fsdp=False")
+        self.cfg, self.data, self.model = cfg, tuple(data), model
+        self.mesh_shape = dict(mesh_shape)
+        self.strategy = _strategy.Strategy("fsdp_tp" if model else "fsdp", data=self.data, model=model, zero=3)
+        try:
+            self.strategy.validate(cfg, _Mesh(self.mesh_shape))
+        except ValueError as e:
+            msg = str(e).split("] ", 1)[1]
+            raise ValueError(f"[{_OP}] {msg}") from None
+        X, Y = self.strategy.sizes(_Mesh(self.mesh_shape))
+        self.blocks = Blocks(cfg, self.strategy, X, Y, self.mesh_shape)
+        self.axes = param_axes(cfg)
+
+    def spec(self, logical: tuple):
+        """The PartitionSpec of a param with these logical axes, stored: model axis and data axes."""
+        return self.strategy.param_spec(tuple(logical), self.blocks.split(tuple(logical)))
+
+    def gather(self, w, axes):
+        """Inside shard_map: every leaf of the weights ``w`` (logical ``axes``, same tree)
+        all-gathered over the data axes: the device's model-axis shard of each whole weight."""
+        if isinstance(w, dict):
+            return {k: self.gather(v, axes[k]) for k, v in w.items()}
+        return self.blocks.use(w, tuple(axes))
+
+
+class _Mesh:
+    def __init__(self, shape: dict):
+        self.shape = shape
