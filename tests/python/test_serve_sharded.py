@@ -1,6 +1,8 @@
 """shardlab.serve.sharded: every layout's decode logits equal the unsharded model's (<= 1e-5)
 and its ledger equals the closed-form communication bytes; ring attention equals causal
-attention with X - 1 ppermutes of K and V; bad layouts are clear errors."""
+attention with X - 1 ppermutes of K and V; bad layouts are clear errors. The paged KV cache on
+the mesh (Megatron, batch-sharded, 2-D) decodes the same tokens as the contiguous cache and the
+unsharded model, with the same ledger, the same bytes and its pool split over the batch axis."""
 
 import numpy as np
 import pytest
@@ -8,8 +10,11 @@ import pytest
 import shardlab as sl
 from shardlab import P
 from shardlab.models import ModelConfig, transformer
-from shardlab.serve import ContiguousKVCache, Sampler, forward_cached, generate
-from shardlab.serve.sharded import comm_bytes, decode_step, generate_sharded, ledger_comm_bytes, ring_attention
+from shardlab.serve import (CacheFullError, ContiguousKVCache, PagedKVCache, Sampler, StepModel, forward_cached,
+                            generate)
+from shardlab.serve.mesh_cache import MeshKVCache
+from shardlab.serve.sharded import (_Decoder, comm_bytes, decode_step, generate_sharded, ledger_comm_bytes,
+                                   ring_attention)
 
 DENSE = ModelConfig(num_layers=2, d_model=64, ffw_dim=128, num_heads=8, vocab_size=32)
 CASES = {
@@ -139,3 +144,103 @@ def test_bad_layouts_are_clear_errors():
         decode_step(pm, np.zeros(4, int), moe, cm, mesh, "moe")
     with pytest.raises(ValueError, match="unknown strategy 'fsdp'"):
         decode_step(params, np.zeros(8, int), cfg, c, mesh, "fsdp")
+
+
+# ---------------------------------------------------------------------------------------------
+# the paged KV cache on the mesh
+
+PAGED = {"megatron": CASES["megatron"], "batch_kv": CASES["batch_kv"], "2d": CASES["2d"]}
+
+
+def _paged(cfg, params, prompt, Z, num_blocks, block_size):
+    B = prompt.shape[0]
+    c = PagedKVCache(cfg, num_blocks, block_size, shards=Z)
+    for b in range(B):
+        c.add_sequence(b, shard=b // (B // Z))
+    forward_cached(params, prompt, cfg, c, list(range(B)))
+    return c
+
+
+@pytest.mark.parametrize("strategy", sorted(PAGED))
+def test_paged_decode_step_equals_unsharded_with_the_same_ledger_and_bytes(strategy):
+    cfg, shape, axes = PAGED[strategy]
+    params = transformer.init_params(cfg, seed=1)
+    mesh = sl.make_mesh(shape, axes)
+    B, bs, T0 = 8, 4, 5
+    Z = dict(mesh.shape).get("z", 1)
+    prompt = np.random.default_rng(0).integers(0, cfg.vocab_size, (B, T0))
+    paged = _paged(cfg, params, prompt, Z, num_blocks=B * 4, block_size=bs)     # 16 tokens a sequence
+    plain = ContiguousKVCache(cfg, B, 16)
+    forward_cached(params, prompt, cfg, plain)
+    # the pool holds exactly the contiguous cache's bytes, and the estimate's KV bytes per token
+    assert paged.nbytes == plain.nbytes == StepModel(cfg, "tpu-v5e", {"x": 8}, "float32").kv_bytes_per_token * B * 16
+    for step in range(4):
+        tok = (np.arange(B) * 5 + step) % cfg.vocab_size
+        ledger = sl.Ledger()
+        got = decode_step(params, tok, cfg, paged, mesh, strategy, ledger=ledger)
+        ref = np.asarray(forward_cached(params, tok[:, None], cfg, plain))[:, 0]
+        np.testing.assert_allclose(got, ref, atol=1e-5, rtol=0)
+        expect = comm_bytes(cfg, strategy, dict(mesh.shape), B, dtype_bytes=4)
+        got_bytes = ledger_comm_bytes(ledger)
+        assert set(got_bytes) == set(expect)
+        for key, d in expect.items():
+            assert got_bytes[key]["bytes_sent"] == pytest.approx(d["bytes_sent"]), key
+    for b in range(B):                      # the pool holds each token where its block table says
+        k, _, n = paged.view(0, [b])
+        np.testing.assert_allclose(k[0, :n[0]], plain.k[0, b, :n[0]], atol=1e-6)
+        assert all(t // paged.shard_blocks == b // (B // Z) for t in paged.block_table(b))
+
+
+@pytest.mark.parametrize("strategy", sorted(PAGED))
+def test_generate_sharded_paged_equals_contiguous_and_unsharded(strategy):
+    cfg, shape, axes = PAGED[strategy]
+    params = transformer.init_params(cfg, seed=0)
+    prompt = np.random.default_rng(3).integers(0, cfg.vocab_size, (8, 3))
+    mesh = sl.make_mesh(shape, axes)
+    ref = generate(params, cfg, prompt, 9, Sampler(temperature=0.9, seed=4))
+    for cache in ("paged", "contiguous"):
+        got = generate_sharded(params, cfg, prompt, 9, mesh, strategy, Sampler(temperature=0.9, seed=4),
+                               cache=cache, block_size=4)
+        assert (got == ref).all(), cache
+    # the decoder keeps the cache on the mesh across steps: every step's logits equal unsharded decode
+    Z = dict(mesh.shape).get("z", 1)
+    contiguous, plain = _caches(cfg, params, 8, 3, 12)
+    for host, seqs in ((_paged(cfg, params, plain_prompt(cfg), Z, 8 * 3, 4), range(8)), (contiguous, None)):
+        dec = _Decoder(params, cfg, mesh, strategy, host, seqs)
+        ref_cache = _caches(cfg, params, 8, 3, 12)[1]
+        for step in range(8):
+            tok = (np.arange(8) * 3 + step) % cfg.vocab_size
+            ref = np.asarray(forward_cached(params, tok[:, None], cfg, ref_cache))[:, 0]
+            np.testing.assert_allclose(dec.step(tok), ref, atol=1e-5, rtol=0)
+
+
+def plain_prompt(cfg, B=8, prompt_len=3):
+    """The prompt ``_caches`` prefills."""
+    return np.random.default_rng(0).integers(0, cfg.vocab_size, (B, prompt_len))
+
+
+def test_paged_pool_is_split_over_the_batch_axis_and_heads():
+    cfg, shape, axes = CASES["batch_kv"]
+    params = transformer.init_params(cfg, seed=0)
+    mesh = sl.make_mesh(shape, axes)                      # y = 2 (KV heads), z = 4 (batch)
+    c = MeshKVCache(_paged(cfg, params, np.zeros((8, 2), int), 4, 16, 4), mesh, batch="z", kv="y",
+                    seqs=range(8))
+    shards = {s.data.shape for s in c.k[0].addressable_shards}
+    assert shards == {(16 // 4, 4, cfg.num_kv_heads // 2, cfg.head_dim)}
+    assert c.nbytes == c.host.nbytes
+
+
+def test_paged_errors_say_what_is_short():
+    cfg, shape, axes = CASES["batch_kv"]
+    params = transformer.init_params(cfg, seed=0)
+    prompt = np.zeros((8, 6), int)
+    mesh = sl.make_mesh(shape, axes)
+    # 8 sequences of 6 + 7 tokens need 4 blocks of 4 each: 8 per shard of 2 sequences
+    with pytest.raises(CacheFullError, match=r"need 8 more blocks .* only 6 of 24 are free of shard 0 .*short by 2"):
+        generate_sharded(params, cfg, prompt, 8, mesh, "batch_kv", cache="paged", block_size=4, num_blocks=24)
+    with pytest.raises(ValueError, match="splits the sequence over the mesh; .* use cache='contiguous'"):
+        generate_sharded(params, CASES["seq_kv"][0], prompt, 2, sl.make_mesh((8,), ("x",)), "seq_kv", cache="paged")
+    with pytest.raises(ValueError, match=r"has 1 shard\(s\) but the batch axis 'z' has 4 devices"):
+        decode_step(params, np.zeros(8, int), cfg, _paged(cfg, params, prompt, 1, 32, 4), mesh, "batch_kv")
+    with pytest.raises(ValueError, match="cache 'blocks' must be 'contiguous' or 'paged'"):
+        generate_sharded(params, cfg, prompt, 2, mesh, "batch_kv", cache="blocks")

@@ -53,8 +53,11 @@ def qkv(p: dict, h, positions, cfg: ModelConfig, n_heads: int, kv_heads: int):
     B, T = h.shape[0], h.shape[1]
     H = cfg.head_dim
 
+    rows = jnp.reshape(h, (B * T, h.shape[2]))     # one [B T, D] x [D, n H] GEMM: a 3-D operand would
+                                                    # have the weight broadcast (copied) per sequence
+
     def proj(w, b, n):
-        y = jnp.matmul(h, p[w])
+        y = jnp.matmul(rows, p[w])
         if b in p:
             y = y + p[b]
         return jnp.reshape(y, (B, T, n, H))
@@ -69,7 +72,8 @@ def qkv(p: dict, h, positions, cfg: ModelConfig, n_heads: int, kv_heads: int):
 def head(params: dict, x, cfg: ModelConfig):
     x = norm(params["final_norm"], x, cfg)
     w = params["head"] if "head" in params else params["embed"].T
-    return jnp.matmul(x, w)
+    B, T, D = x.shape
+    return jnp.reshape(jnp.matmul(jnp.reshape(x, (B * T, D)), w), (B, T, w.shape[1]))
 
 
 def _ffw(layer: dict, x, cfg: ModelConfig, i: int):

@@ -10,7 +10,9 @@ tokens, or a clear error), ``write(layer, seqs, k, v)`` (at each sequence's curr
   whether it uses them or not (the padding the book's part 7 warns about).
 * :class:`PagedKVCache`: a pool of ``num_blocks`` blocks of ``block_size`` tokens, a free list,
   and one block table per sequence (PagedAttention). Memory follows use; ``fork`` shares the
-  blocks of a common prefix by reference count.
+  blocks of a common prefix by reference count. With ``shards`` > 1 the pool is cut into that
+  many equal ranges, each with its own free list, and a sequence takes blocks only from its own
+  shard: the layout of a pool split over a batch mesh axis (``shardlab.serve.mesh_cache``).
 
 Example:
     >>> import numpy as np
@@ -105,44 +107,55 @@ class PagedKVCache:
         num_blocks: blocks in the pool.
         block_size: tokens per block.
         dtype: element type.
+        shards: ranges the pool is cut into (blocks ``[g n, (g + 1) n)`` form shard g, n =
+            ``num_blocks / shards``); a sequence allocates from the shard given to
+            :meth:`add_sequence`.
 
     A sequence's tokens live in the blocks its ``block_table`` lists, in order; position ``p``
     is slot ``p % block_size`` of block ``table[p // block_size]``. Blocks are reference
     counted so a forked sequence shares its parent's full blocks (a prefix) without copying.
     """
 
-    def __init__(self, cfg: ModelConfig, num_blocks: int, block_size: int = 16, dtype="float32"):
+    def __init__(self, cfg: ModelConfig, num_blocks: int, block_size: int = 16, dtype="float32", *,
+                 shards: int = 1):
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"[PagedKVCache] num_blocks {num_blocks} and block_size {block_size} "
                              f"must be >= 1")
+        if shards < 1 or num_blocks % shards:
+            raise ValueError(f"[PagedKVCache] shards {shards} must be >= 1 and divide num_blocks {num_blocks}")
         self.cfg, self.num_blocks, self.block_size = cfg, num_blocks, block_size
+        self.shards, self.shard_blocks = shards, num_blocks // shards
         shape = (cfg.num_layers, num_blocks, block_size, cfg.num_kv_heads, cfg.head_dim)
         self.k = np.zeros(shape, _np_dtype(dtype))
         self.v = np.zeros(shape, _np_dtype(dtype))
-        self.free = deque(range(num_blocks))
+        self.free_lists = [deque(range(g * self.shard_blocks, (g + 1) * self.shard_blocks)) for g in range(shards)]
         self.refs = np.zeros(num_blocks, np.int64)
         self.tables: dict = {}
         self.lengths: dict = {}
+        self.shard_of: dict = {}
 
     # -- bookkeeping ----------------------------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:
-        return len(self.free)
+        return sum(len(f) for f in self.free_lists)
 
     def block_table(self, seq) -> list[int]:
         return list(self.tables[seq])
 
-    def add_sequence(self, seq) -> None:
+    def add_sequence(self, seq, shard: int = 0) -> None:
+        """A new empty sequence whose blocks come from ``shard``."""
         if seq in self.tables:
             raise ValueError(f"[PagedKVCache] sequence {seq!r} already exists")
-        self.tables[seq], self.lengths[seq] = [], 0
+        if not 0 <= shard < self.shards:
+            raise ValueError(f"[PagedKVCache] shard {shard} of sequence {seq!r} is not in [0, {self.shards})")
+        self.tables[seq], self.lengths[seq], self.shard_of[seq] = [], 0, shard
 
     def fork(self, parent, child, tokens: int | None = None) -> None:
         """``child`` starts with the first ``tokens`` (default: all full blocks) of ``parent``,
         sharing whole blocks by reference; a partial last block is copied."""
         n = self.lengths[parent] if tokens is None else tokens
         full = n // self.block_size
-        self.add_sequence(child)
+        self.add_sequence(child, self.shard_of[parent])
         shared = self.tables[parent][:full]
         self.refs[shared] += 1
         self.tables[child] = list(shared)
@@ -160,8 +173,8 @@ class PagedKVCache:
         for b in self.tables.pop(seq):
             self.refs[b] -= 1
             if self.refs[b] == 0:
-                self.free.append(b)
-        del self.lengths[seq]
+                self.free_lists[b // self.shard_blocks].append(b)
+        del self.lengths[seq], self.shard_of[seq]
 
     def blocks_needed(self, tokens: int) -> int:
         return -(-tokens // self.block_size)
@@ -169,15 +182,18 @@ class PagedKVCache:
     def reserve(self, seqs, n: int) -> None:
         """Allocates blocks so every sequence in ``seqs`` has room for ``n`` more tokens."""
         need = {s: self.blocks_needed(self.lengths[s] + n) - len(self.tables[s]) for s in seqs}
-        total = sum(max(0, x) for x in need.values())
-        if total > len(self.free):
-            raise CacheFullError(
-                f"[kv_cache] {len(list(seqs))} sequence(s) need {total} more blocks of "
-                f"{self.block_size} tokens but only {len(self.free)} of {self.num_blocks} are free "
-                f"(short by {total - len(self.free)}); release finished sequences or grow num_blocks")
+        for g, free in enumerate(self.free_lists):
+            total = sum(max(0, x) for s, x in need.items() if self.shard_of[s] == g)
+            if total > len(free):
+                where = f" of shard {g} ({self.shard_blocks} blocks)" if self.shards > 1 else ""
+                raise CacheFullError(
+                    f"[kv_cache] {len(need)} sequence(s) need {total} more blocks of {self.block_size} tokens "
+                    f"but only {len(free)} of {self.num_blocks} are free{where} (short by {total - len(free)}); "
+                    f"release finished sequences or grow num_blocks")
         for s, x in need.items():
+            free = self.free_lists[self.shard_of[s]]
             for _ in range(max(0, x)):
-                b = self.free.popleft()
+                b = free.popleft()
                 self.refs[b] = 1
                 self.tables[s].append(b)
 
@@ -218,4 +234,4 @@ class PagedKVCache:
 
     def utilization(self) -> float:
         """Blocks in use over blocks in the pool."""
-        return 1.0 - len(self.free) / self.num_blocks
+        return 1.0 - self.num_free_blocks / self.num_blocks

@@ -28,6 +28,12 @@ strategy           mesh axes            layout (book notation)
 ``comm_bytes`` gives the closed forms (bytes each device puts into every collective per step);
 the tests compare them with the ledger of a real run.
 
+``generate_sharded`` places the params on the mesh once, builds the shard_map'd step once and
+keeps the KV cache on the devices between tokens (``shardlab.serve.mesh_cache``): contiguous, or
+paged (``cache="paged"``: a block pool split over the layout's batch and KV-head axes, with
+block tables) for every layout but ``seq_kv``. Per token only the sampled ids go in and the
+logits come out. ``decode_step`` is one such step on a host cache (placed, run, copied back).
+
 Example:
     >>> import numpy as np
     >>> import shardlab as sl
@@ -60,7 +66,8 @@ from shardlab.models.ops import activation
 
 from .attention import finish, merge_partials, partial_attention
 from .generate import embed, forward_cached, head, qkv
-from .kv_cache import ContiguousKVCache
+from .kv_cache import ContiguousKVCache, PagedKVCache
+from .mesh_cache import MeshKVCache
 from .sampling import Sampler
 
 __all__ = ["STRATEGIES", "decode_step", "generate_sharded", "comm_bytes", "ledger_comm_bytes", "mlp_2d",
@@ -179,7 +186,7 @@ def _self_partial(q, k, v):
 
 def _out_proj(p, o, axes):
     B = o.shape[0]
-    a = jnp.matmul(jnp.reshape(o, (B, 1, o.shape[2] * o.shape[3])), p["wo"])
+    a = jnp.reshape(jnp.matmul(jnp.reshape(o, (B, o.shape[2] * o.shape[3])), p["wo"]), (B, 1, p["wo"].shape[1]))
     a = lax.psum(a, axes)
     return a + p["bo"] if "bo" in p else a
 
@@ -235,7 +242,8 @@ def _attn_seq_kv(p, h, pos, ck, cv, kv_len, cfg, n):
 
 
 def _mlp_megatron(p, x, cfg, axes):
-    y = mlp({k: w for k, w in p.items() if k != "b_down"}, x, cfg)
+    B, T, D = x.shape                                  # 2-D rows: one GEMM per weight (see generate.qkv)
+    y = jnp.reshape(mlp({k: w for k, w in p.items() if k != "b_down"}, jnp.reshape(x, (B * T, D)), cfg), (B, T, D))
     y = lax.psum(y, axes)
     return y + p["b_down"] if "b_down" in p else y
 
@@ -262,7 +270,7 @@ def _ffw_2d(p, h, cfg, s):
     idx = lax.axis_index(("x", "yz"))
     parts = jnp.reshape(h, (B, T, n, D // n))
     mine = jnp.take_along_axis(parts, jnp.reshape(idx, (1, 1, 1, 1)) + np.zeros((B, T, 1, 1), np.int32), axis=2)
-    out = mlp_2d(p, jnp.reshape(mine, (B, T, D // n)), cfg, s)
+    out = jnp.reshape(mlp_2d(p, jnp.reshape(mine, (B * T, D // n)), cfg, s), (B, T, D // n))
     return lax.all_gather(out, ("x", "yz"), axis=2, tiled=True)
 
 
@@ -282,55 +290,53 @@ def _moe_expert_sharded(p, x, cfg, n):
 # the step
 
 
-def _cache_spec(strategy: str):
-    return {"megatron": P(None, None, "x"), "moe": P(None, None, "x"), "2d": P(None, None, ("x", "yz")),
-            "batch_kv": P("z", None, "y"), "seq_kv": P(None, "x")}[strategy]
+# the KV cache's mesh axes per strategy: (batch, sequence, KV heads)
+_CACHE_AXES = {"megatron": (None, None, "x"), "moe": (None, None, "x"), "2d": (None, None, ("x", "yz")),
+               "batch_kv": ("z", None, "y"), "seq_kv": (None, "x", None)}
 
 
-def _new_kv_spec(strategy: str):
-    return {"batch_kv": P(None, None, "y"), "2d": P(None, None, ("x", "yz"))}.get(strategy, P(None, None, "x"))
+class _Decoder:
+    """Decode steps of one batch on ``mesh``: the params are placed on the mesh once, the
+    shard_map'd step is built once, and the cache stays on the devices between steps
+    (:class:`~shardlab.serve.mesh_cache.MeshKVCache`); only the tokens go in and the logits come
+    out each step."""
 
+    def __init__(self, params: dict, cfg: ModelConfig, mesh, strategy: str, cache, seqs=None):
+        s = _axis_sizes(mesh, strategy)
+        batch = len(seqs) if seqs is not None else cache.batch
+        max_len = cache.max_len if isinstance(cache, ContiguousKVCache) else cache.num_blocks * cache.block_size
+        check_layout(cfg, strategy, s, batch, max_len)
+        b, q, k = _CACHE_AXES[strategy]
+        self.cache = MeshKVCache(cache, mesh, batch=b, seq=q, kv=k, seqs=seqs)
+        specs = _param_specs(params, strategy)
+        self.params = _place(params, specs, mesh)
+        self.cfg, self.strategy, self.s = cfg, strategy, s
+        self.now: dict = {}                               # this step's tokens, positions, lengths
+        L = cfg.num_layers
+        cs, out = self.cache.spec, self.cache.out_spec
+        self.in_specs = (specs, [cs] * L, [cs] * L)
+        self.out_specs = (P(), [out] * L, [out] * L)
+        self.mesh = mesh
+        self.f = None
 
-def decode_step(params: dict, tokens, cfg: ModelConfig, cache, mesh, strategy: str = "megatron",
-                *, ledger=None):
-    """One decode step of ``tokens`` [B] on ``mesh``: logits [B, V] (replicated), with the new
-    keys and values written into ``cache`` (a ContiguousKVCache of B rows).
-
-    Args:
-        params: ``shardlab.models.transformer`` params (unsharded; laid out per strategy).
-        tokens: the last token of each sequence.
-        cfg: the model.
-        cache: ContiguousKVCache holding each sequence's past keys and values.
-        mesh: a shardlab Mesh with the strategy's axes (``STRATEGIES``).
-        strategy: one of ``STRATEGIES``.
-    """
-    tokens = np.asarray(tokens).reshape(-1)
-    B = tokens.shape[0]
-    s = _axis_sizes(mesh, strategy)
-    check_layout(cfg, strategy, s, B, cache.max_len)
-    if B != cache.batch:
-        raise ValueError(f"[decode_step] {B} tokens for a cache of {cache.batch} rows")
-    seqs = list(range(B))
-    cache.reserve(seqs, 1)
-    lengths = cache.lengths.copy()
-    pos = lengths[:, None].astype(np.int64)
-    L = cfg.num_layers
-
-    def step(p, ck, cv, pos_, len_):
+    def _body(self, p, ck, cv, idx):
+        cfg, strategy, s, cache = self.cfg, self.strategy, self.s, self.cache
+        tokens, pos, lengths = self.now["tokens"], self.now["pos"], self.now["lengths"]
         x = embed(p, tokens[:, None], pos, cfg)
         new_k, new_v = [], []
         for i, layer in enumerate(p["layers"]):
             h = norm(layer["attn_norm"], x, cfg)
+            kc, vc = cache.view(ck[i], idx), cache.view(cv[i], idx)
             if strategy == "batch_kv":
-                a, k, v = _attn_batch_kv(layer["attn"], h, pos_, ck[i], cv[i], len_, cfg, s)
+                a, k, v = _attn_batch_kv(layer["attn"], h, pos, kc, vc, lengths, cfg, s)
             elif strategy == "seq_kv":
-                a, k, v = _attn_seq_kv(layer["attn"], h, pos_, ck[i], cv[i], len_, cfg, s["x"])
+                a, k, v = _attn_seq_kv(layer["attn"], h, pos, kc, vc, lengths, cfg, s["x"])
             elif strategy == "2d":
-                a, k, v = _attn_megatron(layer["attn"], h, pos_, ck[i], cv[i], len_, cfg, s["x"] * s["yz"], ("x", "yz"))
+                a, k, v = _attn_megatron(layer["attn"], h, pos, kc, vc, lengths, cfg, s["x"] * s["yz"], ("x", "yz"))
             else:
-                a, k, v = _attn_megatron(layer["attn"], h, pos_, ck[i], cv[i], len_, cfg, s["x"], "x")
-            new_k.append(k)
-            new_v.append(v)
+                a, k, v = _attn_megatron(layer["attn"], h, pos, kc, vc, lengths, cfg, s["x"], "x")
+            new_k.append(cache.write(ck[i], cache.rows(k), idx))
+            new_v.append(cache.write(cv[i], cache.rows(v), idx))
             x = x + a
             h = norm(layer["mlp_norm"], x, cfg)
             if strategy == "2d":
@@ -343,44 +349,112 @@ def decode_step(params: dict, tokens, cfg: ModelConfig, cache, mesh, strategy: s
                 x = x + _mlp_megatron(layer["mlp"], h, cfg, "x")
         return head(p, x, cfg)[:, 0], new_k, new_v
 
-    cs, ns = _cache_spec(strategy), _new_kv_spec(strategy)
-    f = sl.shard_map(lambda p, ck, cv: step(p, ck, cv, pos, lengths), mesh=mesh,
-                     in_specs=(_param_specs(params, strategy), [cs] * L, [cs] * L),
-                     out_specs=(P(), [ns] * L, [ns] * L))
-    ck = [cache.k[i] for i in range(L)]
-    cv = [cache.v[i] for i in range(L)]
-    if ledger is not None:
-        with ledger:
-            logits, nk, nv = f(params, ck, cv)
-    else:
-        logits, nk, nv = f(params, ck, cv)
-    for i in range(L):
-        cache.write(i, seqs, np.asarray(nk[i]), np.asarray(nv[i]))
-    cache.advance(seqs, 1)
-    return np.asarray(logits)
+    def step(self, tokens, ledger=None) -> np.ndarray:
+        """Logits [B, V] of one new token per sequence; the cache grows by that token."""
+        tokens = np.asarray(tokens).reshape(-1)
+        if tokens.shape[0] != self.cache.B:
+            raise ValueError(f"[decode_step] {tokens.shape[0]} tokens for a cache of {self.cache.B} rows")
+        lengths, idx, idx_specs = self.cache.begin()
+        self.now = {"tokens": tokens, "pos": lengths[:, None].astype(np.int64), "lengths": lengths}
+        if self.f is None:
+            self.f = sl.shard_map(self._body, mesh=self.mesh, in_specs=self.in_specs + (idx_specs,),
+                                  out_specs=self.out_specs)
+        if ledger is not None:
+            with ledger:
+                logits, nk, nv = self.f(self.params, self.cache.k, self.cache.v, idx)
+        else:
+            logits, nk, nv = self.f(self.params, self.cache.k, self.cache.v, idx)
+        self.cache.commit(nk, nv)
+        return np.asarray(logits)
+
+
+def _place(tree, specs, mesh):
+    """``tree`` (dicts and lists of arrays) put on ``mesh`` with the matching PartitionSpecs (a
+    spec standing for a whole subtree applies to each of its arrays)."""
+    if isinstance(specs, P) and isinstance(tree, (dict, list, tuple)):
+        specs = {k: specs for k in tree} if isinstance(tree, dict) else [specs] * len(tree)
+    if isinstance(tree, dict):
+        return {k: _place(v, specs[k], mesh) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_place(v, sp, mesh) for v, sp in zip(tree, specs))
+    return sl.device_put(tree, sl.NamedSharding(mesh, specs))
+
+
+def decode_step(params: dict, tokens, cfg: ModelConfig, cache, mesh, strategy: str = "megatron",
+                *, ledger=None, seqs=None):
+    """One decode step of ``tokens`` [B] on ``mesh``: logits [B, V] (replicated), with the new
+    keys and values written into ``cache``.
+
+    Args:
+        params: ``shardlab.models.transformer`` params (unsharded; laid out per strategy).
+        tokens: the last token of each sequence.
+        cfg: the model.
+        cache: a ContiguousKVCache of B rows, or a PagedKVCache split as the strategy's batch
+            axis (``shards``; see ``shardlab.serve.mesh_cache``).
+        mesh: a shardlab Mesh with the strategy's axes (``STRATEGIES``).
+        strategy: one of ``STRATEGIES``.
+        seqs: the paged cache's sequences in batch order (default ``range(B)``).
+
+    Each call places the params and the cache on the mesh and copies the cache back;
+    :func:`generate_sharded` keeps both on the mesh across steps.
+    """
+    tokens = np.asarray(tokens).reshape(-1)
+    if seqs is None and isinstance(cache, PagedKVCache):
+        seqs = range(tokens.shape[0])
+    dec = _Decoder(params, cfg, mesh, strategy, cache, seqs)
+    logits = dec.step(tokens, ledger)
+    dec.cache.to_host()
+    return logits
 
 
 def generate_sharded(params: dict, cfg: ModelConfig, prompt, max_new_tokens: int, mesh,
-                     strategy: str = "megatron", sampler=None, *, max_len: int | None = None, ledger=None):
-    """Prefill ``prompt`` [B, T0] (unsharded), then decode ``max_new_tokens`` tokens with
-    :func:`decode_step` on ``mesh``. Returns the tokens [B, n].
+                     strategy: str = "megatron", sampler=None, *, max_len: int | None = None, ledger=None,
+                     cache: str = "contiguous", block_size: int = 16, num_blocks: int | None = None):
+    """Prefill ``prompt`` [B, T0] (unsharded), then decode ``max_new_tokens`` tokens on ``mesh``
+    with the params and the KV cache kept on the devices. Returns the tokens [B, n].
 
-    ``max_len`` (cache slots) defaults to ``T0 + max_new_tokens`` rounded up to the mesh size
-    (the sequence-sharded cache splits it over the devices).
+    Args:
+        cache: "contiguous" (``max_len`` slots per row, default ``T0 + max_new_tokens``
+            rounded up to the mesh size: the sequence-sharded cache splits it) or "paged"
+            (``num_blocks`` blocks of ``block_size`` tokens, default just enough for every
+            sequence, split over the strategy's batch axis).
+        ledger: records every decode step's collectives.
+
+    Raises:
+        CacheFullError: before decoding, when a sequence's context would outgrow the rows or
+            the blocks of the cache.
     """
     prompt = np.asarray(prompt)
     B, T0 = prompt.shape
     sampler = sampler or Sampler()
-    n = mesh.size
-    max_len = max_len or -(-(T0 + max_new_tokens) // n) * n
-    cache = ContiguousKVCache(cfg, B, max_len)
-    logits = np.asarray(forward_cached(params, prompt, cfg, cache))[:, -1]
+    s = _axis_sizes(mesh, strategy)
+    seqs = list(range(B))
+    if cache == "contiguous":
+        n = mesh.size
+        host = ContiguousKVCache(cfg, B, max_len or -(-(T0 + max_new_tokens) // n) * n)
+    elif cache == "paged":
+        batch_axis, seq_axis, _ = _CACHE_AXES[strategy]
+        if seq_axis is not None:
+            raise ValueError(f"[generate_sharded] strategy {strategy!r} splits the sequence over the mesh; a paged "
+                             f"cache keeps a sequence's blocks together: use cache='contiguous'")
+        if num_blocks is None:
+            num_blocks = B * -(-(T0 + max_new_tokens) // block_size)
+        check_layout(cfg, strategy, s, B, num_blocks * block_size)
+        Z = s[batch_axis] if batch_axis else 1
+        host = PagedKVCache(cfg, num_blocks, block_size, shards=Z)
+        for b in seqs:
+            host.add_sequence(b, shard=b // (B // Z))
+    else:
+        raise ValueError(f"[generate_sharded] cache {cache!r} must be 'contiguous' or 'paged'")
+    host.reserve(seqs, T0 + max_new_tokens - 1)              # a context too long fails here, not mid-way
+    logits = np.asarray(forward_cached(params, prompt, cfg, host, seqs))[:, -1]
+    dec = _Decoder(params, cfg, mesh, strategy, host, seqs if cache == "paged" else None)
     out = []
     for step in range(max_new_tokens):
         tok = sampler.sample(np.asarray(logits, np.float32))
         out.append(tok)
         if step + 1 < max_new_tokens:
-            logits = decode_step(params, tok, cfg, cache, mesh, strategy, ledger=ledger)
+            logits = dec.step(tok, ledger)
     return np.stack(out, axis=1)
 
 
@@ -464,7 +538,7 @@ def ledger_comm_bytes(ledger) -> dict:
     """``{(op, axes): {"calls", "bytes_in", "bytes_sent"}}`` summed over a ledger's collectives."""
     out: dict = {}
     for e in ledger.events:
-        if e.get("flops"):
+        if e.get("flops") or not e["axes"]:
             continue
         key = (e["op"], tuple(e["axes"]))
         d = out.setdefault(key, {"calls": 0, "bytes_in": 0.0, "bytes_sent": 0.0})
