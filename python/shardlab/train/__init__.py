@@ -19,11 +19,13 @@ Example:
 from . import context, pipeline
 from . import strategy
 from . import strategy as strategies
+from . import validate
 from .estimate import Estimate, estimate, search, sequence_chunks, x_opt
 from .hierarchical import Hierarchical, hierarchical
 from .optim import SGD, AdamW, get_optimizer
 from .step import Trainer, TrainState, reference_step, tree_map
 from .strategy import Strategy
+from .validate import validate_megatron
 
 __all__ = ["AdamW", "context", "Estimate", "estimate", "Hierarchical", "hierarchical", "search", "x_opt", "get_optimizer", "pipeline", "reference_step", "sequence_chunks", "SGD", "strategies", "strategy", "Strategy",
-           "Trainer", "TrainState", "tree_map"]
+           "Trainer", "TrainState", "tree_map", "validate", "validate_megatron"]

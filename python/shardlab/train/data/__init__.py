@@ -1,0 +1,2 @@
+"""Published measurements the training estimates are checked against (see
+:mod:`shardlab.train.validate`)."""
