@@ -342,3 +342,38 @@ def test_vjp_with_argnums_computes_only_what_is_asked():
     assert [e["op"] for e in weight_half.events] == ["matmul", "psum"]      # dw = x^T ct, summed over x
     with pytest.raises(ValueError, match=r"\[vjp\] argnums 2 is out of range"):
         f_vjp(ct, argnums=2)
+
+
+def test_a_constant_entering_shard_map_gets_no_gradient_all_reduce():
+    """Only what depends on the differentiated inputs is on the tape (as JAX traces only
+    that): a replicated constant's cotangent is never formed, so no backward psum for it."""
+    mesh = sl.make_mesh((2,), ("x",))
+    c = sl.device_put(np.ones(4, np.float32), sl.NamedSharding(mesh, P()))
+    w = sl.device_put(np.arange(4, dtype=np.float32), sl.NamedSharding(mesh, P("x")))
+    f = sl.shard_map(lambda w, c: sl.lax.psum(jnp.sum(w * c[:2]), "x"), mesh=mesh, in_specs=(P("x"), P()),
+                     out_specs=P())
+    with sl.Ledger() as ledger:
+        g = sl.grad(lambda w: f(w, c))(w)
+    assert [(e["op"], e["phase"]) for e in ledger.events if e["axes"]] == [("psum", "forward")]
+    np.testing.assert_array_equal(np.asarray(g), np.ones(4, np.float32))
+    # differentiating the constant too brings its all-reduce back
+    with sl.Ledger() as both:
+        sl.grad(lambda w, c: f(w, c), argnums=(0, 1))(w, c)
+    assert [(e["op"], e["phase"]) for e in both.events if e["axes"]] == [("psum", "forward"), ("psum", "backward")]
+
+
+def test_take_along_axis_gradient_with_an_index_that_broadcasts():
+    x = np.random.default_rng(0).standard_normal((2, 8, 16)).astype(np.float32)
+    idx = np.array([[[3], [0], [3], [7], [1]], [[2], [2], [5], [0], [6]]], np.int32)   # [2, 5, 1]
+    g = sl.grad(lambda x: jnp.sum(jnp.take_along_axis(x, idx, axis=1) ** 2))(x)
+    jax = pytest.importorskip("jax")
+    ref = jax.grad(lambda x: jax.numpy.sum(jax.numpy.take_along_axis(x, idx, axis=1) ** 2))(x)
+    np.testing.assert_allclose(g, np.asarray(ref), rtol=1e-6)
+
+
+def test_take_of_a_constant_table_with_per_device_indices():
+    mesh = sl.make_mesh((2,), ("x",))
+    table = np.arange(12, dtype=np.float32).reshape(6, 2)
+    f = sl.shard_map(lambda i: jnp.take(table, i, axis=0), mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+    idx = np.array([5, 1, 2, 0], np.int32)
+    np.testing.assert_array_equal(np.asarray(f(idx)), table[idx])

@@ -225,8 +225,9 @@ def _put_add(storages, mesh, *, axis, local_shape):
     ct, i = storages
     k = mesh.ndim
     dims = mesh_dims(storages, k)
-    i = np.broadcast_to(i, dims + tuple(i.shape[k:]))
-    ct = np.broadcast_to(ct, i.shape)
+    # The index may broadcast against the table (take_along_axis's rule): both to one shape.
+    full = np.broadcast_shapes(dims + tuple(i.shape[k:]), tuple(ct.shape))
+    i, ct = np.broadcast_to(i, full), np.broadcast_to(ct, full)
     out = np.zeros(dims + tuple(local_shape), ct.dtype)
     grid = list(np.ogrid[tuple(slice(n) for n in i.shape)])
     grid[k + axis] = i

@@ -279,6 +279,8 @@ def take(x, indices, axis=None, mode=None):
     as ``jnp.take(mode='clip')``; per-device indices go through ``take_along_axis``."""
     if not _is_local(x, indices):
         return np.take(x, indices, axis=axis, mode=mode)
+    if not isinstance(x, LocalArray):  # a constant table indexed by per-device indices
+        x = lift(x, mesh_of([indices]))
     if axis is None:
         x, axis = reshape(x, (-1,)), 0
     (ax,) = _axes(axis, x, "take")

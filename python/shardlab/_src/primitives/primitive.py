@@ -101,15 +101,31 @@ class Tape:
     An entry is (rule, params, inputs, outputs, mesh): `rule` is a Primitive (its ``vjp``
     runs) or any object with a ``vjp`` of the same signature (shard_map's boundary,
     checkpoint). Inputs and outputs are kept alive by the tape, so ``id()`` names them.
+
+    Only steps that depend on the values being differentiated are recorded (``watch`` names
+    them; each recorded step's outputs join them), as JAX traces only what depends on its
+    inputs: a constant entering shard_map gets no transpose, so no gradient all-reduce.
     """
 
-    __slots__ = ("entries", "labels")
+    __slots__ = ("entries", "labels", "live")
 
     def __init__(self):
         self.entries: list = []
         self.labels: list = []  # the named scopes active at each push, so the backward keeps them
+        self.live: set = set()  # ids of the watched values and of every recorded output
+
+    def watch(self, values) -> None:
+        """Marks `values` as the ones being differentiated."""
+        self.live.update(id(v) for v in values)
 
     def push(self, rule, params, inputs, outputs, mesh) -> None:
+        live = self.live
+        for x in inputs:
+            if id(x) in live:
+                break
+        else:
+            return  # nothing here depends on a watched value
+        live.update(id(o) for o in outputs)
         self.entries.append((rule, params, tuple(inputs), tuple(outputs), mesh))
         self.labels.append(tuple(CTX.scopes))
 

@@ -181,6 +181,7 @@ def vjp(f, *primals, has_aux: bool = False):
     leaves, treedef = _flatten_values(primals)
     inputs = [_wrap_input(x, i, "vjp") for i, x in enumerate(leaves)]
     tape = Tape()
+    tape.watch(inputs)
     CTX.tapes.append(tape)
     try:
         result = f(*tree.unflatten(treedef, inputs))

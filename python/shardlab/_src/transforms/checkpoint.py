@@ -45,14 +45,16 @@ class _Remat:
 
     name = "checkpoint"
 
-    def __init__(self, fn, treedef, saved: list, saveable):
+    def __init__(self, fn, treedef, saved: list, saveable, differentiated: list):
         self.fn = fn
         self.treedef = treedef
         self.saved = saved
         self.saveable = saveable
+        self.differentiated = differentiated  # per input: does it depend on a differentiated value
 
     def vjp(self, cts, ins, outs, mesh):
         tape = Tape()
+        tape.watch([x for x, d in zip(ins, self.differentiated) if d])
         CTX.tapes.append(tape)
         replay = CTX.remat_replay
         CTX.remat_replay = (self.saveable, list(self.saved))
@@ -100,8 +102,9 @@ def checkpoint(fun=None, *, policy=None, prevent_cse: bool = True, static_argnum
             CTX.tapes = tapes
             CTX.remat_saving = saving
         outs = tree.flatten(result, _is_value)[0]
-        rule = _Remat(fun, treedef, saved, saveable)
-        ins = [x for x in leaves]
+        ins = list(leaves)
+        differentiated = [any(id(x) in t.live for t in tapes) for x in ins]
+        rule = _Remat(fun, treedef, saved, saveable, differentiated)
         push_entry(rule, {}, ins, [o for o in outs if _is_value(o)], CTX.meshes[-1] if CTX.meshes else None)
         return result
 
