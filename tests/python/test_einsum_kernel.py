@@ -5,7 +5,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardlab._src.kernels.einsum import _grouped, einsum_arrays
+from shardlab._src.kernels.einsum import _operand_view, einsum_arrays
 
 
 @st.composite
@@ -38,15 +38,21 @@ def test_einsum_arrays_matches_numpy(case, seed):
     np.testing.assert_allclose(got, ref, rtol=2e-5, atol=2e-5)
 
 
-def test_grouped_is_a_view_when_groups_are_contiguous():
+def test_operand_view_is_a_view_for_a_weight_gradient():
     # x^T of a weight gradient: [b, t, d] contracted over (b, t) needs no copy.
     x = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
-    g = _grouped(x, "btd", ([], ["d"], ["b", "t"]), {"b": 2, "t": 3, "d": 4})
-    assert g.shape == (1, 4, 6) and np.shares_memory(g, x)
-    np.testing.assert_array_equal(g[0], x.reshape(6, 4).T)
+    v = _operand_view(x, "btd", [], ["d"], ["b", "t"], {"b": 2, "t": 3, "d": 4})
+    assert v.shape == (4, 6) and np.shares_memory(v, x)
+    np.testing.assert_array_equal(v, x.reshape(6, 4).T)
 
 
-def test_grouped_copies_when_a_group_is_split():
-    x = np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4)
-    g = _grouped(x, "btd", ([], ["t"], ["b", "d"]), {"b": 2, "t": 3, "d": 4})
-    np.testing.assert_array_equal(g[0], x.transpose(1, 0, 2).reshape(3, 8))
+def test_mesh_dims_stay_batch_dims_without_copies():
+    """Storage [data, model, m, k] against a weight invariant along data: 'data' becomes a
+    batch dim broadcast in the weight instead of being merged into M by a copy."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 4, 5, 6)).astype(np.float32)       # letters b a m k
+    w = rng.standard_normal((1, 4, 6, 3)).astype(np.float32)[0]    # letters a k n
+    v = _operand_view(x, "bamk", ["a", "b"], ["m"], ["k"], {"a": 4, "b": 2, "m": 5, "k": 6})
+    assert v.shape == (4, 2, 5, 6) and np.shares_memory(v, x)
+    np.testing.assert_allclose(einsum_arrays(["bamk", "akn"], "bamn", [x, w]),
+                               np.einsum("bamk,akn->bamn", x, w), rtol=1e-5, atol=1e-5)

@@ -28,25 +28,25 @@ def gemm_batched(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a, b = a.astype(dt, copy=False), b.astype(dt, copy=False)
     if a.ndim > 2 and b.ndim == a.ndim and math.prod(b.shape[:-2]) == 1:
         # b is the same for every batch (a replicated weight): fold a's batch dims into M,
-        # one large GEMM instead of many thin ones.
-        out = gemm(a.reshape(-1, a.shape[-1]), b.reshape(b.shape[-2:]))
+        # one large GEMM instead of many thin ones -- when that needs no copy of a.
+        folded = a.view()
+        try:
+            folded.shape = (-1, a.shape[-1])
+        except AttributeError:
+            return gemm(a, b)
+        out = gemm(folded, b.reshape(b.shape[-2:]))
         return out.reshape(a.shape[:-1] + (b.shape[-1],))
     return gemm(a, b)
 
 
-def _grouped(x: np.ndarray, term: str, groups: tuple, size: dict) -> np.ndarray:
-    """`x` as a 3-D array whose dims are the products of `groups` (lists of letters of
-    `term`). When each group's letters sit together and in order in `term`, the groups are
-    merged first and then transposed: a strided view the GEMM packs in place, where
-    transposing first would make reshape copy (a weight gradient's x^T, for one)."""
-    dims = tuple(math.prod(size[c] for c in g) for g in groups)
-    spans = [[term.index(c) for c in g] for g in groups]
-    if all(p == list(range(p[0], p[0] + len(p))) for p in spans if p):
-        present = sorted((p[0], i) for i, p in enumerate(spans) if p)
-        merged = x.reshape([dims[i] for _, i in present])
-        order = [i for _, i in present]
-        return merged.transpose([order.index(i) for i in sorted(order)]).reshape(dims)
-    return x.transpose([term.index(c) for g in groups for c in g]).reshape(dims)
+def _operand_view(x: np.ndarray, term: str, batch: list, g1: list, g2: list, size: dict) -> np.ndarray:
+    """`x` as ``[*batch, prod(g1), prod(g2)]`` with a size-1 dim for each batch letter `x`
+    lacks (the GEMM broadcasts it). Batch dims stay separate and strided, so only merging the
+    letters of g1 or of g2 can force numpy's reshape to copy."""
+    have = [c for c in batch if c in term]
+    y = x.transpose([term.index(c) for c in have + g1 + g2])
+    shape = [size[c] if c in term else 1 for c in batch]
+    return y.reshape(shape + [math.prod(size[c] for c in g1), math.prod(size[c] for c in g2)])
 
 
 def einsum_arrays(terms: list[str], out: str, arrays: list) -> np.ndarray:
@@ -72,13 +72,15 @@ def einsum_arrays(terms: list[str], out: str, arrays: list) -> np.ndarray:
         (ta, tb), (a, b), (fa, fb) = (tb, ta), (b, a), (fb, fa)
     contract = [c for c in ta if c in tb and c not in out]
     size = {c: s for t, x in ((ta, a), (tb, b)) for c, s in zip(t, x.shape)}
-    nb = math.prod(size[c] for c in batch)
-    m = math.prod(size[c] for c in fa)
-    n = math.prod(size[c] for c in fb)
-    kk = math.prod(size[c] for c in contract)
-    a3 = _grouped(a, ta, (batch, fa, contract), size)
-    b3 = _grouped(b, tb, (batch, contract, fb), size)
-    c3 = gemm_batched(a3, b3)
-    order = batch + fa + fb
-    c = c3.reshape(tuple(size[x] for x in order))
+    # A free letter in front of a batch letter of its operand (a mesh dim the other operand
+    # is invariant along) would split its M or N group and force a copy: it becomes a batch
+    # dim of its own, broadcast in the other operand.
+    lead = [c for t, free in ((ta, fa), (tb, fb)) for c in free
+            if any(t.index(c) < t.index(x) for x in batch)]
+    fa = [c for c in fa if c not in lead]
+    fb = [c for c in fb if c not in lead]
+    dims = batch + lead
+    c = gemm_batched(_operand_view(a, ta, dims, fa, contract, size), _operand_view(b, tb, dims, contract, fb, size))
+    order = dims + fa + fb
+    c = c.reshape(tuple(size[x] for x in order))
     return c.transpose([order.index(x) for x in out])
