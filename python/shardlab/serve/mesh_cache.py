@@ -23,7 +23,7 @@ devices that hold batch rows ``[g B/Z, (g + 1) B/Z)``, so a sequence's block tab
 blocks of its own devices and no block ever crosses a link. Each step every device gathers its
 sequences' blocks through the (local) block tables into ``[B_local, n bs, K_local, H]`` for
 attention, and writes the new token's key and value into slot ``(table[len // bs], len % bs)``
-with a select over its pool. Both are local: the step's collectives are the layout's, byte for
+(a one-hot product places each row's new values on its slot, a select keeps the rest). Both are local: the step's collectives are the layout's, byte for
 byte. The host cache keeps the bookkeeping (lengths, block tables, free lists, the
 :class:`CacheFullError` when a context outgrows the blocks); :meth:`MeshKVCache.to_host` copies
 the values back.
@@ -133,11 +133,11 @@ class MeshKVCache:
         bs, nbl, bl = h.block_size, h.shard_blocks, self.B // self.Z
         width = max(len(h.tables[s]) for s in self.seqs)
         tables = np.zeros((self.B, width), np.int32)
-        owner = np.full((h.num_blocks, bs), -1, np.int32)
+        owner = np.zeros((h.num_blocks, bs, bl), np.float32)
         for i, s in enumerate(self.seqs):
             t = np.asarray(h.tables[s])
             tables[i, :len(t)] = t - h.shard_of[s] * nbl          # block numbers within the shard
-            owner[t[lengths[i] // bs], lengths[i] % bs] = i % bl    # the row (on its devices) writing there
+            owner[t[lengths[i] // bs], lengths[i] % bs, i % bl] = 1.0   # the row (on its devices) writing there
         return lengths, {"tables": tables, "owner": owner}, {"tables": P(self.batch_axes), "owner": P(self.batch_axes)}
 
     def commit(self, k: list, v: list) -> None:
@@ -185,7 +185,7 @@ class MeshKVCache:
             hit = jnp.equal(jnp.reshape(np.arange(S), (1, S)), jnp.reshape(idx["pos"], (bl, 1)))
             return jnp.where(jnp.reshape(hit, (bl, S, 1, 1)), new, cache)
         nb, bs, K, H = cache.shape
-        owner = idx["owner"]
-        vals = jnp.take_along_axis(jnp.reshape(new, (new.shape[0], K * H)),
-                                   jnp.reshape(jnp.maximum(owner, 0), (nb * bs, 1)), axis=0)
-        return jnp.where(jnp.reshape(owner >= 0, (nb, bs, 1, 1)), jnp.reshape(vals, (nb, bs, K, H)), cache)
+        onehot = idx["owner"]                               # [NB_local, bs, B_local]: 1 where row b writes
+        vals = jnp.einsum("nsb,bx->nsx", onehot, jnp.reshape(new, (new.shape[0], K * H)))
+        hit = jnp.reshape(jnp.sum(onehot, axis=2), (nb, bs, 1, 1)) > 0
+        return jnp.where(hit, jnp.reshape(vals, (nb, bs, K, H)), cache)
