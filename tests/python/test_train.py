@@ -9,6 +9,7 @@ import shardlab.numpy as jnp
 from shardlab import P, train
 from shardlab.models import ModelConfig, param_axes, training_memory, transformer
 from shardlab.train.step import tree_leaves
+from training_reference import rel_error
 
 MESHES = {"dp": ((8,), ("data",)), "zero1": ((8,), ("data",)), "zero2": ((8,), ("data",)),
           "fsdp": ((8,), ("data",)), "tp": ((4,), ("model",)), "tp_sp": ((4,), ("model",)),
@@ -19,19 +20,6 @@ CFG = ModelConfig(num_layers=1, d_model=32, ffw_dim=64, num_heads=4, vocab_size=
 def _batch(seed=1, B=8, T=8, V=64):
     rng = np.random.default_rng(seed)
     return rng.integers(0, V, (B, T)), rng.integers(0, V, (B, T))
-
-
-def _rel(a, b):
-    return max(float(np.max(np.abs(np.asarray(x) - y)) / np.max(np.abs(y))) for x, y in zip(a, b))
-
-
-def _by_key(tree):
-    """Leaves in a key-sorted order (grad trees may order dict keys differently)."""
-    if isinstance(tree, dict):
-        return [x for k in sorted(tree) for x in _by_key(tree[k])]
-    if isinstance(tree, list):
-        return [x for v in tree for x in _by_key(v)]
-    return [tree]
 
 
 @pytest.mark.parametrize("name", sorted(MESHES))
@@ -46,7 +34,7 @@ def test_five_steps_equal_the_single_device_run(name):
     state = t.init(p0)
     for _ in range(5):
         state, loss = t.step(state, tok, tgt)
-    assert _rel(_by_key(state.params), _by_key(ref)) <= 1e-5
+    assert rel_error(state.params, ref) <= 1e-5
 
 
 @pytest.mark.parametrize("name", ["dp", "fsdp_tp"])
@@ -61,7 +49,7 @@ def test_adamw_and_full_remat_follow_the_reference(name):
     state = t.init(p0)
     for _ in range(3):
         state, _ = t.step(state, tok, tgt)
-    assert _rel(_by_key(state.params), _by_key(ref)) <= 1e-5
+    assert rel_error(state.params, ref) <= 1e-5
 
 
 # -- the book's table: one layer's MLP, forward and backward, counted --------------------------
@@ -218,7 +206,7 @@ def test_zero_over_three_axes_splits_other_dimensions_and_equals_the_single_devi
     assert w_in.nbytes_per_device == 12 * 16 * 4 // (8 if name == "fsdp" else 1)
     for _ in range(3):
         state, _ = t.step(state, tok, tgt)
-    assert _rel(_by_key(state.params), _by_key(ref)) <= 1e-5
+    assert rel_error(state.params, ref) <= 1e-5
 
 
 def test_a_weight_no_data_axis_divides_is_an_error_naming_it():

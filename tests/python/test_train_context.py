@@ -14,6 +14,7 @@ from shardlab.models import ModelConfig, param_axes, presets, transformer
 from shardlab.train import context
 from shardlab.train.step import tree_map
 from shardlab.train.strategy import param_sizes
+from training_reference import rel_error
 
 B, T, N, K, H = 2, 16, 4, 2, 8  # grouped-query: 4 query heads over 2 kv heads
 
@@ -126,14 +127,6 @@ def _batch(seed=1, b=4, t=16):
     return rng.integers(0, 64, (b, t)), rng.integers(0, 64, (b, t))
 
 
-def _by_key(tree):
-    if isinstance(tree, dict):
-        return [x for k in sorted(tree) for x in _by_key(tree[k])]
-    if isinstance(tree, list):
-        return [x for v in tree for x in _by_key(v)]
-    return [tree]
-
-
 @pytest.mark.parametrize("name,cfg", [("cp", CFG), ("fsdp_cp", CFG), ("cp_tp", CFG), ("cp", LEARNED)])
 def test_five_steps_under_context_parallelism_equal_the_single_device_run(name, cfg):
     tok, tgt = _batch()
@@ -146,7 +139,7 @@ def test_five_steps_under_context_parallelism_equal_the_single_device_run(name, 
     state = t.init(p0)
     for _ in range(5):
         state, _ = t.step(state, tok, tgt)
-    assert max(_rel(a, b) for a, b in zip(_by_key(state.params), _by_key(ref))) <= 1e-5
+    assert rel_error(state.params, ref) <= 1e-5
 
 
 @pytest.mark.parametrize("name", ["cp", "fsdp_cp", "cp_tp"])
@@ -187,7 +180,7 @@ def test_adamw_full_remat_and_zero1_with_a_data_axis_follow_the_reference(strate
     state = t.init(p0)
     for _ in range(3):
         state, _ = t.step(state, tok, tgt)
-    assert max(_rel(a, b) for a, b in zip(_by_key(state.params), _by_key(ref))) <= 1e-5
+    assert rel_error(state.params, ref) <= 1e-5
 
 
 def test_mixed_precision_moves_bf16_kv_blocks():
@@ -260,3 +253,14 @@ def test_strategy_lays_the_sequence_over_the_context_axis():
     assert s.rules()["activations"] == {"batch": ("data",), "seq": ("context",)}
     assert ("forward: K and V blocks around the ring, 2(C-1) per layer", "ppermute", ("context",)) in s.collectives()
     assert train.strategies.cp_tp().param_spec(("embed", "mlp")) == P(None, "model")
+
+
+def test_estimate_prices_the_context_axis_and_counts_tokens_per_device():
+    """train.estimate under CP: the ring's hops are priced on the context axis, and the
+    activation memory is that of the tokens one device holds (batch·seq / (X·C))."""
+    big = ModelConfig(num_layers=2, d_model=256, ffw_dim=1024, num_heads=4, vocab_size=512, max_seq_len=8192)
+    cp = train.estimate(big, "fsdp_cp", {"data": 2, "context": 4}, "tpu-v5p", batch=8, seq=8192)
+    flat = train.estimate(big, "fsdp", {"data": 8}, "tpu-v5p", batch=8, seq=8192)
+    assert cp.comm_seconds["context"] > 0 and "context" not in flat.comm_seconds
+    assert cp.memory["activations"] == flat.memory["activations"]   # 8192 tokens per device either way
+    assert cp.memory["params"] == 4 * flat.memory["params"]         # FSDP over 2 devices, not 8

@@ -133,9 +133,11 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
     step = max([compute] + list(comm.values()))
     exposed = {k: max(0.0, v - compute) for k, v in comm.items()}
     bound = "compute" if step == compute else "comm:" + max(comm, key=comm.get)
-    # activations: tokens per device = batch x seq / X, whatever the sequences were cut into
-    tm = training_memory(cfg, _memory_name(s), dict(m.shape), batch=X, optimizer=optimizer, precision=precision,
-                         remat=_TM_REMAT.get(remat, remat), context=batch * seq // X, tp_axis=s.model)
+    # activations: tokens per device = batch x seq / (X·C), whatever the sequences were cut into
+    C = s.context_size(m)
+    sizes = {a: n for a, n in m.shape.items() if a != s.context} or {s.context: 1}
+    tm = training_memory(cfg, _memory_name(s), sizes, batch=X, optimizer=optimizer, precision=precision,
+                         remat=_TM_REMAT.get(remat, remat), context=batch * seq // (X * C), tp_axis=s.model)
     memory = dict(out["memory"], activations=float(tm.parts["activations"]))
     hw = hw_mod.get(hardware)
     peak = sl.cost.peak_flops(hw, "bfloat16")[0]
