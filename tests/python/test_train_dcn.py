@@ -116,3 +116,14 @@ def test_bad_meshes_and_stages_are_refused():
         train.Hierarchical("h", data=("data",), zero=1, dcn="pod")
     with pytest.raises(ValueError, match=r"have no axis inside the slice"):
         train.Hierarchical("h", data=("dcn",), zero=1)
+
+
+def test_the_rules_and_collectives_say_where_each_byte_goes():
+    s = train.hierarchical()
+    assert s.rules()["states"] == {"embed": ("data",)} and s.rules()["activations"] == {"batch": ("dcn", "data")}
+    assert [r[1:] for r in s.collectives()] == [("psum_scatter", ("data",)), ("psum", ("dcn",)),
+                                                ("all_gather", ("data",))]
+    z3 = train.hierarchical(data=("x", "y"), zero=3, model="model")
+    ops = [r[1:] for r in z3.collectives()]
+    assert ("psum", ("dcn",)) in ops and ("all_gather", ("x", "y")) in ops and ("psum", ("model",)) in ops
+    assert not any("dcn" in axes and op == "all_gather" for op, axes in ops)   # weights never cross the DCN
