@@ -92,6 +92,8 @@ class Hierarchical(Strategy):
         return r
 
     def collectives(self) -> list:
+        """The collectives it prescribes, as (where, op, mesh axes) rows: ICI reduce-scatter, DCN
+        all-reduce of the shard, ICI gather (plus the model axis's, if any)."""
         d, x = (self.dcn,), self.slice_axes
         if self.zero == 3:
             rows = [("forward: each weight", "all_gather", x), ("backward: each weight (re-gather)", "all_gather", x),
