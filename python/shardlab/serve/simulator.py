@@ -248,8 +248,10 @@ class _Engine:
         """Runs until the inbox is empty and every admitted request has finished."""
         inbox = self.inbox
         while True:
-            self._pull()
-            self._admit()
+            if self.next < len(inbox) and inbox[self.next][0] <= self.t:
+                self._pull()
+            if self.queue:
+                self._admit()
             if not self.prefilling and not self.heap:
                 if self.next >= len(inbox):
                     return
@@ -303,7 +305,8 @@ class _Engine:
         if B:
             self.counter += 1
             self.S += B * self.g
-            self._retire()
+            if self.heap[0][0] <= self.counter:
+                self._retire()
         for q in done:                  # chunks go in order, so the finished prompts lead the queue
             self.prefilling.popleft()
             self.sim.first_token[q.id] = self.t
