@@ -36,6 +36,13 @@ def dispatch(rows, jax, jnp):
         return a
 
     sl.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"))(np.ones(64, np.float32))
+    priced = sl.make_mesh((8,), ("x",), hardware="tpu-v5e")
+
+    def priced_body(a):  # the same psum with its ledger event priced on the chip
+        cases["psum, event priced on tpu-v5e"] = best(lambda: sl.lax.psum(a, "x"), number=n // 4)
+        return a
+
+    sl.shard_map(priced_body, mesh=priced, in_specs=P("x"), out_specs=P("x"))(np.ones(64, np.float32))
     ja = jnp.ones(8, np.float32) if jax else None
     theirs = {"add": (lambda: (ja + 1.0).block_until_ready()) if jax else None,
               "sum": (lambda: jnp.sum(ja).block_until_ready()) if jax else None}

@@ -68,8 +68,10 @@ Hardware tpu(std::string name, std::string desc, double bf16, double int8, doubl
   return h;
 }
 
+// `nvlink_links` links of `nvlink_link_bw` bytes/s per direction each; `ib_bw` bytes/s of
+// InfiniBand per GPU (one 400 Gb/s ConnectX-7 NIC per GPU on H100/H200/B200 nodes).
 Hardware gpu(std::string name, std::string desc, std::map<std::string, double> flops, double hbm,
-             double hbm_bw, double nvlink_link_bw) {
+             double hbm_bw, double nvlink_link_bw, int nvlink_links = 18, double ib_bw = 50e9) {
   Hardware h;
   h.name = std::move(name);
   h.family = "gpu";
@@ -79,9 +81,9 @@ Hardware gpu(std::string name, std::string desc, std::map<std::string, double> f
   h.hbm_bandwidth = hbm_bw;
   h.node_size = 8;
   h.nvlink_link_bandwidth = nvlink_link_bw;
-  h.nvlink_links = 18;
+  h.nvlink_links = nvlink_links;
   h.hop_latency = 1e-6;
-  h.ib_bandwidth = 50e9;  // one 400 Gb/s ConnectX-7 NIC per GPU
+  h.ib_bandwidth = ib_bw;
   h.ib_latency = 2e-6;
   return h;
 }
@@ -93,6 +95,11 @@ std::vector<Hardware> make_presets() {
   v.push_back(tpu("tpu-v5p", "TPU v5p", 4.59e14, 9.18e14, 96e9, 2.8e12, 3, 9e10, 0, 4, 6.25e9));
   v.push_back(tpu("tpu-v6e", "TPU v6e (Trillium)", 9.2e14, 1.84e15, 32e9, 1.6e12, 2, 9e10, 16, 0,
                   12.5e9));
+  // A100 SXM 80GB: NVLink 3 (12 links x 25 GB/s per direction), 8 x 200 Gb/s HDR InfiniBand
+  // per 8-GPU node as on Selene (25 GB/s per GPU).
+  v.push_back(gpu("a100", "NVIDIA A100 SXM 80GB",
+                  {{"float32", 1.95e13}, {"bfloat16", 3.12e14}, {"float16", 3.12e14}, {"int8", 6.24e14}},
+                  80e9, 2.039e12, 25e9, 12, 25e9));
   v.push_back(gpu("h100", "NVIDIA H100 SXM",
                   {{"float32", 6.7e13}, {"bfloat16", 9.89e14}, {"float8", 1.979e15},
                    {"int8", 1.979e15}},

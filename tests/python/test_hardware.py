@@ -4,7 +4,7 @@ from shardlab import hardware
 
 
 def test_presets_and_aliases():
-    assert hardware.names() == ["tpu-v4p", "tpu-v5e", "tpu-v5p", "tpu-v6e", "h100", "h200", "b200"]
+    assert hardware.names() == ["tpu-v4p", "tpu-v5e", "tpu-v5p", "tpu-v6e", "a100", "h100", "h200", "b200"]
     assert hardware.get("v5e").name == "tpu-v5e"
     assert hardware.get("H100").family == "gpu"
     hw = hardware.get("tpu-v5p")

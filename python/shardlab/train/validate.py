@@ -71,7 +71,7 @@ from .strategy import Strategy
 __all__ = ["A100", "EFFICIENCY", "ELEMENTWISE_PASSES", "activation_bytes", "MegatronEstimate", "table", "gpt_config", "paper_flops", "estimate_megatron",
            "validate_megatron", "fit_efficiency", "pipeline_seconds"]
 
-#: NVIDIA A100 SXM 80 GB, the GPU of the paper's Selene runs. Sources (docs/hardware.md):
+#: NVIDIA A100 SXM 80 GB (the "a100" preset), the GPU of the paper's Selene runs. Sources (docs/hardware.md):
 #: 312 TFLOP/s dense fp16/bf16 tensor core, 624 int8, 19.5 fp32 (non-tensor), 80 GB HBM2e at
 #: 2.039 TB/s (NVIDIA A100 datasheet, SXM 80GB column); NVLink 3: 12 links x 25 GB/s per direction
 #: = 300 GB/s one-way, 600 GB/s bidirectional per GPU (A100 datasheet; NVIDIA Ampere architecture
@@ -79,11 +79,7 @@ __all__ = ["A100", "EFFICIENCY", "ELEMENTWISE_PASSES", "activation_bytes", "Mega
 #: compute traffic = 25 GB/s per GPU (DGX A100 user guide; the paper, section 5: "eight NVIDIA
 #: Mellanox 200Gbps HDR Infiniband HCAs for application communication"). Latencies are the same
 #: order-of-magnitude assumptions as the H100 preset (1 µs NVLink, 2 µs InfiniBand).
-A100 = hw_mod.Hardware(
-    name="a100", family="gpu", description="NVIDIA A100 SXM 80GB",
-    peak_flops={"bfloat16": 312e12, "float16": 312e12, "float32": 19.5e12, "int8": 624e12},
-    hbm_capacity=80e9, hbm_bandwidth=2.039e12, node_size=8, nvlink_link_bandwidth=25e9, nvlink_links=12,
-    hop_latency=1e-6, ib_bandwidth=25e9, ib_latency=2e-6)
+A100 = hw_mod.get("a100")  # the preset (cpp/src/hardware.cpp) holds the figures above
 
 #: The fraction of the cost model's peak-rate matmul and attention seconds the GPUs reach (one
 #: number for every row; :func:`fit_efficiency` derives it, docs/train.md reports its
