@@ -9,6 +9,7 @@ import shardlab as sl
 from shardlab import train
 from shardlab.models import ModelConfig, param_count, transformer
 from shardlab.train.hierarchical import dcn_bytes_closed_form, flat_dcn_bytes_closed_form
+from training_reference import rel_error
 
 # every dimension (D = 32, F = 64, V = 64, heads 4 x 8) divisible by the slice size 4
 CFG = ModelConfig(num_layers=1, d_model=32, ffw_dim=64, num_heads=4, vocab_size=64, max_seq_len=8)
@@ -35,20 +36,6 @@ def _run(strategy, steps=5):
     return state, ref, ledger
 
 
-def _by_key(tree):
-    """Leaves in a key-sorted order (grad trees may order dict keys differently)."""
-    if isinstance(tree, dict):
-        return [x for k in sorted(tree) for x in _by_key(tree[k])]
-    if isinstance(tree, list):
-        return [x for v in tree for x in _by_key(v)]
-    return [tree]
-
-
-def _rel(got, ref):
-    return max(float(np.max(np.abs(np.asarray(a) - b)) / np.max(np.abs(b))) for a, b in
-               zip(_by_key(got), _by_key(ref)))
-
-
 def _sent(ledger, pred):
     return sum(e["bytes_sent"] for e in ledger.events if e["axes"] and pred(e["axes"]))
 
@@ -60,7 +47,7 @@ def _grad_bytes():
 @pytest.mark.parametrize("zero", [1, 3])
 def test_five_steps_equal_one_device_and_the_dcn_carries_one_xth(zero):
     state, ref, ledger = _run(train.hierarchical(zero=zero))
-    assert _rel(state.params, ref) <= 1e-5
+    assert rel_error(state.params, ref) <= 1e-5
     # only the 1/X shard crosses the DCN: 2·(S−1)/S·G/X per chip per step
     dcn = _sent(ledger, lambda axes: axes == ("dcn",))
     assert dcn == pytest.approx(5 * dcn_bytes_closed_form(_grad_bytes(), X, S), rel=1e-12)
@@ -74,7 +61,7 @@ def test_five_steps_equal_one_device_and_the_dcn_carries_one_xth(zero):
 def test_the_flat_all_reduce_sends_more_over_the_dcn():
     _, _, hier = _run(train.hierarchical(), steps=1)
     state, ref, flat = _run(train.Strategy("dp", data=("dcn", "data")), steps=1)
-    assert _rel(state.params, ref) <= 1e-5
+    assert rel_error(state.params, ref) <= 1e-5
     flat_dcn = _sent(flat, lambda axes: "dcn" in axes) - 2 * (S * X - 1) / (S * X) * 4  # minus the loss psum
     assert flat_dcn == pytest.approx(flat_dcn_bytes_closed_form(_grad_bytes(), X, S), rel=1e-12)
     hier_dcn = _sent(hier, lambda axes: axes == ("dcn",))
