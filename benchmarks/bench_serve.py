@@ -99,7 +99,7 @@ def main() -> None:
     for name, r in sim.items():
         ref = f"{r['simpy_seconds']:.2f} s (SimPy processes)" if r["simpy_seconds"] else "vLLM / Vidur: GPU needed"
         rows.append((f"simulate {args.requests:,} requests, {name} (goal < 10 s)", f"{r['seconds']:.2f} s", ref,
-                     (r["simpy_seconds"] or r["seconds"]) / r["seconds"]))
+                     (r["simpy_seconds"] / r["seconds"]) if r["simpy_seconds"] else float("nan")))
     for cache in ("contiguous", "paged"):
         rows.append((f"decode {dec['tokens']} tokens, D=256 L=2, batch 8, 8 devices, {cache} KV (goal < 2 s)",
                      f"{dec[cache + '_s']:.2f} s", f"{dec['unsharded_s']:.2f} s (unsharded, same tokens)",

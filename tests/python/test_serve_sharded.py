@@ -236,7 +236,8 @@ def test_paged_errors_say_what_is_short():
     prompt = np.zeros((8, 6), int)
     mesh = sl.make_mesh(shape, axes)
     # 8 sequences of 6 + 7 tokens need 4 blocks of 4 each: 8 per shard of 2 sequences
-    with pytest.raises(CacheFullError, match=r"need 8 more blocks .* only 6 of 24 are free of shard 0 .*short by 2"):
+    with pytest.raises(CacheFullError, match=r"2 sequence\(s\) need 8 more blocks of 4 tokens but shard 0 has "
+                                             r"only 6 free of its 6 \(short by 2\)"):
         generate_sharded(params, cfg, prompt, 8, mesh, "batch_kv", cache="paged", block_size=4, num_blocks=24)
     with pytest.raises(ValueError, match="splits the sequence over the mesh; .* use cache='contiguous'"):
         generate_sharded(params, CASES["seq_kv"][0], prompt, 2, sl.make_mesh((8,), ("x",)), "seq_kv", cache="paged")

@@ -183,13 +183,14 @@ class PagedKVCache:
         """Allocates blocks so every sequence in ``seqs`` has room for ``n`` more tokens."""
         need = {s: self.blocks_needed(self.lengths[s] + n) - len(self.tables[s]) for s in seqs}
         for g, free in enumerate(self.free_lists):
-            total = sum(max(0, x) for s, x in need.items() if self.shard_of[s] == g)
+            mine = [s for s in need if self.shard_of[s] == g]
+            total = sum(max(0, need[s]) for s in mine)
             if total > len(free):
-                where = f" of shard {g} ({self.shard_blocks} blocks)" if self.shards > 1 else ""
+                have = (f"only {len(free)} of {self.num_blocks} are free" if self.shards == 1 else
+                        f"shard {g} has only {len(free)} free of its {self.shard_blocks}")
                 raise CacheFullError(
-                    f"[kv_cache] {len(need)} sequence(s) need {total} more blocks of {self.block_size} tokens "
-                    f"but only {len(free)} of {self.num_blocks} are free{where} (short by {total - len(free)}); "
-                    f"release finished sequences or grow num_blocks")
+                    f"[kv_cache] {len(mine)} sequence(s) need {total} more blocks of {self.block_size} tokens "
+                    f"but {have} (short by {total - len(free)}); release finished sequences or grow num_blocks")
         for s, x in need.items():
             free = self.free_lists[self.shard_of[s]]
             for _ in range(max(0, x)):
