@@ -23,10 +23,10 @@ devices that hold batch rows ``[g B/Z, (g + 1) B/Z)``, so a sequence's block tab
 blocks of its own devices and no block ever crosses a link. Each step every device gathers its
 sequences' blocks through the (local) block tables into ``[B_local, n bs, K_local, H]`` for
 attention, and writes the new token's key and value into slot ``(table[len // bs], len % bs)``
-(a one-hot product places each row's new values on its slot, a select keeps the rest). Both are local: the step's collectives are the layout's, byte for
-byte. The host cache keeps the bookkeeping (lengths, block tables, free lists, the
-:class:`CacheFullError` when a context outgrows the blocks); :meth:`MeshKVCache.to_host` copies
-the values back.
+(a one-hot product places each row's new values on its slot, a select keeps the rest). Both are
+local: the step's collectives are the layout's, byte for byte. The host cache keeps the
+bookkeeping (lengths, block tables, free lists, the :class:`CacheFullError` when a context
+outgrows the blocks); :meth:`MeshKVCache.to_host` copies the values back.
 
 Example:
     >>> import numpy as np
@@ -98,8 +98,9 @@ class MeshKVCache:
             bl = self.B // self.Z
             wrong = [s for i, s in enumerate(self.seqs) if host.shard_of[s] != i // bl]
             if wrong:
-                raise ValueError(f"[generate_sharded] sequence {wrong[0]!r} is in shard {host.shard_of[wrong[0]]} of the "
-                                 f"paged cache, but its batch row lives on shard {self.seqs.index(wrong[0]) // bl}; "
+                w = wrong[0]
+                raise ValueError(f"[generate_sharded] sequence {w!r} is in shard {host.shard_of[w]} of the "
+                                 f"paged cache, but its batch row lives on shard {self.seqs.index(w) // bl}; "
                                  f"add row i with shard=i // {bl}")
             self.spec = P(batch, None, kv)
         elif self.seqs != list(range(host.batch)):
