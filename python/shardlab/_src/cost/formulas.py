@@ -19,8 +19,10 @@ import math
 
 import shardlab._core as _core
 
-COLLECTIVES = ("psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "all_to_all", "ppermute",
-               "broadcast", "reduce", "gather", "scatter")
+# The core's one table of collective ops: (JAX-style op name, the book's collective name).
+OP_TABLE = tuple(_core.op_table())
+COLLECTIVES = tuple(op for op, _ in OP_TABLE)
+BOOK_NAMES = {op: book for op, book in OP_TABLE}
 COMPUTE = ("matmul", "einsum", "attention", "attention_vjp", "elementwise", "reduction")
 
 

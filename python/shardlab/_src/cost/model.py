@@ -62,8 +62,7 @@ __all__ = [
     "roofline",
 ]
 
-_COLLECTIVES = {"all_gather", "psum", "pmean", "pmax", "pmin", "psum_scatter", "reduce_scatter", "all_reduce",
-                "all_to_all", "ppermute", "broadcast", "reduce", "gather", "scatter"}
+_COLLECTIVES = set(formulas.COLLECTIVES) | set(formulas.BOOK_NAMES.values())  # JAX's names and the book's
 _COMPUTE = set(formulas.COMPUTE)
 
 
