@@ -50,7 +50,6 @@ import numpy as np
 import shardlab as sl
 import shardlab.numpy as jnp
 from shardlab import P
-from shardlab import lax
 
 from .kv_cache import ContiguousKVCache, PagedKVCache
 
@@ -158,14 +157,6 @@ class MeshKVCache:
             self.host.v[i] = np.asarray(self.v[i])
 
     # -- per device (inside shard_map) ----------------------------------------------------------
-    def rows(self, x):
-        """This device's batch rows of a value with every row ([B, ...] -> [B_local, ...])."""
-        if self.batch_axes is None:
-            return x
-        bl = self.B // self.Z
-        idx = lax.axis_index(self.batch_axes) * bl + np.arange(bl)
-        return jnp.take_along_axis(x, jnp.reshape(idx, (bl,) + (1,) * (x.ndim - 1)), axis=0)
-
     def view(self, cache, idx):
         """Keys (or values) of this device's sequences as ``[B_local, S, K_local, H]``."""
         if not self.paged:

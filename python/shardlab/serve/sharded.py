@@ -191,14 +191,23 @@ def _out_proj(p, o, axes):
     return a + p["bo"] if "bo" in p else a
 
 
-def _attn_megatron(p, h, pos, ck, cv, kv_len, cfg, n, axes):
+def _attend(q, k, v, ck, cv, pos, kv_len, store):
+    """Attention of the new token over its cache and itself: with ``store`` (writes k, v into the
+    cache and returns its updated keys and values) one softmax over all of them, as the
+    unsharded model; without, the cache's partial merged with the token's own."""
+    if store is not None:
+        ck, cv = store(k, v)
+        return partial_attention(q, ck, cv, pos, kv_len + 1, np.arange(ck.shape[1]))
+    return merge_partials([partial_attention(q, ck, cv, pos, kv_len, np.arange(ck.shape[1])), _self_partial(q, k, v)])
+
+
+def _attn_megatron(p, h, pos, ck, cv, kv_len, cfg, n, axes, store=None):
     q, k, v = qkv(p, h, pos, cfg, cfg.num_heads // n, cfg.num_kv_heads // n)
-    key_pos = np.arange(ck.shape[1])
-    num, _, l = merge_partials([partial_attention(q, ck, cv, pos, kv_len, key_pos), _self_partial(q, k, v)])
+    num, _, l = _attend(q, k, v, ck, cv, pos, kv_len, store)
     return _out_proj(p, finish(num, l, q.dtype), axes), k, v
 
 
-def _attn_batch_kv(p, h, pos, ck, cv, kv_len, cfg, s):
+def _attn_batch_kv(p, h, pos, ck, cv, kv_len, cfg, s, store=None):
     """The book's 12-step algorithm: Q heads over (y, z), KV batch over z and heads over y."""
     Y, Z = s["y"], s["z"]
     B = h.shape[0]
@@ -211,8 +220,7 @@ def _attn_batch_kv(p, h, pos, ck, cv, kv_len, cfg, s):
     kl, vl = take(k), take(v)
     pos_l = jnp.take_along_axis(pos, jnp.reshape(zi * bl + np.arange(bl), (bl, 1)), axis=0)
     len_l = jnp.take_along_axis(kv_len, zi * bl + np.arange(bl), axis=0)
-    key_pos = np.arange(ck.shape[1])
-    num, _, l = merge_partials([partial_attention(q, ck, cv, pos_l, len_l, key_pos), _self_partial(q, kl, vl)])
+    num, _, l = _attend(q, kl, vl, ck, cv, pos_l, len_l, store)
     o = finish(num, l, q.dtype)                                      # O[B_Z, N_Y, H]
     o = lax.all_to_all(o, "z", 2, 0, tiled=True)                     # O[B, N_YZ, H]
     return _out_proj(p, o, ("y", "z")), k, v
@@ -326,17 +334,20 @@ class _Decoder:
         new_k, new_v = [], []
         for i, layer in enumerate(p["layers"]):
             h = norm(layer["attn_norm"], x, cfg)
-            kc, vc = cache.view(ck[i], idx), cache.view(cv[i], idx)
+            store = None if cache.host_writes else self._store(ck[i], cv[i], idx, new_k, new_v)
+            kc, vc = (cache.view(ck[i], idx), cache.view(cv[i], idx)) if store is None else (ck[i], cv[i])
             if strategy == "batch_kv":
-                a, k, v = _attn_batch_kv(layer["attn"], h, pos, kc, vc, lengths, cfg, s)
+                a, k, v = _attn_batch_kv(layer["attn"], h, pos, kc, vc, lengths, cfg, s, store)
             elif strategy == "seq_kv":
                 a, k, v = _attn_seq_kv(layer["attn"], h, pos, kc, vc, lengths, cfg, s["x"])
             elif strategy == "2d":
-                a, k, v = _attn_megatron(layer["attn"], h, pos, kc, vc, lengths, cfg, s["x"] * s["yz"], ("x", "yz"))
+                a, k, v = _attn_megatron(layer["attn"], h, pos, kc, vc, lengths, cfg, s["x"] * s["yz"], ("x", "yz"),
+                                         store)
             else:
-                a, k, v = _attn_megatron(layer["attn"], h, pos, kc, vc, lengths, cfg, s["x"], "x")
-            new_k.append(cache.write(ck[i], cache.rows(k), idx))
-            new_v.append(cache.write(cv[i], cache.rows(v), idx))
+                a, k, v = _attn_megatron(layer["attn"], h, pos, kc, vc, lengths, cfg, s["x"], "x", store)
+            if store is None:                    # the host writes this layout's new token
+                new_k.append(k)
+                new_v.append(v)
             x = x + a
             h = norm(layer["mlp_norm"], x, cfg)
             if strategy == "2d":
@@ -348,6 +359,19 @@ class _Decoder:
             else:
                 x = x + _mlp_megatron(layer["mlp"], h, cfg, "x")
         return head(p, x, cfg)[:, 0], new_k, new_v
+
+    def _store(self, ck, cv, idx, new_k: list, new_v: list):
+        """A function writing this device's rows of the new token's k, v into the layer's cache
+        (kept in ``new_k``, ``new_v`` for the step's output) and returning the updated keys and
+        values as attention reads them."""
+        cache = self.cache
+
+        def store(k, v):
+            new_k.append(cache.write(ck, k, idx))
+            new_v.append(cache.write(cv, v, idx))
+            return cache.view(new_k[-1], idx), cache.view(new_v[-1], idx)
+
+        return store
 
     def step(self, tokens, ledger=None) -> np.ndarray:
         """Logits [B, V] of one new token per sequence; the cache grows by that token."""
