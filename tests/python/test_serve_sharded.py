@@ -66,6 +66,7 @@ def test_generate_sharded_equals_generate_token_for_token():
     for strategy in ("megatron", "seq_kv"):
         got = generate_sharded(params, cfg, prompt, 6, mesh, strategy, Sampler(temperature=0.9, seed=4))
         assert (got == generate(params, cfg, prompt, 6, Sampler(temperature=0.9, seed=4))).all()
+    assert generate_sharded(params, cfg, prompt, 0, mesh).shape == (8, 0)
 
 
 def test_megatron_ledger_matches_the_book_activation_bytes():

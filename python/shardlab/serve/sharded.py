@@ -479,7 +479,7 @@ def generate_sharded(params: dict, cfg: ModelConfig, prompt, max_new_tokens: int
         out.append(tok)
         if step + 1 < max_new_tokens:
             logits = dec.step(tok, ledger)
-    return np.stack(out, axis=1)
+    return np.stack(out, axis=1) if out else np.zeros((B, 0), np.int64)
 
 
 # ---------------------------------------------------------------------------------------------
