@@ -5,6 +5,7 @@ traces with malformed rows."""
 
 import json
 import math
+from collections import OrderedDict
 
 import numpy as np
 import pytest
@@ -149,3 +150,41 @@ def test_traces_load_with_malformed_rows_named(tmp_path):
     assert [r.prompt_len for r in good] == [r.prompt_len for r in reqs]
     with pytest.raises(ValueError, match="mode 'batch' must be"):
         ServingConfig(mode="batch")
+
+
+class _BlockLRU:
+    """The per-block LRU the segment-based PrefixCache must equal: one OrderedDict entry per block."""
+
+    def __init__(self, capacity):
+        self.capacity, self.blocks = capacity, OrderedDict()
+
+    def lookup(self, prefix, n):
+        hit = 0
+        while hit < n and (prefix, hit) in self.blocks:
+            self.blocks.move_to_end((prefix, hit))
+            hit += 1
+        return hit
+
+    def insert(self, prefix, n):
+        for j in range(min(n, self.capacity)):
+            if (prefix, j) in self.blocks:
+                self.blocks.move_to_end((prefix, j))
+            else:
+                self.blocks[(prefix, j)] = True
+                if len(self.blocks) > self.capacity:
+                    self.blocks.popitem(last=False)
+
+
+@pytest.mark.parametrize("capacity", [0, 1, 5, 12, 40])
+def test_prefix_cache_segments_equal_a_per_block_lru(capacity):
+    rng = np.random.default_rng(capacity)
+    seg, ref = PrefixCache(capacity), _BlockLRU(capacity)
+    for _ in range(3000):
+        p, n = int(rng.integers(0, 6)), int(rng.integers(0, 14))
+        if rng.random() < 0.5:
+            assert seg.lookup(p, n) == ref.lookup(p, n)
+        else:
+            seg.insert(p, n)
+            ref.insert(p, n)
+        assert seg.keys() == list(ref.blocks) and len(seg) == len(ref.blocks)
+    assert all((k in seg) == (k in ref.blocks) for k in [(p, j) for p in range(6) for j in range(14)])
