@@ -643,15 +643,19 @@ def matmul(a, b, *, preferred_element_type=None):
     except ValueError:
         raise ValueError(f"[matmul] batch dims of local shapes {A.shape} and {B.shape} do not broadcast") from None
     letters = "abcdefghijklmnop"[:len(batch)]
-    ta = letters[len(batch) - ra:] + ("mk" if A.ndim > 1 else "k")
-    tb = letters[len(batch) - rb:] + ("kn" if B.ndim > 1 else "k")
-    if builtins.any(s == 1 and t != 1 for s, t in zip((1,) * (len(batch) - ra) + batch_a, batch)) or \
-            builtins.any(s == 1 and t != 1 for s, t in zip((1,) * (len(batch) - rb) + batch_b, batch)):
-        A = broadcast_to(A, batch + A.shape[-2:]) if A.ndim > 1 else A
-        B = broadcast_to(B, batch + B.shape[-2:]) if B.ndim > 1 else B
-        ta = letters + ("mk" if A.ndim > 1 else "k")
-        tb = letters + ("kn" if B.ndim > 1 else "k")
-    out = letters + ("m" if A.ndim > 1 else "") + ("n" if B.ndim > 1 else "")
+
+    def term(X, rank, tail):
+        """X's einsum term; a batch dim of size 1 that broadcasts is dropped (einsum then
+        broadcasts the letter, so one [B·M, K] x [K, N] GEMM runs, not B broadcast copies)."""
+        own = letters[len(batch) - rank:]
+        keep = [i for i, c in enumerate(own) if X.shape[i] != 1 or batch[letters.index(c)] == 1]
+        if len(keep) < rank:
+            X = reshape(X, tuple(X.shape[i] for i in keep) + X.shape[rank:])
+        return X, "".join(own[i] for i in keep) + tail
+
+    A, ta = term(A, ra, "mk" if A.ndim > 1 else "k")
+    B, tb = term(B, rb, "kn" if B.ndim > 1 else "k")
+    out = letters + ("m" if ta.endswith("mk") else "") + ("n" if tb.endswith("kn") else "")
     return _contract([ta, tb], out, [A, B], mesh, "matmul", preferred_element_type)
 
 
