@@ -29,6 +29,7 @@ from rich.table import Table
 import shardlab as sl
 import shardlab.numpy as jnp
 from shardlab import P
+from shardlab.train import tree_map
 
 from common import cpu_model
 
@@ -122,7 +123,7 @@ def small_check() -> str:
     x_s, p_s = structs(SMALL, mesh)
     rng = np.random.default_rng(0)
     real_x = sl.device_put(rng.standard_normal(x_s.shape).astype(np.float32) * 0.1, x_s.sharding)
-    real_p = _map(lambda s: sl.device_put(rng.standard_normal(s.shape).astype(np.float32) * 0.1, s.sharding), p_s)
+    real_p = tree_map(lambda s: sl.device_put(rng.standard_normal(s.shape).astype(np.float32) * 0.1, s.sharding), p_s)
     step = sl.value_and_grad(loss_fn(SMALL, mesh), argnums=1)
     with sl.Ledger() as real:
         step(real_x, real_p)
@@ -130,14 +131,6 @@ def small_check() -> str:
         sl.eval_shape(step, x_s, p_s)
     same = real.program_events() == abstract.program_events()
     return f"{len(real)} events, abstract == real: {same}"
-
-
-def _map(fn, tree):
-    if isinstance(tree, dict):
-        return {k: _map(fn, v) for k, v in tree.items()}
-    if isinstance(tree, list):
-        return [_map(fn, v) for v in tree]
-    return fn(tree)
 
 
 def main() -> int:

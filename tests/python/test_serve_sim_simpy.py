@@ -18,6 +18,7 @@ simpy = pytest.importorskip("simpy")
 
 from shardlab.models import presets  # noqa: E402
 from shardlab.serve import PrefixCache, Request, ServingConfig, StepModel, poisson_requests, simulate  # noqa: E402
+from shardlab.serve import simulator  # noqa: E402
 from shardlab.serve.simulator import SimResult, _capacity_blocks, tokens_per_verify  # noqa: E402
 
 MODEL = StepModel(presets.get("llama3-8b"), "tpu-v5e", {"x": 8})
@@ -111,19 +112,9 @@ class _Engine:
             self._lines[B] = (a, c)
         return self._lines[B]
 
-    @staticmethod
-    def _cum(n, a, c, S0, dS):
-        return n * a + c * (n * S0 + dS * n * (n - 1) / 2)
-
-    def _steps_within(self, e, a, c, S0, dS, cap) -> int:
-        A, Bq = c * dS / 2, a + c * S0 - c * dS / 2
-        n = int((-Bq + math.sqrt(Bq * Bq + 4 * A * e)) / (2 * A)) if A > 0 else int(e / Bq)
-        n = max(0, min(n, cap))
-        while n < cap and self._cum(n + 1, a, c, S0, dS) <= e:
-            n += 1
-        while n > 0 and self._cum(n, a, c, S0, dS) > e:
-            n -= 1
-        return n
+    # How many decode steps fit in a time budget: arithmetic, not the event loop under test.
+    _cum = staticmethod(simulator._Engine._cum)
+    _steps_within = simulator._Engine._steps_within
 
     # -- the loop -------------------------------------------------------------------------------
     def run(self):

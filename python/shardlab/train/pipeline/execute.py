@@ -62,6 +62,7 @@ from .clock import Timeline, clock
 from .tensor import FullyShardedData, TensorParallel, piece_axes
 from .schedule import (ACTIVATION, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD, GRADIENT, RECV, SEND, Action,
                        Schedule, stage_layers)
+from ..step import tree_map
 from .validate import ScheduleError, validate
 
 __all__ = ["execute", "reference_step", "Execution"]
@@ -280,15 +281,6 @@ def _unstack(tree):
     return jnp.reshape(tree, tuple(tree.shape[1:]))
 
 
-def _map(fn, tree):
-    """``fn`` on every leaf (a tuple of logical axis names) of a dict / list tree."""
-    if isinstance(tree, dict):
-        return {k: _map(fn, v) for k, v in tree.items()}
-    if isinstance(tree, list):
-        return [_map(fn, v) for v in tree]
-    return fn(tree)
-
-
 def _spec_leaves(spec, tree) -> list:
     """One PartitionSpec per leaf of ``tree``: ``spec`` is a prefix (one spec for all) or a tree."""
     if isinstance(spec, P):
@@ -369,10 +361,10 @@ def execute(schedule: Schedule, params: dict, tokens, targets, cfg: ModelConfig,
         """Stacked weights [dp, ...]: the replicas over the data axes, each param's own split over
         the model axis (``strategies.tp``'s param spec of its logical axes)."""
         if fs is not None:
-            return _map(fs.spec, piece_axes(all_axes, q.where, q.params))
+            return tree_map(fs.spec, piece_axes(all_axes, q.where, q.params))
         if tp is None:
             return spec_x
-        return _map(lambda ax: P(dp_entry, *tp.spec(ax)), piece_axes(all_axes, q.where, q.params))
+        return tree_map(lambda ax: P(dp_entry, *tp.spec(ax)), piece_axes(all_axes, q.where, q.params))
 
     wspecs = [[weight_spec(q) for q in pcs] for pcs in pieces]
 
