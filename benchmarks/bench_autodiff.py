@@ -27,23 +27,23 @@ from common import best, report  # noqa: E402
 
 def dispatch(rows, jax, jnp):
     """Per-call CPU time (time.process_time: single-threaded work, so a busy machine's
-    descheduling does not count), best of 5 x n calls, both sides."""
+    descheduling does not count), best of 15 x n calls, both sides."""
     cpu = time.process_time
     mesh = sl.make_mesh((8,), ("x",))
     n = 2000
     cases = {}
 
     def body(a):
-        cases["add"] = best(lambda: a + 1.0, number=n, clock=cpu)
-        cases["sum"] = best(lambda: snp.sum(a), number=n, clock=cpu)
-        cases["psum"] = best(lambda: sl.lax.psum(a, "x"), number=n // 4, clock=cpu)
+        cases["add"] = best(lambda: a + 1.0, number=n, repeat=15, clock=cpu)
+        cases["sum"] = best(lambda: snp.sum(a), number=n, repeat=15, clock=cpu)
+        cases["psum"] = best(lambda: sl.lax.psum(a, "x"), number=n, repeat=15, clock=cpu)
         return a
 
     sl.shard_map(body, mesh=mesh, in_specs=P("x"), out_specs=P("x"))(np.ones(64, np.float32))
     priced = sl.make_mesh((8,), ("x",), hardware="tpu-v5e")
 
     def priced_body(a):  # the same psum with its ledger event priced on the chip
-        cases["psum, event priced on tpu-v5e"] = best(lambda: sl.lax.psum(a, "x"), number=n // 4, clock=cpu)
+        cases["psum, event priced on tpu-v5e"] = best(lambda: sl.lax.psum(a, "x"), number=n, repeat=15, clock=cpu)
         return a
 
     sl.shard_map(priced_body, mesh=priced, in_specs=P("x"), out_specs=P("x"))(np.ones(64, np.float32))
@@ -52,7 +52,7 @@ def dispatch(rows, jax, jnp):
               "sum": (lambda: jnp.sum(ja).block_until_ready()) if jax else None}
     for op, t in cases.items():
         ref = theirs.get(op)
-        t_ref = best(ref, number=n, clock=cpu) if ref else float("nan")
+        t_ref = best(ref, number=n, repeat=15, clock=cpu) if ref else float("nan")
         label = f"JAX eager {t_ref * 1e6:.1f} µs" if ref else "(no eager JAX equivalent outside shard_map)"
         rows.append((f"dispatch: {op} on a tiny per-device value (8 devices), CPU µs per call", f"{t * 1e6:.1f} µs", label,
                      t_ref / t if ref else float("nan")))
