@@ -377,3 +377,20 @@ def test_take_of_a_constant_table_with_per_device_indices():
     f = sl.shard_map(lambda i: jnp.take(table, i, axis=0), mesh=mesh, in_specs=P("x"), out_specs=P("x"))
     idx = np.array([5, 1, 2, 0], np.int32)
     np.testing.assert_array_equal(np.asarray(f(idx)), table[idx])
+
+
+def test_backward_skips_the_cotangent_of_an_input_not_differentiated():
+    """grad with respect to w of x @ w runs the weight-gradient matmul only, as JAX's
+    transpose does: x is a constant, its cotangent is never formed."""
+    mesh = sl.make_mesh((2,), ("x",))
+    f = sl.shard_map(lambda x, w: jnp.tanh(x @ w), mesh=mesh, in_specs=(P("x"), P()), out_specs=P("x"))
+    x = np.random.default_rng(0).standard_normal((8, 6)).astype(np.float32)
+    w = np.random.default_rng(1).standard_normal((6, 5)).astype(np.float32)
+    with sl.Ledger() as only_w:
+        gw = sl.grad(lambda w: jnp.sum(f(x, w)))(w)
+    with sl.Ledger() as both:
+        gx, gw2 = sl.grad(lambda x, w: jnp.sum(f(x, w)), argnums=(0, 1))(x, w)
+    def backward(ledger):
+        return [e["op"] for e in ledger.events if e["phase"] == "backward" and e["op"] == "matmul"]
+    assert backward(only_w) == ["matmul"] and backward(both) == ["matmul", "matmul"]
+    np.testing.assert_allclose(gw, gw2, rtol=1e-6)

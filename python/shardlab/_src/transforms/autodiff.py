@@ -104,7 +104,9 @@ def backward(tape: Tape, seeds: dict, wrt=None) -> dict:
     backward pass this way)."""
     cts = dict(seeds)
     active = None if wrt is None else _depending_on(tape, wrt)
-    outer_wanted, CTX.wanted = CTX.wanted, active
+    # Rules skip operands whose cotangent nobody needs: those not depending on a watched value
+    # (x in x @ w when only w is differentiated) or, with `wrt`, not leading to it.
+    outer_wanted, CTX.wanted = CTX.wanted, (tape.live if active is None else active)
     try:
         with phase("backward"):
             _walk(tape, cts, active)
