@@ -184,15 +184,7 @@ def shard_bytes(shape, dtype, spec=None, *, mesh_shape=None, mesh=None) -> Shard
     if mesh is None and mesh_shape is None and not any(entries):
         mesh_shape = {}  # an unsharded array needs no mesh: one device holds all of it
     mshape = _mesh_shape("shard_bytes", mesh_shape, mesh)
-    local = []
-    for d, e in zip(dims, entries):
-        for a in e:
-            if a not in mshape:
-                raise ValueError(f"[shard_bytes] spec axis {a!r} is not in the mesh axes {tuple(mshape)}")
-        k = math.prod(mshape[a] for a in e)
-        if d % k:
-            raise ValueError(f"[shard_bytes] dimension of size {d} is not divisible by {k} (axes {e})")
-        local.append(d // k)
+    local = _local_dims("shard_bytes", dims, entries, mshape)
     n_dev = math.prod(mshape.values())
     per = math.prod(local) * itemsize(dtype)
     used = {a for e in entries for a in e}
@@ -406,17 +398,26 @@ def _check_schedule_size(op: str, links, perm) -> None:
                          f"over more mesh axes, or use the book's formula (shardlab.cost.formulas)")
 
 
+def _local_dims(op: str, dims, entries, mshape: dict) -> list[int]:
+    """Each dim's size on one device under spec `entries` over a mesh of axis sizes `mshape`;
+    ValueError for an axis the mesh lacks or a dim its axes do not divide."""
+    local = []
+    for d, e in zip(dims, entries):
+        for a in e:
+            if a not in mshape:
+                raise ValueError(f"[{op}] spec axis {a!r} is not in the mesh axes {tuple(mshape)}")
+        k = math.prod(mshape[a] for a in e)
+        if d % k:
+            raise ValueError(f"[{op}] dimension of size {d} is not divisible by {k} (axes {e})")
+        local.append(d // k)
+    return local
+
+
 def _group_bytes(op, shape, dtype, spec, mshape, axes, *, axes_must_shard: bool) -> tuple[float, tuple[str, ...]]:
     dims = _check_shape(op, shape)
     entries = _spec_entries(op, spec, len(dims))
     spec_axes = [a for e in entries for a in e]
-    for a in spec_axes:
-        if a not in mshape:
-            raise ValueError(f"[{op}] spec axis {a!r} is not in the mesh axes {tuple(mshape)}")
-    for d, e in zip(dims, entries):
-        k = math.prod(mshape[a] for a in e)
-        if d % k:
-            raise ValueError(f"[{op}] dimension of size {d} is not divisible by {k} (axes {e})")
+    _local_dims(op, dims, entries, mshape)
     if axes is None:
         if not axes_must_shard:
             raise ValueError(f"[{op}] pass axes=... (the mesh axes to reduce over)")
