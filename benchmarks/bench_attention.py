@@ -5,7 +5,8 @@
 
 Both run on the CPU with the same number of threads (torch.set_num_threads = the OpenMP
 thread count shardlab uses), in the same process, interleaved (ours, torch, ours, ...), best of
---reps after a warm-up. torch gets its native [B, H, T, D] contiguous layout; shardlab gets
+--reps after a warm-up, each timed call after a --settle pause (a library's idle OpenMP threads
+spin for a while after a call and would take a core from the other's next call). torch gets its native [B, H, T, D] contiguous layout; shardlab gets
 JAX's [B, T, H, D]. The backward times only the backward: shardlab's flash_attention_backward
 from (out, lse), torch's autograd backward of SDPA with the graph retained.
 
@@ -45,17 +46,26 @@ def omp_threads() -> int:
     return int(os.environ.get("OMP_NUM_THREADS", os.cpu_count()))
 
 
+# Seconds to pause before each timed call: after a call the other library's OpenMP threads
+# (torch ships its own libgomp) keep spinning for a while and would share the two cores with the
+# next timed call. Set by --settle.
+SETTLE = 0.15
+
+
+def timed(fn) -> float:
+    time.sleep(SETTLE)
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
 def best_pair(ours, theirs, reps: int) -> tuple[float, float]:
     ours()
     theirs()
     a = b = float("inf")
     for _ in range(reps):
-        t0 = time.perf_counter()
-        ours()
-        a = min(a, time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        theirs()
-        b = min(b, time.perf_counter() - t0)
+        a = min(a, timed(ours))
+        b = min(b, timed(theirs))
     return a, b
 
 
@@ -83,6 +93,7 @@ def one_run(torch, F, q, k, v, dout, reps: int) -> list[tuple[str, bool, float, 
 
 
 def main() -> None:
+    global SETTLE  # set from --settle
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--heads", type=int, default=8)
@@ -91,7 +102,10 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--runs", type=int, default=3, help="repeat the whole comparison this many times")
     ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--settle", type=float, default=SETTLE,
+                    help="seconds to pause before each timed call (the other library's threads spin)")
     args = ap.parse_args()
+    SETTLE = args.settle
 
     import torch
     import torch.nn.functional as F

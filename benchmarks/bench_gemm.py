@@ -14,7 +14,9 @@ For each n and thread count it prints, from the same run:
     loaded moment lowers a measurement, never raises it), goal >= 0.85.
 Each figure is the best of several timed runs (at least --reps, more while they fit in
 --budget seconds) after one warm-up; numpy and ours alternate run by run for each size and
-thread count, so load from other processes hits both alike. The whole table is repeated
+thread count, so load from other processes hits both alike, each timed call after a --settle
+pause (OpenBLAS's and libgomp's idle threads spin after a call and would take a core from the
+other library's next call). The whole table is repeated
 --runs times and the spread of each ratio is printed (the machine may be shared).
 """
 
@@ -36,26 +38,36 @@ from shardlab import _core
 from shardlab.kernels import gemm
 
 
+# Seconds to pause before each timed call. After a call OpenBLAS's pthreads (and libgomp's
+# threads) keep spinning for a while (OpenBLAS: ~2^28 TSC ticks, about 0.1 s here); a call timed
+# right after the other library's then shares the cores with those spinners. Measured at n = 1024
+# on two threads: shardlab 79 GFLOP/s timed right after numpy, 135 after a 0.2 s pause (numpy
+# 106 and 141 likewise). Set by --settle.
+SETTLE = 0.15
+
+
 def best_seconds(fn, reps: int, budget: float) -> float:
     """Best of at least `reps` runs, more while they fit in `budget` seconds: on a shared
     machine a short run is often preempted, and the best run is the one that was not."""
     return best_interleaved([fn], reps, budget)[0]
 
 
+def timed(fn) -> float:
+    time.sleep(SETTLE)
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
 def best_interleaved(fns, reps: int, budget: float) -> list[float]:
     """Best time of each function, the functions called in turn (a, b, a, b, ...) so that load
-    from other processes hits them alike; at least `reps` rounds, more within `budget` s."""
-    best = []
-    for fn in fns:  # warm-up, and a first timing
-        t0 = time.perf_counter()
-        fn()
-        best.append(time.perf_counter() - t0)
-    rounds = max(reps, min(50, int(budget / max(sum(best), 1e-9))))
+    from other processes hits them alike, each after a SETTLE pause; at least `reps` rounds,
+    more while they fit in `budget` s (pauses included)."""
+    best = [timed(fn) for fn in fns]  # warm-up, and a first timing
+    rounds = max(reps, min(50, int(budget / (sum(best) + SETTLE * len(fns)))))
     for _ in range(rounds):
         for i, fn in enumerate(fns):
-            t0 = time.perf_counter()
-            fn()
-            best[i] = min(best[i], time.perf_counter() - t0)
+            best[i] = min(best[i], timed(fn))
     return best
 
 
@@ -68,6 +80,7 @@ def openblas_info() -> str:
 
 
 def main() -> None:
+    global SETTLE  # set from --settle
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=int, nargs="+", default=[512, 1024, 2048, 4096])
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
@@ -78,9 +91,12 @@ def main() -> None:
         "--batched", type=lambda t: tuple(map(int, t.split("x"))), nargs="*",
         default=[(64, 128, 128, 128), (16, 512, 512, 512)], help="BxMxKxN batched cases",
     )
+    parser.add_argument("--settle", type=float, default=SETTLE,
+                        help="seconds to pause before each timed call (other libraries' threads spin)")
     parser.add_argument("--layout-n", type=int, default=2048, help="n of the transposed-operand table")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
+    SETTLE = args.settle
 
     console = Console(width=200)  # wide tables stay whole when piped to a file
     np.ones((64, 64), np.float32) @ np.ones((64, 64), np.float32)  # load OpenBLAS for threadpoolctl
