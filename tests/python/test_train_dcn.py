@@ -114,3 +114,14 @@ def test_the_rules_and_collectives_say_where_each_byte_goes():
     ops = [r[1:] for r in z3.collectives()]
     assert ("psum", ("dcn",)) in ops and ("all_gather", ("x", "y")) in ops and ("psum", ("model",)) in ops
     assert not any("dcn" in axes and op == "all_gather" for op, axes in ops)   # weights never cross the DCN
+
+
+def test_estimate_puts_a_dict_mesh_axis_named_dcn_on_the_dcn():
+    """A flat strategy over ("dcn", "data") on a TPU: the "dcn" axis is priced on the
+    data-centre network (6.25 GB/s per v5p chip), not on a torus axis."""
+    big = ModelConfig(num_layers=2, d_model=1024, ffw_dim=4096, num_heads=8, vocab_size=32000)
+    over_dcn = train.estimate(big, train.strategies.dp(data=("dcn", "data")), {"dcn": 4, "data": 16},
+                              "tpu-v5p", batch=64, seq=2048)
+    over_ici = train.estimate(big, train.strategies.dp(data=("rep", "data")), {"rep": 4, "data": 16},
+                              "tpu-v5p", batch=64, seq=2048)
+    assert over_dcn.comm_seconds["dcn+data"] > 2 * over_ici.comm_seconds["rep+data"]

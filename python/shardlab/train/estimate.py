@@ -65,8 +65,11 @@ def _param_structs(cfg, trainer: Trainer, dtype, spec_fn):
 
 def _mesh(mesh, hardware, strategy=None):
     if isinstance(mesh, dict):
-        # a strategy with a cross-slice axis (train.hierarchical) says which axis is the DCN
+        # a strategy with a cross-slice axis (train.hierarchical) says which axis is the DCN;
+        # otherwise a TPU mesh axis named "dcn" goes over the DCN, not onto a torus axis
         physical = strategy.physical_axes() if hasattr(strategy, "physical_axes") else None
+        if physical is None and "dcn" in mesh and hw_mod.get(hardware).family == "tpu":
+            physical = {"dcn": "dcn"}
         return sl.make_mesh(tuple(mesh.values()), tuple(mesh), hardware=hardware, physical_axes=physical,
                             abstract=True)
     return mesh
