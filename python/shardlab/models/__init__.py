@@ -6,7 +6,9 @@
   :func:`training_memory`, :func:`mfu`, :func:`step_time_lower_bound`,
   :func:`moe_compute_bound_batch`, :func:`attention_crossover`;
 * :mod:`~shardlab.models.transformer`: the model those formulas describe, runnable on plain
-  arrays and inside ``shard_map``, so the ledger checks the formulas.
+  arrays and inside ``shard_map``, so the ledger checks the formulas;
+* :mod:`~shardlab.models.expert_parallel`: the MoE layer with its experts split over a mesh
+  axis (AllToAll dispatch and combine), used by training and decoding.
 
 Example:
     >>> from shardlab.models import param_count, presets
@@ -14,7 +16,7 @@ Example:
     8030261248
 """
 
-from . import presets, transformer
+from . import expert_parallel, presets, transformer
 from .axes import LOGICAL_AXES, param_axes
 from .config import ModelConfig
 from .flops import FlopsPerToken, attention_crossover, flops_per_token
@@ -26,7 +28,7 @@ from .perf import mfu, moe_compute_bound_batch, peak_flops, step_time_lower_boun
 from .report import Report
 
 __all__ = [
-    "attention_crossover", "config_from_hf", "LOGICAL_AXES", "param_axes", "flops_per_token", "FlopsPerToken", "kv_cache_bytes",
+    "attention_crossover", "config_from_hf", "expert_parallel", "LOGICAL_AXES", "param_axes", "flops_per_token", "FlopsPerToken", "kv_cache_bytes",
     "mfu", "ModelConfig", "moe_compute_bound_batch", "param_count", "ParamCount", "peak_flops",
     "presets", "Report", "step_time_lower_bound", "STRATEGIES", "SUPPORTED_MODEL_TYPES",
     "training_memory", "transformer",
