@@ -9,7 +9,7 @@ namespace shardlab {
 namespace {
 
 TEST(Hardware, EveryPresetHasComputeMemoryAndInterconnect) {
-  ASSERT_EQ(hardware_presets().size(), 7u);
+  ASSERT_EQ(hardware_presets().size(), 8u);
   for (const auto& h : hardware_presets()) {
     EXPECT_GT(h.peak("bfloat16"), 0) << h.name;
     EXPECT_GT(h.peak("int8"), 0) << h.name;
@@ -25,6 +25,15 @@ TEST(Hardware, EveryPresetHasComputeMemoryAndInterconnect) {
       EXPECT_GT(h.nvlink_bandwidth(), h.ib_bandwidth) << h.name;
     }
   }
+}
+
+TEST(Hardware, A100HasTwelveNvlinkLinksAndSelenesInfiniband) {
+  const Hardware& a100 = get_hardware("nvidia-a100");
+  EXPECT_EQ(a100.nvlink_links, 12);
+  EXPECT_DOUBLE_EQ(a100.nvlink_link_bandwidth, 25e9);
+  EXPECT_DOUBLE_EQ(a100.ib_bandwidth, 25e9);  // 8 x 200 Gb/s HDR per 8-GPU node
+  EXPECT_DOUBLE_EQ(a100.peak("bfloat16"), 312e12);
+  EXPECT_EQ(get_hardware("h100").nvlink_links, 18);
 }
 
 TEST(Hardware, CriticalIntensityOfV5eIsAbout240) {
