@@ -35,6 +35,21 @@ def _caches(cfg, params, B, prompt_len, max_len):
     return a, b
 
 
+def _check_step(params, tok, cfg, cache, plain, mesh, strategy, fields):
+    """One sharded decode step: logits equal to the unsharded cached forward, and the ledger's
+    collectives (`fields` of each) equal to the closed form."""
+    ledger = sl.Ledger()
+    got = decode_step(params, tok, cfg, cache, mesh, strategy, ledger=ledger)
+    ref = np.asarray(forward_cached(params, tok[:, None], cfg, plain))[:, 0]
+    np.testing.assert_allclose(got, ref, atol=1e-5, rtol=0)
+    expect = comm_bytes(cfg, strategy, dict(mesh.shape), len(tok), dtype_bytes=4)
+    got_bytes = ledger_comm_bytes(ledger)
+    assert set(got_bytes) == set(expect)
+    for key, d in expect.items():
+        for field in fields:
+            assert got_bytes[key][field] == pytest.approx(d[field]), (key, field)
+
+
 @pytest.mark.parametrize("strategy", sorted(CASES))
 def test_decode_step_equals_unsharded_and_ledger_equals_closed_form(strategy):
     cfg, shape, axes = CASES[strategy]
@@ -44,16 +59,7 @@ def test_decode_step_equals_unsharded_and_ledger_equals_closed_form(strategy):
     mesh = sl.make_mesh(shape, axes)
     for step in range(3):
         tok = (np.arange(B) * 7 + step) % cfg.vocab_size
-        ledger = sl.Ledger()
-        got = decode_step(params, tok, cfg, sharded, mesh, strategy, ledger=ledger)
-        ref = np.asarray(forward_cached(params, tok[:, None], cfg, plain))[:, 0]
-        np.testing.assert_allclose(got, ref, atol=1e-5, rtol=0)
-        expect = comm_bytes(cfg, strategy, dict(mesh.shape), B, dtype_bytes=4)
-        got_bytes = ledger_comm_bytes(ledger)
-        assert set(got_bytes) == set(expect)
-        for key, d in expect.items():
-            for field in ("calls", "bytes_in", "bytes_sent"):
-                assert got_bytes[key][field] == pytest.approx(d[field]), (key, field)
+        _check_step(params, tok, cfg, sharded, plain, mesh, strategy, ("calls", "bytes_in", "bytes_sent"))
     np.testing.assert_allclose(sharded.k, plain.k, atol=1e-6)
     assert sharded.lengths.tolist() == [8] * B
 
@@ -177,15 +183,7 @@ def test_paged_decode_step_equals_unsharded_with_the_same_ledger_and_bytes(strat
     assert paged.nbytes == plain.nbytes == StepModel(cfg, "tpu-v5e", {"x": 8}, "float32").kv_bytes_per_token * B * 16
     for step in range(4):
         tok = (np.arange(B) * 5 + step) % cfg.vocab_size
-        ledger = sl.Ledger()
-        got = decode_step(params, tok, cfg, paged, mesh, strategy, ledger=ledger)
-        ref = np.asarray(forward_cached(params, tok[:, None], cfg, plain))[:, 0]
-        np.testing.assert_allclose(got, ref, atol=1e-5, rtol=0)
-        expect = comm_bytes(cfg, strategy, dict(mesh.shape), B, dtype_bytes=4)
-        got_bytes = ledger_comm_bytes(ledger)
-        assert set(got_bytes) == set(expect)
-        for key, d in expect.items():
-            assert got_bytes[key]["bytes_sent"] == pytest.approx(d["bytes_sent"]), key
+        _check_step(params, tok, cfg, paged, plain, mesh, strategy, ("bytes_sent",))
     for b in range(B):                      # the pool holds each token where its block table says
         k, _, n = paged.view(0, [b])
         np.testing.assert_allclose(k[0, :n[0]], plain.k[0, b, :n[0]], atol=1e-6)
