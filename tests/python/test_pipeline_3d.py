@@ -10,31 +10,15 @@ import shardlab as sl
 from shardlab.models import ModelConfig, param_axes, transformer
 from shardlab.train import pipeline as pp
 
-CFG = ModelConfig(num_layers=4, d_model=32, ffw_dim=64, num_heads=4, num_kv_heads=2, vocab_size=50)
-TIED = ModelConfig(num_layers=2, d_model=32, ffw_dim=64, num_heads=4, num_kv_heads=2, vocab_size=50,
-                   tie_embeddings=True, positions="learned", max_seq_len=16)
-RNG = np.random.default_rng(0)
-TOK = RNG.integers(0, 50, (8, 8))
-TGT = RNG.integers(0, 50, (8, 8))
+from pipeline_cases import CFG, TGT, TIED, TOK, init_params, leaves
+
 MESH3 = ((2, 2, 2), ("stage", "data", "model"))
 TP_AXES = {"heads", "kv", "mlp", "vocab"}   # the logical axes Megatron splits over the model axis
 
 
-def _params(cfg=CFG):
-    return transformer.init_params(cfg, seed=1)
-
-
-def _leaves(t):
-    if isinstance(t, dict):
-        return [x for k in sorted(t) for x in _leaves(t[k])]
-    if isinstance(t, (list, tuple)) and not (t and isinstance(t[0], str)):
-        return [x for v in t for x in _leaves(v)]
-    return [t if isinstance(t, tuple) else np.asarray(t)]
-
-
 @pytest.fixture(scope="module")
 def reference():
-    return pp.reference_step(_params(), TOK, TGT, CFG)
+    return pp.reference_step(init_params(), TOK, TGT, CFG)
 
 
 SCHEDULES = [("gpipe", lambda: pp.gpipe(2, 4)), ("1f1b", lambda: pp.one_f_one_b(2, 4)),
@@ -44,10 +28,10 @@ SCHEDULES = [("gpipe", lambda: pp.gpipe(2, 4)), ("1f1b", lambda: pp.one_f_one_b(
 
 @pytest.mark.parametrize("name,build", SCHEDULES)
 def test_every_schedule_on_a_2x2x2_mesh_equals_the_non_pipelined_step(reference, name, build):
-    ex = pp.execute(build(), _params(), TOK, TGT, CFG, sl.make_mesh(*MESH3))
+    ex = pp.execute(build(), init_params(), TOK, TGT, CFG, sl.make_mesh(*MESH3))
     loss, grads = reference
     assert abs(ex.loss - loss) <= 1e-5
-    for a, b in zip(_leaves(ex.grads), _leaves(grads)):
+    for a, b in zip(leaves(ex.grads), leaves(grads)):
         assert a.shape == b.shape and np.max(np.abs(a - b)) <= 1e-5
     # tensor parallelism really ran: every forward holds psums over the model axis
     fwd = [a for acts in ex.schedule.actions for a in acts if a.kind == "forward"]
@@ -55,7 +39,7 @@ def test_every_schedule_on_a_2x2x2_mesh_equals_the_non_pipelined_step(reference,
 
 
 def test_tied_embedding_with_learned_positions_vocab_parallel():
-    params = _params(TIED)
+    params = init_params(TIED)
     loss, grads = pp.reference_step(params, TOK, TGT, TIED)
     ex = pp.execute(pp.one_f_one_b(2, 2), params, TOK, TGT, TIED, sl.make_mesh(*MESH3))
     assert abs(ex.loss - loss) <= 1e-5
@@ -67,7 +51,7 @@ def test_tied_embedding_with_learned_positions_vocab_parallel():
 def _local_param_bytes(cfg, layer_ids, first, last, y):
     """Bytes of a stage's weights on one device: a param with a Megatron axis holds 1/y of it."""
     axes = param_axes(cfg)
-    params = _params(cfg)
+    params = init_params(cfg)
     trees = [(params["layers"][i], axes["layers"][i]) for i in layer_ids]
     if first:
         trees.append(({"embed": params["embed"]}, {"embed": axes["embed"]}))
@@ -76,7 +60,7 @@ def _local_param_bytes(cfg, layer_ids, first, last, y):
                       {"final_norm": axes["final_norm"], "head": axes["head"]}))
     total = 0
     for p, a in trees:
-        for x, ax in zip(_leaves(p), _leaves(a)):
+        for x, ax in zip(leaves(p), leaves(a)):
             total += x.size // (y if TP_AXES & set(ax) else 1)
     return 4 * total
 
@@ -84,7 +68,7 @@ def _local_param_bytes(cfg, layer_ids, first, last, y):
 @pytest.mark.parametrize("build", [lambda: pp.one_f_one_b(2, 4), lambda: pp.zb_h1(2, 4)])
 def test_the_ledger_split_by_axis(build):
     mesh = sl.make_mesh(*MESH3, hardware="tpu-v5e")
-    ex = pp.execute(build(), _params(), TOK, TGT, CFG, mesh)
+    ex = pp.execute(build(), init_params(), TOK, TGT, CFG, mesh)
     s = ex.schedule
     b_local, T, D = 8 // 4 // 2, 8, 32         # a microbatch of 2 rows over data=2; T=8, D=32
     block = b_local * T * D * 4                # the book's B.T.D activation block, float32
@@ -128,7 +112,7 @@ def test_the_ledger_split_by_axis(build):
 
 
 def test_bad_input():
-    params = _params()
+    params = init_params()
     with pytest.raises(ValueError, match=r"\[pipeline.execute\] num_heads 4 is not divisible by the model axis "
                                          r"'model' of size 3"):
         pp.execute(pp.gpipe(2, 2), params, TOK, TGT, CFG, sl.make_mesh((2, 3), ("stage", "model")))
@@ -141,14 +125,14 @@ def test_bad_input():
                                          r"\(axes \('data', 'model'\)\)"):
         pp.execute(pp.gpipe(2, 2), params, TOK, TGT, CFG, sl.make_mesh((2, 2), ("data", "model")))
     with pytest.raises(ValueError, match=r"4 pipeline stages \(p \* v\) for 2 layers"):
-        pp.execute(pp.one_f_one_b(4, 4), _params(TIED), TOK, TGT, TIED,
+        pp.execute(pp.one_f_one_b(4, 4), init_params(TIED), TOK, TGT, TIED,
                    sl.make_mesh((4, 1, 2), ("stage", "data", "model")))
     with pytest.raises(ValueError, match=r"model='stage' is the pipeline axis"):
         pp.execute(pp.gpipe(2, 2), params, TOK, TGT, CFG, sl.make_mesh((2,), ("stage",)), model="stage")
 
 
 def test_model_none_makes_the_model_axis_a_data_axis(reference):
-    ex = pp.execute(pp.one_f_one_b(2, 2), _params(), TOK, TGT, CFG, sl.make_mesh(*MESH3), model=None)
+    ex = pp.execute(pp.one_f_one_b(2, 2), init_params(), TOK, TGT, CFG, sl.make_mesh(*MESH3), model=None)
     assert abs(ex.loss - reference[0]) <= 1e-5
     assert not [e for e in ex.ledger.events if e.get("axes") == ("model",)]
     assert {e["axes"] for e in ex.gradient_all_reduce_events()} == {("data", "model")}
@@ -162,10 +146,10 @@ def test_model_none_makes_the_model_axis_a_data_axis(reference):
 def test_fsdp_over_the_data_axis(reference, shape, names, build):
     """ZeRO-3 inside the pipeline: each piece gathers its weights over `data` when it runs and its
     backward reduce-scatters their gradients; no end-of-step all-reduce."""
-    ex = pp.execute(build(), _params(), TOK, TGT, CFG, sl.make_mesh(shape, names), fsdp=True)
+    ex = pp.execute(build(), init_params(), TOK, TGT, CFG, sl.make_mesh(shape, names), fsdp=True)
     loss, grads = reference
     assert abs(ex.loss - loss) <= 1e-5
-    for a, b in zip(_leaves(ex.grads), _leaves(grads)):
+    for a, b in zip(leaves(ex.grads), leaves(grads)):
         assert a.shape == b.shape and np.max(np.abs(a - b)) <= 1e-5
     assert ex.gradient_all_reduce_events() == []
     y = dict(zip(names, shape)).get("model", 1)
@@ -190,4 +174,4 @@ def test_fsdp_over_the_data_axis(reference, shape, names, build):
 def test_fsdp_needs_a_data_axis():
     with pytest.raises(ValueError, match=r"\[pipeline.execute\] fsdp=True shards the weights over the data axes, "
                                          r"but the mesh has none besides the pipeline and model axes"):
-        pp.execute(pp.gpipe(2, 2), _params(), TOK, TGT, CFG, sl.make_mesh((2, 2), ("stage", "model")), fsdp=True)
+        pp.execute(pp.gpipe(2, 2), init_params(), TOK, TGT, CFG, sl.make_mesh((2, 2), ("stage", "model")), fsdp=True)

@@ -6,13 +6,10 @@ import numpy as np
 import pytest
 
 import shardlab as sl
-from shardlab.models import ModelConfig, transformer
+from shardlab.models import transformer
 from shardlab.train import pipeline as pp
 
-CFG = ModelConfig(num_layers=4, d_model=32, ffw_dim=64, num_heads=4, num_kv_heads=2, vocab_size=50)
-RNG = np.random.default_rng(0)
-TOK = RNG.integers(0, 50, (8, 8))
-TGT = RNG.integers(0, 50, (8, 8))
+from pipeline_cases import CFG, TGT, TOK, leaves
 
 
 @pytest.mark.parametrize("p,m", [(2, 4), (3, 6), (4, 8), (4, 13), (8, 16)])
@@ -104,7 +101,7 @@ def test_executed_on_real_data_equals_the_non_pipelined_step(shape, names):
     mesh = sl.make_mesh(shape, names, hardware="tpu-v5e")
     ex = pp.execute(pp.dualpipe_v(2, 4), params, TOK, TGT, CFG, mesh)
     assert abs(ex.loss - loss) <= 1e-5
-    for a, b in zip(_leaves(ex.grads), _leaves(grads)):
+    for a, b in zip(leaves(ex.grads), leaves(grads)):
         assert np.max(np.abs(a - b)) <= 1e-5
     assert ex.peak_live == pp.clock(ex.schedule).peak_activations == (5, 5)
     # the executed durations mix whole and split backwards; the clock runs them with the pairs
@@ -114,9 +111,3 @@ def test_executed_on_real_data_equals_the_non_pipelined_step(shape, names):
     assert all(w > 0 for w in fl["backward_weight"]) and all(b > f for b, f in zip(fl["backward"], fl["forward"]))
 
 
-def _leaves(t):
-    if isinstance(t, dict):
-        return [x for k in sorted(t) for x in _leaves(t[k])]
-    if isinstance(t, (list, tuple)):
-        return [x for v in t for x in _leaves(v)]
-    return [np.asarray(t)]

@@ -8,33 +8,16 @@ import shardlab as sl
 from shardlab.models import ModelConfig, transformer
 from shardlab.train import pipeline as pp
 
-CFG = ModelConfig(num_layers=4, d_model=32, ffw_dim=64, num_heads=4, num_kv_heads=2, vocab_size=50)
-TIED = ModelConfig(num_layers=2, d_model=32, ffw_dim=64, num_heads=4, num_kv_heads=2, vocab_size=50,
-                   tie_embeddings=True, positions="learned", max_seq_len=16)
-RNG = np.random.default_rng(0)
-TOK = RNG.integers(0, 50, (8, 8))
-TGT = RNG.integers(0, 50, (8, 8))
-
-
-def _params(cfg=CFG):
-    return transformer.init_params(cfg, seed=1)
-
-
-def _leaves(t):
-    if isinstance(t, dict):
-        return [x for k in sorted(t) for x in _leaves(t[k])]
-    if isinstance(t, (list, tuple)):
-        return [x for v in t for x in _leaves(v)]
-    return [np.asarray(t)]
+from pipeline_cases import CFG, TGT, TIED, TOK, init_params, leaves
 
 
 @pytest.fixture(scope="module")
 def reference():
-    return pp.reference_step(_params(), TOK, TGT, CFG)
+    return pp.reference_step(init_params(), TOK, TGT, CFG)
 
 
 def test_reference_step_is_the_model_loss_and_its_gradient():
-    params = _params()
+    params = init_params()
     loss, grads = pp.reference_step(params, TOK[:2], TGT[:2], CFG)
     assert abs(loss - float(np.asarray(transformer.loss(params, TOK[:2], TGT[:2], CFG)))) < 1e-6
     # central differences on a few entries, in float64 through the float32 model
@@ -64,10 +47,10 @@ SCHEDULES = [("gpipe", lambda p, m: pp.gpipe(p, m)), ("1f1b", lambda p, m: pp.on
 @pytest.mark.parametrize("shape,names", [((2,), ("stage",)), ((2, 2), ("stage", "data"))])
 def test_every_schedule_equals_the_non_pipelined_step(reference, name, build, shape, names):
     mesh = sl.make_mesh(shape, names)
-    ex = pp.execute(build(2, 4), _params(), TOK, TGT, CFG, mesh)
+    ex = pp.execute(build(2, 4), init_params(), TOK, TGT, CFG, mesh)
     loss, grads = reference
     assert abs(ex.loss - loss) <= 1e-5
-    for a, b in zip(_leaves(ex.grads), _leaves(grads)):
+    for a, b in zip(leaves(ex.grads), leaves(grads)):
         assert a.shape == b.shape and np.max(np.abs(a - b)) <= 1e-5
     # every action ran once, in an order each device's list allows
     assert sorted(map(str, ex.order)) == sorted(str(a) for acts in ex.schedule.actions for a in acts)
@@ -76,20 +59,20 @@ def test_every_schedule_equals_the_non_pipelined_step(reference, name, build, sh
 
 
 def test_four_stages_and_a_tied_embedding_with_learned_positions():
-    params = _params(TIED)
+    params = init_params(TIED)
     loss, grads = pp.reference_step(params, TOK, TGT, TIED)
     ex = pp.execute(pp.one_f_one_b(2, 2), params, TOK, TGT, TIED, sl.make_mesh((2,), ("stage",)))
     assert abs(ex.loss - loss) <= 1e-5
     # the tied table's gradient has both parts: the first stage's gather and the last stage's head
     assert np.max(np.abs(ex.grads["embed"] - grads["embed"])) <= 1e-5
-    ex4 = pp.execute(pp.one_f_one_b(4, 8), _params(), TOK, TGT, CFG, sl.make_mesh((4,), ("stage",)))
-    assert abs(ex4.loss - pp.reference_step(_params(), TOK, TGT, CFG)[0]) <= 1e-5
+    ex4 = pp.execute(pp.one_f_one_b(4, 8), init_params(), TOK, TGT, CFG, sl.make_mesh((4,), ("stage",)))
+    assert abs(ex4.loss - pp.reference_step(init_params(), TOK, TGT, CFG)[0]) <= 1e-5
     assert ex4.peak_live == pp.clock(ex4.schedule).peak_activations == (4, 3, 2, 1)
 
 
 def test_sends_are_ppermute_events_of_the_activation():
     mesh = sl.make_mesh((2, 2), ("stage", "data"))
-    ex = pp.execute(pp.one_f_one_b(2, 4), _params(), TOK, TGT, CFG, mesh)
+    ex = pp.execute(pp.one_f_one_b(2, 4), init_params(), TOK, TGT, CFG, mesh)
     sends = [a for acts in ex.schedule.actions for a in acts if a.kind == "send"]
     ppermutes = ex.ledger.filter(op="ppermute").events
     assert len(ppermutes) == len(sends) == 8
@@ -108,7 +91,7 @@ def test_sends_are_ppermute_events_of_the_activation():
 def test_data_parallel_gradient_sum_once_per_step(reference, m):
     """One psum per device per step (a flat buffer of all its weight gradients), whatever m is."""
     mesh = sl.make_mesh((2, 2), ("stage", "data"))
-    params = _params()
+    params = init_params()
     ex = pp.execute(pp.one_f_one_b(2, m), params, TOK, TGT, CFG, mesh)
     psums = ex.ledger.filter(op="psum").events
     assert len(psums) == 2 and all(e["axes"] == ("data",) for e in psums)
@@ -117,17 +100,17 @@ def test_data_parallel_gradient_sum_once_per_step(reference, m):
     for s in range(2):
         (e,) = ex.gradient_all_reduce_events(s)
         assert e["label"] == f"pipeline/gradient all-reduce s{s}"
-        assert e["bytes_in"] == 4 * sum(x.size for x in _leaves(stage_params[s]))  # every weight of the stage, once
-    for a, b in zip(_leaves(ex.grads), _leaves(reference[1])):
+        assert e["bytes_in"] == 4 * sum(x.size for x in leaves(stage_params[s]))  # every weight of the stage, once
+    for a, b in zip(leaves(ex.grads), leaves(reference[1])):
         assert np.max(np.abs(a - b)) <= 1e-5
 
 
 def test_stage_flops_partition_the_model_and_feed_the_clock():
     mesh = sl.make_mesh((2,), ("stage",), hardware="tpu-v5e")
-    ex = pp.execute(pp.gpipe(2, 4), _params(), TOK, TGT, CFG, mesh)
+    ex = pp.execute(pp.gpipe(2, 4), init_params(), TOK, TGT, CFG, mesh)
     fl = ex.stage_flops()
     # one microbatch through the whole model on one device (a one-stage pipeline: not pipelined)
-    whole = pp.execute(pp.gpipe(1, 1), _params(), TOK[:2], TGT[:2], CFG, sl.make_mesh((1,), ("stage",))).ledger
+    whole = pp.execute(pp.gpipe(1, 1), init_params(), TOK[:2], TGT[:2], CFG, sl.make_mesh((1,), ("stage",))).ledger
     fwd = sum(e["flops"] for e in whole.events if e["phase"] == "forward")
     bwd = sum(e["flops"] for e in whole.events if e["phase"] == "backward")
     assert fwd > 0 and bwd > fwd
@@ -154,7 +137,7 @@ def _matmul_weight_flops(params, layer_ids, tokens: int, head: bool) -> float:
 
 def test_zb_h1_splits_input_and_weight_gradients():
     mesh = sl.make_mesh((2,), ("stage",), hardware="h100")
-    params = _params()
+    params = init_params()
     ex = pp.execute(pp.zb_h1(2, 4), params, TOK, TGT, CFG, mesh)
     fl = ex.stage_flops()
     one = pp.execute(pp.one_f_one_b(2, 4), params, TOK, TGT, CFG, mesh).stage_flops()
@@ -195,13 +178,13 @@ def test_zb_h1_executed_timeline_beats_1f1b_at_equal_peak_memory():
 
 
 def test_forward_only_schedule_gives_the_loss():
-    ex = pp.execute(pp.gpipe(2, 4, forward_only=True), _params(), TOK, TGT, CFG, sl.make_mesh((2,), ("stage",)))
+    ex = pp.execute(pp.gpipe(2, 4, forward_only=True), init_params(), TOK, TGT, CFG, sl.make_mesh((2,), ("stage",)))
     assert ex.grads is None
-    assert abs(ex.loss - float(np.asarray(transformer.loss(_params(), TOK, TGT, CFG)))) < 1e-5
+    assert abs(ex.loss - float(np.asarray(transformer.loss(init_params(), TOK, TGT, CFG)))) < 1e-5
 
 
 def test_bad_input():
-    params = _params()
+    params = init_params()
     with pytest.raises(ValueError, match=r"\[pipeline.execute\] the mesh has no pipeline axis 'stage' "
                                          r"\(axes \('x',\)\)"):
         pp.execute(pp.gpipe(2, 2), params, TOK, TGT, CFG, sl.make_mesh((2,), ("x",)))
@@ -225,9 +208,9 @@ def test_bad_input():
 def test_uneven_stages_and_interleaving_on_three_devices(reference):
     # 4 layers over 3 stages: (2, 1, 1) layers; the first stage's forward costs the most FLOPs
     mesh = sl.make_mesh((3,), ("stage",), hardware="tpu-v5e")
-    ex = pp.execute(pp.one_f_one_b(3, 4), _params(), TOK, TGT, CFG, mesh)
+    ex = pp.execute(pp.one_f_one_b(3, 4), init_params(), TOK, TGT, CFG, mesh)
     assert abs(ex.loss - reference[0]) <= 1e-5
-    for a, b in zip(_leaves(ex.grads), _leaves(reference[1])):
+    for a, b in zip(leaves(ex.grads), leaves(reference[1])):
         assert np.max(np.abs(a - b)) <= 1e-5
     f = ex.stage_flops()["forward"]
     assert f[0] > f[1] and ex.timeline().busy[0] > ex.timeline().busy[1]
