@@ -23,7 +23,7 @@ import shardlab.numpy as jnp
 from .config import ModelConfig
 from .ops import activation
 
-__all__ = ["norm", "rotary", "attention", "mlp"]
+__all__ = ["norm", "rotary", "rotary_tables", "apply_rotary", "attention", "mlp"]
 
 
 def norm(p: dict, x, cfg: ModelConfig):
@@ -39,22 +39,32 @@ def norm(p: dict, x, cfg: ModelConfig):
     return y.astype(x.dtype)
 
 
-def rotary(x, cfg: ModelConfig, offset: int = 0):
-    """Rotary position embedding on x [B, T, heads, H] (the "rotate half" layout of LLaMA and
-    GPT-NeoX), on the first ``cfg.rotary_dim`` dims of each head."""
-    T = x.shape[1]
-    rot = cfg.rotary_dim
-    half = rot // 2
-    inv = 1.0 / (cfg.rope_theta ** (np.arange(half, dtype=np.float64) * 2.0 / rot))
-    ang = np.outer(np.arange(offset, offset + T, dtype=np.float64), inv)  # [T, half]
-    cos = np.cos(ang).astype(np.float32)[None, :, None, :]
-    sin = np.sin(ang).astype(np.float32)[None, :, None, :]
+def rotary_tables(cfg: ModelConfig, positions) -> tuple[np.ndarray, np.ndarray]:
+    """(cos, sin) ``[len(positions), rotary_dim/2]`` float32 of the rotary embedding at
+    ``positions`` (angles in float64, as the model computes them)."""
+    half = cfg.rotary_dim // 2
+    inv = 1.0 / (cfg.rope_theta ** (np.arange(half, dtype=np.float64) * 2.0 / cfg.rotary_dim))
+    ang = np.outer(np.asarray(positions, np.float64), inv)
+    return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
+
+
+def apply_rotary(x, cos, sin, cfg: ModelConfig):
+    """Rotary embedding of x ``[B, T, heads, H]`` with per-token tables ``[T, rotary_dim/2]``
+    (rows of :func:`rotary_tables`; per-device values inside ``shard_map`` work too)."""
+    half, rot = cfg.rotary_dim // 2, cfg.rotary_dim
+    c, s = cos[None, :, None, :], sin[None, :, None, :]
     xf = x.astype(np.float32)
     x1, x2 = xf[..., :half], xf[..., half:rot]
-    parts = [x1 * cos - x2 * sin, x2 * cos + x1 * sin]
+    parts = [x1 * c - x2 * s, x2 * c + x1 * s]
     if rot < cfg.head_dim:
         parts.append(xf[..., rot:])
     return jnp.concatenate(parts, axis=-1).astype(x.dtype)
+
+
+def rotary(x, cfg: ModelConfig, offset: int = 0):
+    """Rotary position embedding on x [B, T, heads, H] (the "rotate half" layout of LLaMA and
+    GPT-NeoX), on the first ``cfg.rotary_dim`` dims of each head, at positions offset..offset+T."""
+    return apply_rotary(x, *rotary_tables(cfg, np.arange(offset, offset + x.shape[1])), cfg)
 
 
 def _proj(x, w, b=None):

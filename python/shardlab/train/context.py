@@ -45,9 +45,10 @@ import numpy as np
 
 import shardlab.numpy as jnp
 from shardlab import LocalArray, lax
+from shardlab.models.layers import apply_rotary, rotary_tables
 
 __all__ = ["zigzag_order", "to_zigzag", "from_zigzag", "check_context", "ring_attention", "kv_hop_bytes",
-           "ring_forward_bytes", "causal_block_fraction", "ring_attention_flops", "zigzag_positions", "rotary_tables", "apply_rotary",
+           "ring_forward_bytes", "causal_block_fraction", "ring_attention_flops", "zigzag_positions",
            "rotary_zigzag"]
 
 _NEG = np.float32(-1e30)  # the logsumexp of "no keys": exp(_NEG - finite) is exactly 0
@@ -129,28 +130,6 @@ def zigzag_positions(axis_name, local_len: int):
     me = lax.axis_index(axis_name)
     offsets = np.arange(c, dtype=np.int32)
     return jnp.concatenate([offsets + me * np.int32(c), offsets + (np.int32(2 * n - 1) - me) * np.int32(c)])
-
-
-def rotary_tables(cfg, positions) -> tuple[np.ndarray, np.ndarray]:
-    """(cos, sin) ``[len(positions), rotary_dim/2]`` float32 at ``positions``, computed as
-    ``shardlab.models.layers.rotary`` does (float64 angles)."""
-    half = cfg.rotary_dim // 2
-    inv = 1.0 / (cfg.rope_theta ** (np.arange(half, dtype=np.float64) * 2.0 / cfg.rotary_dim))
-    ang = np.outer(np.asarray(positions, np.float64), inv)
-    return np.cos(ang).astype(np.float32), np.sin(ang).astype(np.float32)
-
-
-def apply_rotary(x, cos, sin, cfg):
-    """Rotary embedding of x ``[B, T, heads, H]`` with per-token tables ``[T, rotary_dim/2]``
-    (the local rows of :func:`rotary_tables`)."""
-    half, rot = cfg.rotary_dim // 2, cfg.rotary_dim
-    c, s = cos[None, :, None, :], sin[None, :, None, :]
-    xf = x.astype(np.float32)
-    x1, x2 = xf[..., :half], xf[..., half:rot]
-    parts = [x1 * c - x2 * s, x2 * c + x1 * s]
-    if rot < cfg.head_dim:
-        parts.append(xf[..., rot:])
-    return jnp.concatenate(parts, axis=-1).astype(x.dtype)
 
 
 def rotary_zigzag(xs, cfg, axis_name) -> list:
