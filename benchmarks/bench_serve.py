@@ -22,8 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import pathlib
-import sys
+import importlib
 import time
 
 import numpy as np
@@ -39,13 +38,11 @@ CONFIGS = {"interleaved": ServingConfig(replicas=2, max_batch=128, chunk_size=25
 
 
 def _simpy_reference():
-    """The SimPy version of the simulator (tests/python/test_serve_sim_simpy.py), or None."""
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" / "python"))
+    """The SimPy version of the simulator (shardlab.serve.simpy_reference), or None without SimPy."""
     try:
-        from test_serve_sim_simpy import simpy_simulate
+        return importlib.import_module("shardlab.serve.simpy_reference").simpy_simulate
     except ImportError:
         return None
-    return simpy_simulate
 
 
 def bench_simulator(n: int, with_simpy: bool) -> dict:

@@ -26,7 +26,7 @@ for the benchmark's 100,000 disaggregated requests (15 per request: Store get/pu
 Resource request/release, Process start, the AnyOf of a timer and a wake-up) and spent about
 two thirds of its profile in SimPy's event machinery (``Environment.step``,
 ``Process._resume``, ``schedule``, event construction); without it the run takes about a
-quarter of the time. tests/python/test_serve_sim_simpy.py keeps the SimPy processes as a
+quarter of the time. :mod:`shardlab.serve.simpy_reference` keeps the SimPy processes as a
 reference and requires bit-identical times from both. A layout with feedback (preemption,
 load-aware routing) would need a shared event queue again.
 
