@@ -110,6 +110,9 @@ def test_bad_expert_layouts_are_clear_errors():
         sl.shard_map(lambda x: expert_parallel_mlp({}, x, dense, "x"), mesh=sl.make_mesh((2,), ("x",)),
                      in_specs=P("x"), out_specs=P("x"))(_x())
     p8 = _layer(BASE)
+    with pytest.raises(NameError, match=r"\[expert_parallel_mlp\] unbound axis name: 'experts'"):
+        sl.shard_map(lambda p, x: expert_parallel_mlp(p, x, BASE, "experts"), mesh=sl.make_mesh((2,), ("x",)),
+                     in_specs=({k: P() for k in p8}, P("x")), out_specs=P("x"))(p8, _x())
     with pytest.raises(ValueError, match=r"holds 8 experts but num_experts 8 / axis 'x' of size 2 is 4"):
         sl.shard_map(lambda p, x: expert_parallel_mlp(p, x, BASE, "x"), mesh=sl.make_mesh((2,), ("x",)),
                      in_specs=({k: P() for k in p8}, P("x")), out_specs=P("x"))(p8, _x())

@@ -235,6 +235,10 @@ def test_errors_name_the_sequence_and_the_context_axis():
     with pytest.raises(ValueError, match=r"\[ring_attention\] causal ring attention needs the zig-zag layout: the "
                                          r"local sequence 3"):
         odd(np.zeros((1, 6, 4, 8), np.float32))
+    unbound = sl.shard_map(lambda q: context.ring_attention(q, q, q, "ctx"), mesh=mesh,
+                           in_specs=P(None, "context"), out_specs=P(None, "context"))
+    with pytest.raises(NameError, match=r"\[ring_attention\] unbound axis name: 'ctx'"):
+        unbound(q)
 
 
 def test_strategy_lays_the_sequence_over_the_context_axis():

@@ -90,3 +90,12 @@ def test_without_the_elementwise_term_no_single_efficiency_fits(result):
 def test_bad_efficiency_is_refused():
     with pytest.raises(ValueError, match=r"\[estimate_megatron\] efficiency 0 must be in \(0, 1\]"):
         validate.estimate_megatron(ROWS[0], efficiency=0)
+
+
+def test_a_row_that_is_not_a_table_row_is_rejected():
+    with pytest.raises(TypeError, match=r"\[estimate_megatron\] a row is a dict like those of validate.table\(\); this one is a int"):
+        validate.validate_megatron(rows=[99], show=False)
+    row = dict(validate.table()[0])
+    del row["microbatch"]
+    with pytest.raises(TypeError, match=r"lacks \['microbatch'\]"):
+        validate.estimate_megatron(row)

@@ -118,7 +118,10 @@ def expert_parallel_mlp(p: dict, x, cfg: ModelConfig, axis, *, return_dropped: b
     Returns:
         [B, T, D] in x's dtype, or ``(out, dropped)``.
     """
-    n = lax.axis_size(axis) if axis is not None else 1
+    try:
+        n = lax.axis_size(axis) if axis is not None else 1
+    except NameError as e:  # say which call named the axis
+        raise NameError(f"[expert_parallel_mlp] {e}") from None
     check_experts(cfg, axis, n)
     if experts is None:
         local = p["w_down"].shape[0]

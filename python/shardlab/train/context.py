@@ -205,7 +205,10 @@ def ring_attention(q, k, v, axis_name, *, is_causal: bool = False, scale=None):
     if k.shape != v.shape or k.shape[0] != B or k.shape[1] != T or k.shape[3] != H or N % K:
         raise ValueError(f"[{op}] local shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} do not "
                          f"fit: k and v must be [{B}, {T}, K, {H}] with K dividing {N}")
-    n = lax.axis_size(axis_name)
+    try:
+        n = lax.axis_size(axis_name)
+    except NameError as e:  # say which call named the axis
+        raise NameError(f"[ring_attention] {e}") from None
     scale = float(scale) if scale is not None else 1.0 / float(np.sqrt(H))
     qg = jnp.reshape(q, (B, T, K, N // K, H))
     ring = [(j, (j + 1) % n) for j in range(n)]

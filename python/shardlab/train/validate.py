@@ -249,6 +249,10 @@ def pipeline_seconds(p: int, m: int, v: int, forward, backward, send: float = 0.
     return t2 + (m - 2 * p) * (t3 - t2) / p
 
 
+_ROW_KEYS = ("params_b", "heads", "hidden", "layers", "t", "p", "gpus", "batch", "tflops_per_gpu", "microbatch",
+             "layers_per_virtual_stage", "ddp")
+
+
 def estimate_megatron(row: dict, *, efficiency: float = EFFICIENCY, elementwise_passes: float = ELEMENTWISE_PASSES,
                       hardware=A100, _parts=None) -> MegatronEstimate:
     """Predicts a Table 1 row's teraFLOP/s per GPU (see the module docstring for the model).
@@ -268,6 +272,10 @@ def estimate_megatron(row: dict, *, efficiency: float = EFFICIENCY, elementwise_
     """
     if not 0 < efficiency <= 1:
         raise ValueError(f"[estimate_megatron] efficiency {efficiency!r} must be in (0, 1]")
+    missing = [k for k in _ROW_KEYS if k not in row] if isinstance(row, dict) else None
+    if missing is None or missing:
+        what = f"lacks {missing}" if missing else f"is a {type(row).__name__}"
+        raise TypeError(f"[estimate_megatron] a row is a dict like those of validate.table(); this one {what}")
     hw = hw_mod.get(hardware)
     t, p, l = row["t"], row["p"], row["layers"]
     d = row["gpus"] // (t * p)
@@ -320,6 +328,12 @@ def fit_efficiency(rows=None, *, elementwise_passes: float = ELEMENTWISE_PASSES,
 
     Returns:
         ``{"efficiency": float, "mean_abs_error": float, "loo_mean_abs_error": float}``.
+
+    Example:
+        >>> from shardlab.train import validate
+        >>> fit = validate.fit_efficiency(validate.table()[:3], grid=[0.6, 0.63, 0.66])
+        >>> fit["efficiency"] in (0.6, 0.63, 0.66), fit["mean_abs_error"] < 0.05
+        (True, True)
     """
     rows = rows if rows is not None else table()
     parts = _all_parts(rows, hardware)
@@ -341,6 +355,12 @@ def validate_megatron(*, efficiency: float = EFFICIENCY, elementwise_passes: flo
 
     Returns:
         ``{"rows": [MegatronEstimate, ...], "mean_abs_error": float, "efficiency": float, "text": str}``.
+
+    Example:
+        >>> from shardlab import train
+        >>> out = train.validate_megatron(show=False)
+        >>> len(out["rows"]), round(out["mean_abs_error"], 3)
+        (10, 0.024)
     """
     rows = rows if rows is not None else table()
     ests = [estimate_megatron(r, efficiency=efficiency, elementwise_passes=elementwise_passes, hardware=hardware)
