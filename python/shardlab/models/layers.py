@@ -41,7 +41,16 @@ def norm(p: dict, x, cfg: ModelConfig):
 
 def rotary_tables(cfg: ModelConfig, positions) -> tuple[np.ndarray, np.ndarray]:
     """(cos, sin) ``[len(positions), rotary_dim/2]`` float32 of the rotary embedding at
-    ``positions`` (angles in float64, as the model computes them)."""
+    ``positions`` (angles in float64, as the model computes them).
+
+    Example:
+        >>> import numpy as np
+        >>> cfg = ModelConfig(num_layers=1, d_model=32, ffw_dim=64, num_heads=4, vocab_size=16)
+        >>> x = np.random.default_rng(0).standard_normal((1, 5, 4, 8)).astype(np.float32)
+        >>> cos, sin = rotary_tables(cfg, np.arange(2, 7))
+        >>> cos.shape, bool(np.allclose(apply_rotary(x, cos, sin, cfg), rotary(x, cfg, offset=2)))
+        ((5, 4), True)
+    """
     half = cfg.rotary_dim // 2
     inv = 1.0 / (cfg.rope_theta ** (np.arange(half, dtype=np.float64) * 2.0 / cfg.rotary_dim))
     ang = np.outer(np.asarray(positions, np.float64), inv)
