@@ -28,7 +28,8 @@ import simpy
 
 from .estimate import StepModel
 from .prefix_cache import PrefixCache
-from .simulator import ServingConfig, SimResult, _capacity_blocks, _Engine as _EventFreeEngine, tokens_per_verify
+from .simulator import (ServingConfig, SimResult, _capacity_blocks, _Engine as _EventFreeEngine, take_prefill_chunks,
+                        tokens_per_verify)
 
 __all__ = ["simpy_simulate"]
 
@@ -169,20 +170,7 @@ class _Engine:
 
     def _mixed_step(self):
         env, cfg = self.env, self.cfg
-        budget = cfg.chunk_size or self.prefilling[0].todo     # None: one whole prompt per step
-        tokens, pairs, ctx, done = 0, 0.0, 0, []
-        for q in self.prefilling:
-            take = min(budget, q.todo)
-            pairs += take * (q.cached + q.done + (take + 1) / 2)
-            ctx += q.cached + q.done                               # cached keys this chunk reads
-            q.done += take
-            q.todo -= take
-            tokens += take
-            budget -= take
-            if q.todo == 0:
-                done.append(q)
-            if budget <= 0:
-                break
+        tokens, pairs, ctx, done = take_prefill_chunks(self.prefilling, cfg.chunk_size)
         B = len(self.heap)
         k = cfg.speculative_k
         st = self.model.step(B, self.S + ctx, tokens, pairs, verify_tokens=k + 1).seconds

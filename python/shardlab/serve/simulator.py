@@ -135,6 +135,29 @@ class _Req:
         self.ctx = 0.0
 
 
+def take_prefill_chunks(prefilling, chunk_size) -> tuple[int, float, int, list]:
+    """One step's prefill work under chunked prefill: prompts in ``prefilling`` (queue order)
+    advance by up to ``chunk_size`` tokens in all (None: the first whole prompt). Returns
+    (tokens, attention pairs, cached keys read, the requests whose prompt is now done); each
+    request's ``done`` / ``todo`` counters move. The bookkeeping both engines share
+    (:mod:`shardlab.serve.simpy_reference` is the other)."""
+    budget = chunk_size or prefilling[0].todo
+    tokens, pairs, ctx, done = 0, 0.0, 0, []
+    for q in prefilling:
+        take = min(budget, q.todo)
+        pairs += take * (q.cached + q.done + (take + 1) / 2)
+        ctx += q.cached + q.done                               # cached keys this chunk reads
+        q.done += take
+        q.todo -= take
+        tokens += take
+        budget -= take
+        if q.todo == 0:
+            done.append(q)
+        if budget <= 0:
+            break
+    return tokens, pairs, ctx, done
+
+
 class _Engine:
     """One replica's continuous-batching loop on its own clock ``t``.
 
@@ -281,20 +304,7 @@ class _Engine:
 
     def _mixed_step(self) -> None:
         cfg = self.cfg
-        budget = cfg.chunk_size or self.prefilling[0].todo     # None: one whole prompt per step
-        tokens, pairs, ctx, done = 0, 0.0, 0, []
-        for q in self.prefilling:
-            take = min(budget, q.todo)
-            pairs += take * (q.cached + q.done + (take + 1) / 2)
-            ctx += q.cached + q.done                               # cached keys this chunk reads
-            q.done += take
-            q.todo -= take
-            tokens += take
-            budget -= take
-            if q.todo == 0:
-                done.append(q)
-            if budget <= 0:
-                break
+        tokens, pairs, ctx, done = take_prefill_chunks(self.prefilling, cfg.chunk_size)
         B = len(self.heap)
         k = cfg.speculative_k
         st = self.model.step_seconds(B, self.S + ctx, tokens, pairs, k + 1)
