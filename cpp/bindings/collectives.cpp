@@ -7,6 +7,7 @@
 #include "shardlab/buffer_pool.hpp"
 #include "shardlab/collectives.hpp"
 #include "shardlab/ops.hpp"
+#include "shardlab/scatter_add.hpp"
 
 namespace py = pybind11;
 using namespace shardlab;
@@ -104,6 +105,13 @@ void init_collectives(py::module_& m) {
       select_strided(o, c, xr, yr);
     }
     return out;
+  });
+  // The gradient of a row gather: dst[p, index[p, n], :] += src[p, n, :], in place on dst.
+  m.def("scatter_add_rows", [](py::array& dst, const py::array& index, const py::array& src) {
+    const ArrayRef d = as_ref(dst), i = as_ref(index), s = as_ref(src);
+    if (!dst.writeable()) throw std::invalid_argument("[scatter_add_rows] dst is read-only");
+    py::gil_scoped_release release;
+    scatter_add_rows(d, i, s);
   });
   // Materialize any strided view (device_put, reading a ShardedArray back) with OpenMP.
   m.def("copy", [](const py::array& x) {

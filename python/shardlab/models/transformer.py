@@ -133,14 +133,12 @@ def _embed(params: dict, tokens, cfg: ModelConfig):
 def embedding_lookup(table, ids):
     """Rows ``table[ids]`` ([B, T] ids → [B, T, D]) as a differentiable gather (no FLOPs).
 
-    Index and table are broadcast to the same batch shape first: the gradient of a
-    ``take_along_axis`` whose index broadcasts against the table is not supported by the
-    core's scatter-add.
+    One ``take_along_axis`` of the [V, D] table with a [B·T, 1] index that broadcasts along
+    D: its gradient is a row scatter-add into a [V, D] table, not into B copies of it.
     """
     B, T = ids.shape[0], ids.shape[1]
-    V, D = table.shape
-    idx = jnp.broadcast_to(jnp.expand_dims(ids.astype(np.int32), -1), (B, T, D))
-    return jnp.take_along_axis(jnp.broadcast_to(table[None], (B, V, D)), idx, axis=1)
+    idx = jnp.reshape(ids.astype(np.int32), (B * T, 1))
+    return jnp.reshape(jnp.take_along_axis(table, idx, axis=0), (B, T, table.shape[1]))
 
 
 def forward(params: dict, tokens, cfg: ModelConfig, *, causal: bool = True):

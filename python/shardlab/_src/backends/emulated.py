@@ -21,6 +21,7 @@ from ..core.einsum_spec import free_letters
 from ..kernels.attention import run_backward, run_forward
 from ..kernels.einsum import einsum_arrays
 from ..kernels.native import CORE_DTYPES, as_bits, narrow, wide
+from ..kernels.threaded import ufunc_call
 from ..primitives import attention as att
 from ..primitives import broadcasting as bc
 from ..primitives import collectives as col
@@ -75,7 +76,7 @@ def _ufunc_impl(ufunc):
     def impl(storages, mesh):
         target, out_dtype = ew.dtype_rule(ufunc, storages)
         args = [_cast_operand(v, target) for v in align(storages, mesh.ndim)]
-        out = np.asarray(ufunc(*args))  # floating-point warnings are silenced below, as JAX raises none
+        out = ufunc_call(ufunc, args)  # floating-point warnings are silenced above, as JAX raises none
         return [out if out.dtype == out_dtype else out.astype(out_dtype)]
 
     return impl
@@ -227,8 +228,18 @@ def _put_add(storages, mesh, *, axis, local_shape):
     dims = mesh_dims(storages, k)
     # The index may broadcast against the table (take_along_axis's rule): both to one shape.
     full = np.broadcast_shapes(dims + tuple(i.shape[k:]), tuple(ct.shape))
-    i, ct = np.broadcast_to(i, full), np.broadcast_to(ct, full)
     out = np.zeros(dims + tuple(local_shape), ct.dtype)
+    a = k + axis
+    if (ct.dtype in (float32, float64) and all(n == 1 for n in i.shape[a + 1:])
+            and out.shape[:a] == full[:a] and out.shape[a + 1:] == full[a + 1:]):
+        # A row gather's gradient (an embedding table's): whole rows add at once, in C++ on
+        # every core, where np.add.at adds one element at a time.
+        p, c = math.prod(full[:a]), math.prod(full[a + 1:])
+        rows = np.broadcast_to(i, full[:a + 1] + (1,) * (len(full) - a - 1)).reshape(p, full[a])
+        rows = np.where(rows < 0, rows + out.shape[a], rows).astype(np.int32)
+        _core.scatter_add_rows(out.reshape(p, out.shape[a], c), rows, np.broadcast_to(ct, full).reshape(p, full[a], c))
+        return [out]
+    i, ct = np.broadcast_to(i, full), np.broadcast_to(ct, full)
     grid = list(np.ogrid[tuple(slice(n) for n in i.shape)])
     grid[k + axis] = i
     np.add.at(out, tuple(grid), ct)
