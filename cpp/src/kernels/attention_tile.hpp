@@ -446,8 +446,11 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
 
 // Backward (FlashAttention-2): one task per (batch, kv head, chunk of key tiles); each key tile
 // keeps dK and dV in per-thread tiles while it sweeps the query tiles of every query head
-// in its group. dQ accumulates into `dq` when one chunk covers a kv head (no other task
-// touches those rows), or into a per-chunk partial buffer that is summed afterwards.
+// in its group. dQ accumulates head-major ([G][Tq][Dp], every query tile one contiguous
+// block): in a per-thread buffer copied into `dq` at the end of the task when one chunk
+// covers a kv head (no other task touches those rows), else in a per-chunk partial buffer
+// summed afterwards. Accumulating in `dq` itself read and wrote rows H * D floats apart (4 KiB
+// for H * D = 1024: every row of a micro-tile in the same L1 set), cold for every key tile.
 template <class V, class T>
 void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v, const T* out,
                     const T* dout, const float* lse, float* dq, float* dk, float* dv) {
@@ -490,11 +493,11 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
   const int64_t ntasks = heads * nchunks;
   // Partial dQ of a chunk: [G][Tq][Dp].
   std::vector<float> partial(nchunks > 1 ? ntasks * G * Tq * Dp : 0, 0.0f);
-  if (nchunks == 1) std::fill(dq, dq + B * Tq * Hq * D, 0.0f);
+  static thread_local Scratch dqbuf;  // [G][Tq][Dp] of the task (nchunks == 1)
 
 #pragma omp parallel
   {
-    TileBuffer buf(3 * kBk * Dp + 2 * Dp * kBk + 2 * kBq * kBk + kBq * Dp);
+    TileBuffer buf(3 * kBk * Dp + 2 * Dp * kBk + 2 * kBq * kBk);
     float* Kr = buf.data();     // [kBk][Dp]
     float* dK = Kr + kBk * Dp;  // [kBk][Dp]
     float* dV = dK + kBk * Dp;  // [kBk][Dp]
@@ -502,11 +505,13 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
     float* Vt = Kt + Dp * kBk;  // [D][kBk]
     float* S = Vt + Dp * kBk;   // [kBq][kBk], becomes P
     float* dP = S + kBq * kBk;  // [kBq][kBk], becomes dS
-    float* dQt = dP + kBq * kBk;  // [kBq][Dp]
+    float* const dqh = nchunks == 1 ? dqbuf.get(G * Tq * Dp) : nullptr;
 
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < ntasks; ++task) {
       const int64_t chunk = task % nchunks, b = task / nchunks / Hkv, hk = task / nchunks % Hkv;
+      float* const dqt = nchunks > 1 ? partial.data() + task * G * Tq * Dp : dqh;
+      if (dqh) std::fill(dqh, dqh + G * Tq * Dp, 0.0f);
       for (int64_t kb = chunk; kb < nkb; kb += nchunks) {
         const int64_t j0 = kb * kBk, nk = std::min(kBk, Tk - j0), nkp = pad16(nk);
         const T* kt = k + (b * Tk + j0) * ldk + hk * D;
@@ -521,7 +526,7 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
         for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
           for (int64_t qb = qb0; qb < nqb; ++qb) {
             const int64_t i0 = qb * kBq, mq = std::min(kBq, Tq - i0);
-            const int64_t row0 = (b * Tq + i0) * ldq + h * D;
+            float* const dQr = dqt + ((h - hk * G) * Tq + i0) * Dp;  // [mq][Dp]
             const float* Qr = qh + ((b * Hq + h) * Tq + i0) * Dp;    // [mq][Dp]
             const float* dOr = doh + ((b * Hq + h) * Tq + i0) * Dp;  // [mq][Dp]
             // On the diagonal: score micro-tiles of keys all after their queries are skipped
@@ -563,24 +568,11 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
                 }
               }
             }
-            gemm<V>(nk, Dp, mq, S, 1, kBk, dOr, Dp, dV, Dp, true, nullptr, nullptr, nullptr, kv_c);
-            gemm<V>(nk, Dp, mq, dP, 1, kBk, Qr, Dp, dK, Dp, true, nullptr, nullptr, nullptr, kv_c);
-            if (nchunks > 1) {
-              float* dst = partial.data() + ((task * G + h - hk * G) * Tq + i0) * Dp;
-              gemm<V>(mq, Dp, nk, dP, kBk, 1, Kr, Dp, dst, Dp, true, nullptr, nullptr, nullptr, q_c);
-            } else if (D == Dp) {
-              gemm<V>(mq, Dp, nk, dP, kBk, 1, Kr, Dp, dq + row0, ldq, true, nullptr, nullptr, nullptr,
-                      q_c);
-            } else {
-              for (int64_t i = 0; i < mq; ++i) {
-                std::memcpy(dQt + i * Dp, dq + row0 + i * ldq, D * sizeof(float));
-                std::fill(dQt + i * Dp + D, dQt + (i + 1) * Dp, 0.0f);
-              }
-              gemm<V>(mq, Dp, nk, dP, kBk, 1, Kr, Dp, dQt, Dp, true, nullptr, nullptr, nullptr, q_c);
-              for (int64_t i = 0; i < mq; ++i) {
-                std::memcpy(dq + row0 + i * ldq, dQt + i * Dp, D * sizeof(float));
-              }
-            }
+            // This query tile's dQ rows load into L2 during the two key-side GEMMs.
+            Prefetch pdq{reinterpret_cast<const char*>(dQr), mq * Dp / 16};
+            gemm<V>(nk, Dp, mq, S, 1, kBk, dOr, Dp, dV, Dp, true, nullptr, nullptr, &pdq, kv_c);
+            gemm<V>(nk, Dp, mq, dP, 1, kBk, Qr, Dp, dK, Dp, true, nullptr, nullptr, &pdq, kv_c);
+            gemm<V>(mq, Dp, nk, dP, kBk, 1, Kr, Dp, dQr, Dp, true, nullptr, nullptr, nullptr, q_c);
           }
         }
         for (int64_t j = 0; j < nk; ++j) {
@@ -589,7 +581,16 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
           std::memcpy(dv + r, dV + j * Dp, D * sizeof(float));
         }
       }
+      if (dqh) {
+        for (int64_t g = 0; g < G; ++g) {
+          for (int64_t i = 0; i < Tq; ++i) {
+            std::memcpy(dq + (b * Tq + i) * ldq + (hk * G + g) * D, dqh + (g * Tq + i) * Dp,
+                        D * sizeof(float));
+          }
+        }
+      }
     }
+    dqbuf.trim();
   }
 
   if (nchunks > 1) {
