@@ -11,6 +11,7 @@ void init_cpu_features(py::module_&);
 void init_gemm(py::module_&);
 void init_attention(py::module_&);
 void init_cost(py::module_&);
+void init_fused(py::module_&);
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "shardlab's C++ core: mesh, sharding, collectives, ledger, cost model and kernels.";
@@ -22,4 +23,5 @@ PYBIND11_MODULE(_core, m) {
   init_gemm(m);
   init_attention(m);
   init_cost(m);
+  init_fused(m);
 }

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+import shardlab.nn as snn
 import shardlab.numpy as jnp
 
 __all__ = ["softmax", "log_softmax", "activation", "cumsum", "top_k", "one_hot"]
@@ -40,7 +41,7 @@ def activation(name: str, x):
     """silu, relu, gelu and gelu_tanh (numpy has no erf ufunc, so "gelu" is computed with the
     tanh approximation too; the FLOP count does not depend on it)."""
     if name == "silu":
-        return x / (1.0 + jnp.exp(-x))
+        return snn.silu(x)
     if name == "relu":
         return jnp.maximum(x, 0.0)
     c = np.float32(np.sqrt(2.0 / np.pi))

@@ -1,8 +1,9 @@
 """Optimizers as per-device elementwise updates: AdamW (Adam with decoupled weight decay) and
 SGD, with bf16 params and an fp32 master copy and moments (``precision="mixed"``) or all fp32.
 
-The update is written with array operators only, so the same function updates plain numpy
-arrays (the single-device reference) and the local shards inside ``shard_map``.
+The update is ``shardlab.nn.adamw_update``: on plain numpy arrays (the single-device reference)
+it is the expression term by term, on the local shards inside ``shard_map`` one fused C++ pass,
+so training on the mesh is checked against an independent computation of the same step.
 
 Example:
     >>> import numpy as np
@@ -19,6 +20,8 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+
+import shardlab.nn as snn
 
 __all__ = ["AdamW", "SGD", "get_optimizer"]
 
@@ -39,15 +42,11 @@ class AdamW:
         return {"m": master * np.float32(0), "v": master * np.float32(0)}
 
     def update(self, master, grad, state, step: int):
-        """(new master, new state) from fp32 master weights and a gradient."""
-        g = grad.astype(np.float32)
-        m = state["m"] * np.float32(self.b1) + g * np.float32(1 - self.b1)
-        v = state["v"] * np.float32(self.b2) + g * g * np.float32(1 - self.b2)
-        c1, c2 = 1 - self.b1 ** step, 1 - self.b2 ** step
-        upd = (m / np.float32(c1)) / (np.sqrt(v / np.float32(c2)) + np.float32(self.eps))
-        if self.weight_decay:
-            upd = upd + master * np.float32(self.weight_decay)
-        return master - upd * np.float32(self.lr), {"m": m, "v": v}
+        """(new master, new state) from fp32 master weights and a gradient: one fused pass per
+        parameter on the shards, the expression term by term on plain arrays."""
+        p, m, v = snn.adamw_update(master, grad.astype(np.float32), state["m"], state["v"], lr=self.lr, b1=self.b1,
+                                   b2=self.b2, eps=self.eps, weight_decay=self.weight_decay, step=step)
+        return p, {"m": m, "v": v}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,4 +2,5 @@
 ``abstract`` (shape rules only). Importing this package registers both."""
 
 from . import emulated  # noqa: F401
+from . import fused  # noqa: F401
 from . import abstract  # noqa: F401

@@ -1,0 +1,87 @@
+// Bindings of the fused elementwise kernels (shardlab/fused.hpp): float32 C-contiguous arrays
+// in, new arrays from the buffer pool out.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "array_ref.hpp"
+#include "shardlab/fused.hpp"
+
+namespace py = pybind11;
+using shardlab_py::as_ref;
+using shardlab_py::empty_like_dtype;
+
+namespace {
+
+const float* float32_data(const char* op, const char* name, const py::array& a) {
+  if (a.dtype().num() != 11 || !(a.flags() & py::array::c_style)) {
+    throw std::invalid_argument(std::string("[") + op + "] " + name +
+                                " must be a C-contiguous float32 array; got dtype " +
+                                std::string(py::str(a.dtype())));
+  }
+  return static_cast<const float*>(a.data());
+}
+
+void same_shape(const char* op, const py::array& a, const py::array& b) {
+  const auto ra = as_ref(a), rb = as_ref(b);
+  if (ra.shape != rb.shape) {
+    throw std::invalid_argument(std::string("[") + op + "] shapes differ: " + shardlab::shape_str(ra.shape) +
+                                " and " + shardlab::shape_str(rb.shape));
+  }
+}
+
+float* out_data(py::array& a) { return static_cast<float*>(a.mutable_data()); }
+
+}  // namespace
+
+void init_fused(py::module_& m) {
+  m.def("silu_forward", [](const py::array& x) {
+    const float* xp = float32_data("silu", "x", x);
+    py::array y = empty_like_dtype(x, as_ref(x).shape);
+    float* yp = out_data(y);
+    const auto n = static_cast<std::int64_t>(x.size());
+    {
+      py::gil_scoped_release release;
+      shardlab::silu_forward(xp, yp, n);
+    }
+    return y;
+  }, py::arg("x"), "x * sigmoid(x), one pass.");
+  m.def("silu_backward", [](const py::array& x, const py::array& dy) {
+    const float* xp = float32_data("silu_vjp", "x", x);
+    const float* dyp = float32_data("silu_vjp", "dy", dy);
+    same_shape("silu_vjp", x, dy);
+    py::array dx = empty_like_dtype(x, as_ref(x).shape);
+    float* dxp = out_data(dx);
+    const auto n = static_cast<std::int64_t>(x.size());
+    {
+      py::gil_scoped_release release;
+      shardlab::silu_backward(xp, dyp, dxp, n);
+    }
+    return dx;
+  }, py::arg("x"), py::arg("dy"), "dy * s * (1 + x (1 - s)), s = sigmoid(x): silu's vjp, one pass.");
+  m.def("adamw_update", [](const py::array& p, const py::array& g, const py::array& mom, const py::array& v,
+                           float lr, float b1, float b2, float eps, float weight_decay, float c1, float c2) {
+    const char* op = "adamw_update";
+    const float* pp = float32_data(op, "param", p);
+    const float* gp = float32_data(op, "grad", g);
+    const float* mp = float32_data(op, "m", mom);
+    const float* vp = float32_data(op, "v", v);
+    same_shape(op, p, g);
+    same_shape(op, p, mom);
+    same_shape(op, p, v);
+    const auto shape = as_ref(p).shape;
+    py::array p2 = empty_like_dtype(p, shape), m2 = empty_like_dtype(p, shape), v2 = empty_like_dtype(p, shape);
+    float *p2p = out_data(p2), *m2p = out_data(m2), *v2p = out_data(v2);
+    const shardlab::AdamWStep h{lr, b1, b2, eps, weight_decay, c1, c2};
+    const auto n = static_cast<std::int64_t>(p.size());
+    {
+      py::gil_scoped_release release;
+      shardlab::adamw_update(h, pp, gp, mp, vp, p2p, m2p, v2p, n);
+    }
+    return py::make_tuple(p2, m2, v2);
+  }, py::arg("param"), py::arg("grad"), py::arg("m"), py::arg("v"), py::kw_only(), py::arg("lr"), py::arg("b1"),
+     py::arg("b2"), py::arg("eps"), py::arg("weight_decay"), py::arg("c1"), py::arg("c2"),
+     "One AdamW step (new param, m, v); c1 = 1 - b1**t and c2 = 1 - b2**t.");
+}

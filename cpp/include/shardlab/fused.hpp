@@ -1,0 +1,33 @@
+// Fused elementwise kernels: one pass over memory where the composite numpy expression makes
+// several (the training step's activation and optimizer update). float32, contiguous, any
+// length; parallel over OpenMP threads for long arrays, vectorized per ISA (scalar, AVX2,
+// AVX-512 builds of one loop). Each has an element-at-a-time reference beside it.
+#pragma once
+
+#include <cstdint>
+
+namespace shardlab {
+
+// y = x * sigmoid(x) (SiLU / swish).
+void silu_forward(const float* x, float* y, std::int64_t n);
+// dx = dy * s * (1 + x * (1 - s)) with s = sigmoid(x): the vjp of silu_forward.
+void silu_backward(const float* x, const float* dy, float* dx, std::int64_t n);
+
+// One AdamW step on n elements, as optax/Loshchilov & Hutter, with bias corrections c1 =
+// 1 - b1^t and c2 = 1 - b2^t given by the caller:
+//   m' = b1 m + (1 - b1) g;  v' = b2 v + (1 - b2) g^2
+//   p' = p - lr * ((m' / c1) / (sqrt(v' / c2) + eps) + weight_decay * p)
+struct AdamWStep {
+  float lr, b1, b2, eps, weight_decay, c1, c2;
+};
+void adamw_update(const AdamWStep& h, const float* p, const float* g, const float* m, const float* v,
+                  float* p_out, float* m_out, float* v_out, std::int64_t n);
+
+// The definitions, one element at a time with std::exp and std::sqrt: what the tests hold the
+// fused kernels to.
+void silu_forward_reference(const float* x, float* y, std::int64_t n);
+void silu_backward_reference(const float* x, const float* dy, float* dx, std::int64_t n);
+void adamw_update_reference(const AdamWStep& h, const float* p, const float* g, const float* m, const float* v,
+                            float* p_out, float* m_out, float* v_out, std::int64_t n);
+
+}  // namespace shardlab

@@ -1,0 +1,2 @@
+#define SHARDLAB_FUSED_NS scalar
+#include "fused_rows_impl.hpp"

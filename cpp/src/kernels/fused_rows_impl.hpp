@@ -1,0 +1,73 @@
+// The loops of the fused elementwise kernels (shardlab/fused.hpp), compiled once per ISA:
+// fused_rows.cpp, fused_rows_avx2.cpp and fused_rows_avx512.cpp define SHARDLAB_FUSED_NS and
+// include this file. Plain C++ the compiler vectorizes: the exponential is a branch-free
+// polynomial (no libm call), selects instead of branches.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "shardlab/fused.hpp"
+
+namespace shardlab::fused_detail::SHARDLAB_FUSED_NS {
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// exp(x) for x <= 0, within 2 ulp of the true value for x >= -87.3; exactly 0 below (where
+// exp(x) is under the smallest normal float); NaN stays NaN. Cody-Waite reduction
+// x = n ln2 + r with ln2 split in two (so r keeps its precision for large |x|), |r| <= ln2/2,
+// exp(r) by Cephes' expf polynomial, then 2^n by building the exponent field.
+inline float exp_nonpositive(float x) {
+  const float xc = x < -87.3f ? -87.3f : x;
+  const float shift = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const float n = (xc * kLog2e + shift) - shift;
+  const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const std::int32_t bits = (static_cast<std::int32_t>(n) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return x < -87.3f ? 0.0f : p * scale;
+}
+
+// sigmoid(x) from e = exp(-|x|) <= 1, so nothing overflows: 1/(1+e) or e/(1+e).
+inline float sigmoid(float x) {
+  const float e = exp_nonpositive(-std::fabs(x));
+  const float r = 1.0f / (1.0f + e);
+  return x >= 0.0f ? r : e * r;
+}
+
+}  // namespace
+
+void silu_forward(const float* x, float* y, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] * sigmoid(x[i]);
+}
+
+void silu_backward(const float* x, const float* dy, float* dx, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float s = sigmoid(x[i]);
+    dx[i] = dy[i] * (s * (1.0f + x[i] * (1.0f - s)));
+  }
+}
+
+void adamw_update(const AdamWStep& h, const float* p, const float* g, const float* m, const float* v,
+                  float* p_out, float* m_out, float* v_out, std::int64_t n) {
+  const float b1 = h.b1, b2 = h.b2, a1 = 1.0f - h.b1, a2 = 1.0f - h.b2;
+  const float c1 = h.c1, c2 = h.c2, eps = h.eps, wd = h.weight_decay, lr = h.lr;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float gi = g[i], pi = p[i];
+    const float mi = m[i] * b1 + gi * a1;
+    const float vi = v[i] * b2 + gi * gi * a2;
+    const float upd = (mi / c1) / (std::sqrt(vi / c2) + eps) + pi * wd;
+    m_out[i] = mi;
+    v_out[i] = vi;
+    p_out[i] = pi - upd * lr;
+  }
+}
+
+}  // namespace shardlab::fused_detail::SHARDLAB_FUSED_NS

@@ -1,0 +1,40 @@
+"""The emulated backend's fused elementwise primitives (``primitives/fused.py``), on the C++
+kernels of ``shardlab/fused.hpp``: one pass per call, on every core.
+
+Operands of one local shape whose mesh dims differ (one invariant along an axis the other
+varies along) are broadcast to the common storage shape first.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import shardlab._core as _core
+
+from ..primitives import fused as fu
+
+
+def _common(storages):
+    """The storages broadcast to one shape, each C-contiguous (the kernels' layout)."""
+    shape = np.broadcast_shapes(*(s.shape for s in storages))
+    return [np.ascontiguousarray(np.broadcast_to(s, shape)) for s in storages]
+
+
+def _silu(storages, mesh):
+    return [_core.silu_forward(np.ascontiguousarray(storages[0]))]
+
+
+def _silu_vjp(storages, mesh):
+    x, dy = _common(storages)
+    return [_core.silu_backward(x, dy)]
+
+
+def _adamw_update(storages, mesh, *, lr, b1, b2, eps, weight_decay, step):
+    p, g, m, v = _common(storages)
+    return list(_core.adamw_update(p, g, m, v, lr=lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay,
+                                   c1=1.0 - b1 ** step, c2=1.0 - b2 ** step))
+
+
+fu.SILU.impl["emulated"] = _silu
+fu.SILU_VJP.impl["emulated"] = _silu_vjp
+fu.ADAMW_UPDATE.impl["emulated"] = _adamw_update

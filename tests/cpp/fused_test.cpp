@@ -1,0 +1,126 @@
+#include "shardlab/fused.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+#include <xtensor/xarray.hpp>
+#include <xtensor/xrandom.hpp>
+
+#include "shardlab/cpu_features.hpp"
+
+using namespace shardlab;
+
+namespace {
+
+// Every ISA this CPU can run, so the scalar, AVX2 and AVX-512 builds are each checked.
+std::vector<Isa> runnable_isas() {
+  std::vector<Isa> out{Isa::scalar};
+  if (detected_isa() >= Isa::avx2) out.push_back(Isa::avx2);
+  if (detected_isa() >= Isa::avx512) out.push_back(Isa::avx512);
+  return out;
+}
+
+struct IsaGuard {
+  Isa saved = active_isa();
+  ~IsaGuard() { set_active_isa(saved); }
+};
+
+// |got - want| <= tol elementwise; tol is scaled by the size of the terms each result sums,
+// since float cancellation (a derivative's zero, m's two terms of opposite sign) is error
+// relative to those terms, not to the small result.
+void expect_close(const xt::xarray<float>& got, const xt::xarray<float>& want, const xt::xarray<float>& tol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (std::isnan(want(i))) {
+      EXPECT_TRUE(std::isnan(got(i))) << "at " << i;
+      continue;
+    }
+    EXPECT_NEAR(got(i), want(i), tol(i)) << "at " << i << " of " << got.size();
+  }
+}
+
+// Odd lengths (vector tails), a length over one chunk (the threaded path), wide value range.
+const std::vector<std::size_t> kSizes{1, 7, 33, 1000, 70001};
+
+}  // namespace
+
+TEST(Fused, SiluMatchesReferenceOnEveryIsa) {
+  IsaGuard guard;
+  for (Isa isa : runnable_isas()) {
+    set_active_isa(isa);
+    for (std::size_t n : kSizes) {
+      xt::random::seed(n);
+      xt::xarray<float> x = xt::random::randn<float>({n}) * 6.0f;
+      xt::xarray<float> dy = xt::random::randn<float>({n});
+      xt::xarray<float> y(x.shape()), y_ref(x.shape()), dx(x.shape()), dx_ref(x.shape());
+      const auto len = static_cast<std::int64_t>(n);
+      silu_forward(x.data(), y.data(), len);
+      silu_forward_reference(x.data(), y_ref.data(), len);
+      silu_backward(x.data(), dy.data(), dx.data(), len);
+      silu_backward_reference(x.data(), dy.data(), dx_ref.data(), len);
+      SCOPED_TRACE(isa_name(isa));
+      xt::xarray<float> s = 1.0f / (1.0f + xt::exp(-x));
+      expect_close(y, y_ref, 2e-6f * xt::abs(y_ref) + 1e-30f);
+      expect_close(dx, dx_ref, 2e-6f * xt::abs(dy) * s * (1.0f + xt::abs(x)) + 1e-30f);
+    }
+  }
+}
+
+TEST(Fused, SiluEdgeValues) {
+  IsaGuard guard;
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  xt::xarray<float> x = {0.0f, -0.0f, 1e-30f, 90.0f, -90.0f, 200.0f, -200.0f, inf, -inf, nan};
+  for (Isa isa : runnable_isas()) {
+    set_active_isa(isa);
+    xt::xarray<float> y(x.shape());
+    silu_forward(x.data(), y.data(), static_cast<std::int64_t>(x.size()));
+    SCOPED_TRACE(isa_name(isa));
+    EXPECT_EQ(y(0), 0.0f);
+    EXPECT_FLOAT_EQ(y(2), 0.5e-30f);
+    EXPECT_FLOAT_EQ(y(3), 90.0f);
+    EXPECT_NEAR(y(4), 0.0f, 1e-30f);  // -90 * sigmoid(-90) = -7e-38
+    EXPECT_EQ(y(5), 200.0f);
+    EXPECT_EQ(y(6), -0.0f);
+    EXPECT_EQ(y(7), inf);
+    EXPECT_TRUE(std::isnan(y(8)));  // -inf * 0, as x * sigmoid(x) gives in numpy and JAX
+    EXPECT_TRUE(std::isnan(y(9)));
+  }
+}
+
+TEST(Fused, AdamWMatchesReferenceOnEveryIsa) {
+  IsaGuard guard;
+  for (Isa isa : runnable_isas()) {
+    set_active_isa(isa);
+    for (std::size_t n : kSizes) {
+      for (float wd : {0.0f, 0.1f}) {
+        xt::random::seed(n + 1);
+        xt::xarray<float> p = xt::random::randn<float>({n}), g = xt::random::randn<float>({n}) * 1e-2f;
+        xt::xarray<float> m = xt::random::randn<float>({n}) * 1e-3f;
+        xt::xarray<float> v = xt::abs(xt::random::randn<float>({n})) * 1e-5f;
+        const AdamWStep h{1e-3f, 0.9f, 0.999f, 1e-8f, wd, 1.0f - std::pow(0.9f, 3.0f), 1.0f - std::pow(0.999f, 3.0f)};
+        xt::xarray<float> p2(p.shape()), m2(p.shape()), v2(p.shape()), p3(p.shape()), m3(p.shape()), v3(p.shape());
+        const auto len = static_cast<std::int64_t>(n);
+        adamw_update(h, p.data(), g.data(), m.data(), v.data(), p2.data(), m2.data(), v2.data(), len);
+        adamw_update_reference(h, p.data(), g.data(), m.data(), v.data(), p3.data(), m3.data(), v3.data(), len);
+        SCOPED_TRACE(isa_name(isa));
+        expect_close(m2, m3, 1e-6f * (h.b1 * xt::abs(m) + (1 - h.b1) * xt::abs(g)));
+        expect_close(v2, v3, 1e-6f * v3);
+        // The step: lr times a ratio whose size is ~1 (plus the decay term).
+        expect_close(p2, p3, 1e-6f * (xt::abs(p) + h.lr * (10.0f + wd * xt::abs(p))));
+      }
+    }
+  }
+}
+
+TEST(Fused, AdamWFirstStepMovesEachWeightByLr) {
+  // From m = v = 0 the first bias-corrected step is g / |g| (eps aside): each weight moves by lr.
+  xt::xarray<float> p = {1.0f, -2.0f, 3.0f}, g = {0.5f, -1e-3f, 20.0f}, zero = xt::zeros<float>({3});
+  xt::xarray<float> p2(p.shape()), m2(p.shape()), v2(p.shape());
+  const AdamWStep h{0.01f, 0.9f, 0.999f, 1e-8f, 0.0f, 1.0f - 0.9f, 1.0f - 0.999f};
+  adamw_update(h, p.data(), g.data(), zero.data(), zero.data(), p2.data(), m2.data(), v2.data(), 3);
+  xt::xarray<float> want = {0.99f, -1.99f, 2.99f};
+  expect_close(p2, want, xt::xarray<float>({1e-6f, 1e-5f, 1e-6f}));
+  expect_close(m2, 0.1f * g, 1e-7f * xt::abs(g));
+}

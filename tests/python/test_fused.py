@@ -1,0 +1,152 @@
+"""Fused elementwise primitives (silu, its vjp, the AdamW update): the C++ kernels against a
+float64 reference, the primitives inside shard_map against JAX (values, gradients, second
+derivatives) and against the composite expression, abstract mode, and bad input."""
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import shardlab as sl
+import shardlab._core as _core
+import shardlab.nn as snn
+import shardlab.numpy as jnp
+from shardlab import P
+from shardlab._src.primitives.fused import SILU_VJP
+from shardlab._src.primitives.primitive import bind
+
+jax = pytest.importorskip("jax")
+
+
+def _sigmoid64(x):
+    return 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
+
+
+@pytest.mark.parametrize("n", [1, 7, 33, 1001, 70_001])
+def test_core_silu_kernels_match_float64(n):
+    rng = np.random.default_rng(n)
+    x = (rng.standard_normal(n) * 8).astype(np.float32)
+    dy = rng.standard_normal(n).astype(np.float32)
+    s = _sigmoid64(x)
+    np.testing.assert_allclose(_core.silu_forward(x), x * s, rtol=1e-6, atol=1e-37)
+    want = dy * s * (1 + x * (1 - s))
+    # float32 cancellation near the derivative's zero: error relative to the terms' size
+    tol = 1e-6 * np.abs(dy) * s * (1 + np.abs(x)) + 1e-37
+    assert np.all(np.abs(_core.silu_backward(x, dy) - want) <= tol)
+
+
+def test_core_kernels_reject_what_they_cannot_run():
+    with pytest.raises(ValueError, match=r"\[silu\] x must be a C-contiguous float32 array; got dtype float64"):
+        _core.silu_forward(np.ones(3))
+    with pytest.raises(ValueError, match=r"\[silu\] x must be a C-contiguous float32"):
+        _core.silu_forward(np.ones((4, 4), np.float32).T)
+    with pytest.raises(ValueError, match=r"\[silu_vjp\] shapes differ: \(3,\) and \(4,\)"):
+        _core.silu_backward(np.ones(3, np.float32), np.ones(4, np.float32))
+    z = np.zeros(3, np.float32)
+    with pytest.raises(ValueError, match=r"\[adamw_update\] shapes differ"):
+        _core.adamw_update(z, z, z, np.zeros(2, np.float32), lr=1e-3, b1=0.9, b2=0.999, eps=1e-8,
+                           weight_decay=0.0, c1=0.1, c2=0.001)
+
+
+def _on_mesh(f, mesh, n_in=1):
+    return sl.shard_map(f, mesh=mesh, in_specs=(P("x"),) * n_in, out_specs=P("x"))
+
+
+def test_silu_in_shard_map_matches_jax_values_and_gradients():
+    mesh = sl.make_mesh((4,), ("x",))
+    x = (np.random.default_rng(0).standard_normal((8, 33)) * 4).astype(np.float32)
+    ref = jax.nn.silu
+    f = _on_mesh(snn.silu, mesh)
+    np.testing.assert_allclose(np.asarray(f(x)), np.asarray(ref(x)), rtol=2e-6, atol=1e-7)
+    loss = lambda x: jnp.sum(f(x) ** 2)  # noqa: E731
+    g = np.asarray(sl.grad(loss)(x))
+    g_ref = np.asarray(jax.grad(lambda x: jax.numpy.sum(ref(x) ** 2))(x))
+    np.testing.assert_allclose(g, g_ref, rtol=2e-5, atol=1e-6)
+    # silu_vjp's own rule, against jax.grad of the same expression dy * silu'(x)
+    dy = np.random.default_rng(3).standard_normal(x.shape).astype(np.float32)
+    vjp_of = _on_mesh(lambda x, dy: bind(SILU_VJP, [x, dy], x.mesh), mesh, n_in=2)
+    gx, gdy = sl.grad(lambda x, dy: jnp.sum(vjp_of(x, dy) ** 2), argnums=(0, 1))(x, dy)
+    d_silu = jax.vmap(jax.grad(ref))
+    jx, jdy = jax.grad(lambda x, dy: jax.numpy.sum((dy * d_silu(x.ravel()).reshape(x.shape)) ** 2),
+                       argnums=(0, 1))(x, dy)
+    np.testing.assert_allclose(np.asarray(gx), np.asarray(jx), rtol=2e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(gdy), np.asarray(jdy), rtol=2e-5, atol=1e-6)
+
+
+def test_silu_runs_the_fused_primitive_only_for_float32():
+    """bfloat16 (and plain numpy) take the composite: the result dtype is JAX's."""
+    mesh = sl.make_mesh((2,), ("x",))
+    xb = np.linspace(-3, 3, 8).astype(ml_dtypes.bfloat16)
+    out = _on_mesh(snn.silu, mesh)(xb)
+    assert out.dtype == ml_dtypes.bfloat16
+    want = np.asarray(jax.nn.silu(jax.numpy.asarray(xb)))
+    np.testing.assert_allclose(np.asarray(out, np.float32), want.astype(np.float32), rtol=2e-2)
+    assert snn.silu(np.float32(1.0)).dtype == np.float32
+
+
+def test_silu_gradient_of_an_invariant_input_is_summed_where_it_fans_out():
+    """x replicated over the mesh, the cotangent varying: silu_vjp broadcasts the mesh dims
+    and the gradient equals JAX's of the whole program."""
+    mesh = sl.make_mesh((4,), ("x",))
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal(6).astype(np.float32)
+    w = rng.standard_normal((4, 6)).astype(np.float32)
+    f = sl.shard_map(lambda x, w: jnp.sum(snn.silu(x) * w, axis=1), mesh=mesh, in_specs=(P(), P("x")),
+                     out_specs=P("x"))
+    g = np.asarray(sl.grad(lambda x: jnp.sum(f(x, w)))(x))
+    g_ref = np.asarray(jax.grad(lambda x: jax.numpy.sum(jax.nn.silu(x)[None] * w))(x))
+    np.testing.assert_allclose(g, g_ref, rtol=2e-5, atol=1e-6)
+
+
+def test_silu_in_abstract_mode_records_the_same_shapes():
+    mesh = sl.make_mesh((4,), ("x",))
+    f = _on_mesh(lambda x: sl.grad(lambda y: jnp.sum(snn.silu(y)))(x), mesh)
+    out = sl.eval_shape(f, sl.ShapeDtypeStruct((8, 5), np.float32))
+    assert (out.shape, out.dtype) == ((8, 5), np.float32)
+
+
+def _adamw_composite(p, g, m, v, lr, b1, b2, eps, wd, step):
+    """The definition in float64."""
+    p, g, m, v = (a.astype(np.float64) for a in (p, g, m, v))
+    m = b1 * m + (1 - b1) * g
+    v = b2 * v + (1 - b2) * g * g
+    upd = (m / (1 - b1 ** step)) / (np.sqrt(v / (1 - b2 ** step)) + eps) + wd * p
+    return p - lr * upd, m, v
+
+
+@pytest.mark.parametrize("wd", [0.0, 0.1])
+def test_adamw_update_on_shards_matches_the_definition_over_steps(wd):
+    mesh = sl.make_mesh((2, 2), ("x", "y"))
+    rng = np.random.default_rng(2)
+    shape = (6, 10)
+    p = rng.standard_normal(shape).astype(np.float32)
+    m = np.zeros(shape, np.float32)
+    v = np.zeros(shape, np.float32)
+    p64, m64, v64 = p.astype(np.float64), m.astype(np.float64), v.astype(np.float64)
+    kw = dict(lr=1e-2, b1=0.9, b2=0.99, eps=1e-8, weight_decay=wd)
+    for step in range(1, 4):
+        g = rng.standard_normal(shape).astype(np.float32)
+        f = sl.shard_map(lambda p, g, m, v: snn.adamw_update(p, g, m, v, step=step, **kw), mesh=mesh,
+                         in_specs=(P("x", "y"),) * 4, out_specs=(P("x", "y"),) * 3)
+        p, m, v = (np.asarray(a) for a in f(p, g, m, v))
+        p64, m64, v64 = _adamw_composite(p64, g, m64, v64, kw["lr"], kw["b1"], kw["b2"], kw["eps"], wd, step)
+        np.testing.assert_allclose(m, m64, rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(v, v64, rtol=1e-5, atol=1e-9)
+        np.testing.assert_allclose(p, p64, rtol=1e-5, atol=1e-7)
+    # and the plain-array (composite) path of the same function agrees with the fused one
+    g = rng.standard_normal(shape).astype(np.float32)
+    plain = snn.adamw_update(p, g, m, v, step=4, **kw)
+    f = sl.shard_map(lambda p, g, m, v: snn.adamw_update(p, g, m, v, step=4, **kw), mesh=mesh,
+                     in_specs=(P("x", "y"),) * 4, out_specs=(P("x", "y"),) * 3)
+    for a, b in zip(f(p, g, m, v), plain):
+        np.testing.assert_allclose(np.asarray(a), b, rtol=1e-5, atol=1e-8)  # FMA contraction: ulps
+
+
+def test_adamw_update_bad_input():
+    z = np.zeros(3, np.float32)
+    with pytest.raises(ValueError, match=r"\[adamw_update\] step must be an integer >= 1.*got 0"):
+        snn.adamw_update(z, z, z, z, lr=1e-3, step=0)
+    mesh = sl.make_mesh((2,), ("x",))
+    f = sl.shard_map(lambda p, v: snn.adamw_update(p, p, p, v, lr=1e-3, step=1)[0], mesh=mesh,
+                     in_specs=(P("x"), P("x")), out_specs=P("x"))
+    with pytest.raises(ValueError, match=r"\[adamw_update\] param, grad, m and v have local shapes \(2,\), \(2,\), \(2,\), \(3,\)"):
+        f(np.zeros(4, np.float32), np.zeros(6, np.float32))
