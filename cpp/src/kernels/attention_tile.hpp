@@ -47,6 +47,13 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 
 inline int64_t pad16(int64_t n) { return (n + 15) / 16 * 16; }
 
+// Row stride (floats) of the tiles and head-major copies whose rows a GEMM reads as its B
+// operand, 16 columns at a time down all rows: an odd number of 64-byte lines, so those rows
+// spread over every set of the L1 cache. With Dp = 128 (8 lines, 512 bytes) the 96 lines of
+// one such column block fell in 8 of the 64 sets, which hold 64 lines, and every pass over
+// the block missed L1 (the forward's P V and four of the backward's five products).
+inline int64_t row_ld(int64_t Dp) { return Dp / 16 % 2 ? Dp : Dp + 16; }
+
 // A per-thread tile buffer aligned to a cache line: with every tile a multiple of 16 floats
 // long, no 32-byte load of a row straddles two lines (std::vector's 16-byte alignment made
 // every other AVX2 load of a panel split, costing a tenth of the micro-kernel's speed).
@@ -275,13 +282,15 @@ inline void pack_cols(const T* src, int64_t ld, int64_t rows, int64_t cols, floa
   }
 }
 
-// x [B, T, H, D] regrouped head-major as fp32 rows [B][H][T][Dp], zero-padded, into `dst`.
+// x [B, T, H, D] regrouped head-major as fp32 rows [B][H][T][row_ld(Dp)], zero-padded, into
+// `dst`.
 // The kernels then read every tile as one contiguous block: in place, the rows of a tile lie
 // H * D elements apart, each on its own 4 KiB page for H * D * 4 >= 4096 bytes, so a tile of
 // 96 rows cost 96 TLB entries and defeated the hardware prefetcher (a tenth of the forward's
 // time and more of the backward's went to copying them tile by tile).
 // head_major_buffer returns the destination (from `scratch`), or nullptr when x already has
-// that layout (fp32, one head, D a multiple of 16) and is read in place (as_f32(x)).
+// that layout (fp32, one head, D a multiple of 16) and is read in place (as_f32(x)), with
+// row stride D instead.
 // pack_heads_team fills it from inside a parallel region (an orphaned `omp for nowait`, so
 // the copies of Q, K and V share the kernel's one fork/join: on a shared machine each extra
 // join can wait a scheduler tick for a descheduled thread); the caller puts the barrier.
@@ -291,7 +300,7 @@ float* head_major_buffer(const T*, int64_t B, int64_t Tn, int64_t H, int64_t D,
   if constexpr (std::is_same_v<T, float>) {
     if (H == 1 && D == pad16(D)) return nullptr;
   }
-  return scratch.get(B * H * Tn * pad16(D));
+  return scratch.get(B * H * Tn * row_ld(pad16(D)));
 }
 
 template <class T>
@@ -302,12 +311,12 @@ const float* as_f32(const T* x) {
 
 template <class T>
 void pack_heads_team(const T* x, int64_t B, int64_t Tn, int64_t H, int64_t D, float* dst) {
-  const int64_t Dp = pad16(D);
+  const int64_t ld = row_ld(pad16(D));
 #pragma omp for schedule(static) nowait
   for (int64_t r = 0; r < B * Tn; ++r) {
     const int64_t b = r / Tn, t = r % Tn;
     for (int64_t h = 0; h < H; ++h) {
-      pack_rows(x + (r * H + h) * D, D, 1, D, dst + ((b * H + h) * Tn + t) * Dp, Dp);
+      pack_rows(x + (r * H + h) * D, D, 1, D, dst + ((b * H + h) * Tn + t) * ld, ld);
     }
   }
 }
@@ -332,12 +341,13 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
   const float qmul = p.scale * kLog2e;  // scores in log2 units: exp2 instead of exp
   const int64_t ldq = Hq * D;
   static thread_local Scratch qbuf, kbuf, vbuf;
-  float* const qdst = head_major_buffer(q, B, Tq, Hq, D, qbuf);  // [B][Hq][Tq][Dp]
-  float* const kdst = head_major_buffer(k, B, Tk, Hkv, D, kbuf);  // [B][Hkv][Tk][Dp]
+  float* const qdst = head_major_buffer(q, B, Tq, Hq, D, qbuf);  // [B][Hq][Tq][ldqh]
+  float* const kdst = head_major_buffer(k, B, Tk, Hkv, D, kbuf);  // [B][Hkv][Tk][ldkv]
   float* const vdst = head_major_buffer(v, B, Tk, Hkv, D, vbuf);
   const float* qh = qdst ? qdst : as_f32(q);
   const float* kh = kdst ? kdst : as_f32(k);
   const float* vh = vdst ? vdst : as_f32(v);
+  const int64_t ldqh = qdst ? row_ld(Dp) : Dp, ldkv = kdst ? row_ld(Dp) : Dp;  // row strides
 
 #pragma omp parallel
   {
@@ -345,7 +355,7 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
     if (kdst) pack_heads_team(k, B, Tk, Hkv, D, kdst);
     if (vdst) pack_heads_team(v, B, Tk, Hkv, D, vdst);
 #pragma omp barrier
-    TileBuffer buf(Dp * kBq + kBk * kBq + kBq * Dp + 5 * kBq);
+    TileBuffer buf(Dp * kBq + kBk * kBq + kBq * Dp + 6 * kBq);
     float* Qt = buf.data();       // [D][kBq], pre-scaled
     float* St = Qt + Dp * kBq;    // [kBk][kBq]
     float* O = St + kBk * kBq;    // [kBq][Dp]
@@ -353,6 +363,8 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
     float* l = m + kBq;           // running sum
     float* alpha = l + kBq;       // per-step rescale of O
     float* tmax = alpha + kBq;    // the step's per-query max of the scores
+    float* msub = tmax + kBq;     // the max subtracted before exp2 (0 where it is -inf)
+    float* rsum = msub + kBq;     // the step's per-query sum of probabilities
 
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < ntasks; ++task) {
@@ -360,19 +372,19 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
       const int64_t qb = p.causal ? nqb - 1 - task % nqb : task % nqb;
       const int64_t b = task / nqb / Hq, h = task / nqb % Hq, hk = h / G;
       const int64_t i0 = qb * kBq, mq = std::min(kBq, Tq - i0), mqp = pad16(mq);
-      pack_cols(qh + ((b * Hq + h) * Tq + i0) * Dp, Dp, mq, D, Qt, kBq, mqp, qmul);
+      pack_cols(qh + ((b * Hq + h) * Tq + i0) * ldqh, ldqh, mq, D, Qt, kBq, mqp, qmul);
       std::fill(O, O + mq * Dp, 0.0f);
       std::fill(m, m + kBq, -kInf);
       std::fill(l, l + kBq, 0.0f);
       const int64_t kend = p.causal ? std::min(Tk, i0 + mq) : Tk;
       for (int64_t j0 = 0; j0 < kend; j0 += kBk) {
         const int64_t nk = std::min(kBk, kend - j0);
-        const float* Kr = kh + ((b * Hkv + hk) * Tk + j0) * Dp;  // [nk][Dp]
-        const float* Vr = vh + ((b * Hkv + hk) * Tk + j0) * Dp;  // [nk][Dp]
+        const float* Kr = kh + ((b * Hkv + hk) * Tk + j0) * ldkv;  // [nk][ldkv]
+        const float* Vr = vh + ((b * Hkv + hk) * Tk + j0) * ldkv;  // [nk][ldkv]
         // The next step's keys load into L2 during this score GEMM, its values during the PV.
-        const int64_t next_lines = std::max<int64_t>(0, std::min(kBk, kend - j0 - kBk)) * Dp / 16;
-        Prefetch pk{reinterpret_cast<const char*>(Kr + kBk * Dp), next_lines};
-        Prefetch pv{reinterpret_cast<const char*>(Vr + kBk * Dp), next_lines};
+        const int64_t next_lines = std::max<int64_t>(0, std::min(kBk, kend - j0 - kBk)) * ldkv / 16;
+        Prefetch pk{reinterpret_cast<const char*>(Kr + kBk * ldkv), next_lines};
+        Prefetch pv{reinterpret_cast<const char*>(Vr + kBk * ldkv), next_lines};
         // The step's max comes out of the score GEMM unless masking rewrites scores after it.
         const bool masked = p.mask || (p.causal && j0 + nk - 1 > i0);
         std::fill(tmax, tmax + mqp, -kInf);
@@ -381,7 +393,7 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
         const bool diag = p.causal && j0 + nk - 1 > i0;
         const Causal qk_c{diag ? Causal::skip_rows_after_cols : Causal::none, i0 - j0};
         const Causal pv_c{diag ? Causal::k_end : Causal::none, i0 - j0};
-        gemm<V>(nk, mqp, D, Kr, Dp, 1, Qt, kBq, St, kBq, false, nullptr, masked ? nullptr : tmax,
+        gemm<V>(nk, mqp, D, Kr, ldkv, 1, Qt, kBq, St, kBq, false, nullptr, masked ? nullptr : tmax,
                 &pk, qk_c);
         if (p.causal && j0 + nk - 1 > i0) {
           for (int64_t j = 0; j < nk; ++j) {
@@ -396,39 +408,47 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
             }
           }
         }
-        for (int64_t i = 0; i < mqp; i += V::W) {
-          R mx = V::load(tmax + i);
-          if (masked) {
-            for (int64_t j = 0; j < nk; ++j) mx = V::max(mx, V::load(St + j * kBq + i));
+        // The softmax walks St row by row (one key, every query of the tile: contiguous), the
+        // per-query statistics in small arrays. Walking a column of 8 queries down all keys
+        // instead touched a new line of St per vector, 384 bytes apart, twelve times per step.
+        if (masked) {
+          for (int64_t j = 0; j < nk; ++j) {
+            const float* s = St + j * kBq;
+            for (int64_t i = 0; i < mqp; i += V::W) {
+              V::store(tmax + i, V::max(V::load(tmax + i), V::load(s + i)));
+            }
           }
+        }
+        for (int64_t i = 0; i < mqp; i += V::W) {
           const R mold = V::load(m + i);
-          const R mnew = V::max(mold, mx);
+          const R mnew = V::max(mold, V::load(tmax + i));
           V::store(m + i, mnew);
           // A row with nothing visible yet keeps m = -inf; subtracting 0 instead keeps every
           // exp2 argument -inf (-> 0) rather than NaN.
-          float msafe[V::W];
-          V::store(msafe, mnew);
-          for (int w = 0; w < V::W; ++w) msafe[w] = msafe[w] == -kInf ? 0.0f : msafe[w];
-          const R ms = V::load(msafe);
+          for (int w = 0; w < V::W; ++w) msub[i + w] = m[i + w] == -kInf ? 0.0f : m[i + w];
           // Where the running max did not move the rescale is exactly 1: exp2(0) from the
           // polynomial is 1 + 2^-23, which would nudge O and l on every masked tile and make an
           // explicit causal mask differ from is_causal (which skips those tiles) in the last bit.
           float mo[V::W];
           V::store(mo, mold);
-          V::store(alpha + i, V::exp2(V::sub(mold, ms)));
+          V::store(alpha + i, V::exp2(V::sub(mold, V::load(msub + i))));
           for (int w = 0; w < V::W; ++w) {
-            if (mo[w] == msafe[w]) alpha[i + w] = 1.0f;
+            if (mo[w] == msub[i + w]) alpha[i + w] = 1.0f;
           }
-          const R a = V::load(alpha + i);
-          R sum = V::zero();
-          for (int64_t j = 0; j < nk; ++j) {
-            const R pj = V::exp2(V::sub(V::load(St + j * kBq + i), ms));
-            V::store(St + j * kBq + i, pj);
-            sum = V::add(sum, pj);
-          }
-          V::store(l + i, V::fma(V::load(l + i), a, sum));
+          V::store(rsum + i, V::zero());
         }
-        gemm<V>(mq, Dp, nk, St, 1, kBq, Vr, Dp, O, Dp, true, alpha, nullptr, &pv, pv_c);
+        for (int64_t j = 0; j < nk; ++j) {
+          float* s = St + j * kBq;
+          for (int64_t i = 0; i < mqp; i += V::W) {
+            const R pj = V::exp2(V::sub(V::load(s + i), V::load(msub + i)));
+            V::store(s + i, pj);
+            V::store(rsum + i, V::add(V::load(rsum + i), pj));
+          }
+        }
+        for (int64_t i = 0; i < mqp; i += V::W) {
+          V::store(l + i, V::fma(V::load(l + i), V::load(alpha + i), V::load(rsum + i)));
+        }
+        gemm<V>(mq, Dp, nk, St, 1, kBq, Vr, ldkv, O, Dp, true, alpha, nullptr, &pv, pv_c);
       }
       for (int64_t i = 0; i < mq; ++i) {
         // l == 0 only when every key is masked; a NaN l (NaN input) must stay visible.
@@ -467,10 +487,12 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
   // Q and dO are regrouped head-major (see head_major_buffer) in the same parallel region.
   std::vector<float> delta(B * Hq * Tq), lse2(B * Hq * Tq);
   static thread_local Scratch qbuf, dobuf;
-  float* const qdst = head_major_buffer(q, B, Tq, Hq, D, qbuf);  // [B][Hq][Tq][Dp]
+  float* const qdst = head_major_buffer(q, B, Tq, Hq, D, qbuf);  // [B][Hq][Tq][ldqh]
   float* const dodst = head_major_buffer(dout, B, Tq, Hq, D, dobuf);
   const float* qh = qdst ? qdst : as_f32(q);
   const float* doh = dodst ? dodst : as_f32(dout);
+  const int64_t ldqh = qdst ? row_ld(Dp) : Dp;  // row stride of qh and doh
+  const int64_t Lk = row_ld(Dp);                // row stride of the Kr, dK, dV tiles
 #pragma omp parallel
   {
     if (qdst) pack_heads_team(q, B, Tq, Hq, D, qdst);
@@ -497,11 +519,11 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
 
 #pragma omp parallel
   {
-    TileBuffer buf(3 * kBk * Dp + 2 * Dp * kBk + 2 * kBq * kBk);
-    float* Kr = buf.data();     // [kBk][Dp]
-    float* dK = Kr + kBk * Dp;  // [kBk][Dp]
-    float* dV = dK + kBk * Dp;  // [kBk][Dp]
-    float* Kt = dV + kBk * Dp;  // [D][kBk]
+    TileBuffer buf(3 * kBk * Lk + 2 * Dp * kBk + 2 * kBq * kBk);
+    float* Kr = buf.data();     // [kBk][Lk]
+    float* dK = Kr + kBk * Lk;  // [kBk][Lk]
+    float* dV = dK + kBk * Lk;  // [kBk][Lk]
+    float* Kt = dV + kBk * Lk;  // [D][kBk]
     float* Vt = Kt + Dp * kBk;  // [D][kBk]
     float* S = Vt + Dp * kBk;   // [kBq][kBk], becomes P
     float* dP = S + kBq * kBk;  // [kBq][kBk], becomes dS
@@ -516,19 +538,19 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
         const int64_t j0 = kb * kBk, nk = std::min(kBk, Tk - j0), nkp = pad16(nk);
         const T* kt = k + (b * Tk + j0) * ldk + hk * D;
         const T* vt = v + (b * Tk + j0) * ldk + hk * D;
-        pack_rows(kt, ldk, nk, D, Kr, Dp);
+        pack_rows(kt, ldk, nk, D, Kr, Lk);
         pack_cols(kt, ldk, nk, D, Kt, kBk, nkp);
         pack_cols(vt, ldk, nk, D, Vt, kBk, nkp);
-        std::fill(dK, dK + nk * Dp, 0.0f);
-        std::fill(dV, dV + nk * Dp, 0.0f);
+        std::fill(dK, dK + nk * Lk, 0.0f);
+        std::fill(dV, dV + nk * Lk, 0.0f);
         // Causal: query tiles before the one holding query j0 see none of these keys.
         const int64_t qb0 = p.causal ? std::min(nqb, j0 / kBq) : 0;
         for (int64_t h = hk * G; h < (hk + 1) * G; ++h) {
           for (int64_t qb = qb0; qb < nqb; ++qb) {
             const int64_t i0 = qb * kBq, mq = std::min(kBq, Tq - i0);
             float* const dQr = dqt + ((h - hk * G) * Tq + i0) * Dp;  // [mq][Dp]
-            const float* Qr = qh + ((b * Hq + h) * Tq + i0) * Dp;    // [mq][Dp]
-            const float* dOr = doh + ((b * Hq + h) * Tq + i0) * Dp;  // [mq][Dp]
+            const float* Qr = qh + ((b * Hq + h) * Tq + i0) * ldqh;    // [mq][ldqh]
+            const float* dOr = doh + ((b * Hq + h) * Tq + i0) * ldqh;  // [mq][ldqh]
             // On the diagonal: score micro-tiles of keys all after their queries are skipped
             // (zeroed below), and each product sums only the query/key pairs that see each other.
             const bool diag = p.causal && j0 + nk - 1 > i0;
@@ -541,12 +563,12 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
             if (qb + 1 < nqb || h + 1 < (hk + 1) * G) {
               const int64_t next = qb + 1 < nqb ? (b * Hq + h) * Tq + i0 + kBq
                                                 : (b * Hq + h + 1) * Tq + qb0 * kBq;
-              const int64_t lines = std::min(kBq, Tq - (qb + 1 < nqb ? i0 + kBq : qb0 * kBq)) * Dp / 16;
-              pq = {reinterpret_cast<const char*>(qh + next * Dp), lines};
-              pdo = {reinterpret_cast<const char*>(doh + next * Dp), lines};
+              const int64_t lines = std::min(kBq, Tq - (qb + 1 < nqb ? i0 + kBq : qb0 * kBq)) * ldqh / 16;
+              pq = {reinterpret_cast<const char*>(qh + next * ldqh), lines};
+              pdo = {reinterpret_cast<const char*>(doh + next * ldqh), lines};
             }
-            gemm<V>(mq, nkp, D, Qr, Dp, 1, Kt, kBk, S, kBk, false, nullptr, nullptr, &pq, s_c);
-            gemm<V>(mq, nkp, D, dOr, Dp, 1, Vt, kBk, dP, kBk, false, nullptr, nullptr, &pdo, s_c);
+            gemm<V>(mq, nkp, D, Qr, ldqh, 1, Kt, kBk, S, kBk, false, nullptr, nullptr, &pq, s_c);
+            gemm<V>(mq, nkp, D, dOr, ldqh, 1, Vt, kBk, dP, kBk, false, nullptr, nullptr, &pdo, s_c);
             const float* L = lse2.data() + (b * Hq + h) * Tq + i0;
             const float* De = delta.data() + (b * Hq + h) * Tq + i0;
             for (int64_t i = 0; i < mq; ++i) {
@@ -570,15 +592,15 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
             }
             // This query tile's dQ rows load into L2 during the two key-side GEMMs.
             Prefetch pdq{reinterpret_cast<const char*>(dQr), mq * Dp / 16};
-            gemm<V>(nk, Dp, mq, S, 1, kBk, dOr, Dp, dV, Dp, true, nullptr, nullptr, &pdq, kv_c);
-            gemm<V>(nk, Dp, mq, dP, 1, kBk, Qr, Dp, dK, Dp, true, nullptr, nullptr, &pdq, kv_c);
-            gemm<V>(mq, Dp, nk, dP, kBk, 1, Kr, Dp, dQr, Dp, true, nullptr, nullptr, nullptr, q_c);
+            gemm<V>(nk, Dp, mq, S, 1, kBk, dOr, ldqh, dV, Lk, true, nullptr, nullptr, &pdq, kv_c);
+            gemm<V>(nk, Dp, mq, dP, 1, kBk, Qr, ldqh, dK, Lk, true, nullptr, nullptr, &pdq, kv_c);
+            gemm<V>(mq, Dp, nk, dP, kBk, 1, Kr, Lk, dQr, Dp, true, nullptr, nullptr, nullptr, q_c);
           }
         }
         for (int64_t j = 0; j < nk; ++j) {
           const int64_t r = (b * Tk + j0 + j) * ldk + hk * D;
-          std::memcpy(dk + r, dK + j * Dp, D * sizeof(float));
-          std::memcpy(dv + r, dV + j * Dp, D * sizeof(float));
+          std::memcpy(dk + r, dK + j * Lk, D * sizeof(float));
+          std::memcpy(dv + r, dV + j * Lk, D * sizeof(float));
         }
       }
       if (dqh) {
