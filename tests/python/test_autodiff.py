@@ -394,3 +394,22 @@ def test_backward_skips_the_cotangent_of_an_input_not_differentiated():
         return [e["op"] for e in ledger.events if e["phase"] == "backward" and e["op"] == "matmul"]
     assert backward(only_w) == ["matmul"] and backward(both) == ["matmul", "matmul"]
     np.testing.assert_allclose(gw, gw2, rtol=1e-6)
+
+
+@pytest.mark.parametrize("where", ["plain", "shard_map", "shard_map_sharded_input"])
+def test_grad_of_grad_matches_jax(where):
+    """Second derivatives: an inner grad's result stays tracked by the outer one, through
+    shard_map's boundaries too (it used to come back as a constant: a zero second derivative)."""
+    jax = pytest.importorskip("jax")
+    x = np.linspace(-2, 2, 8).astype(np.float32)
+    mesh = sl.make_mesh((4,), ("x",))
+    if where == "plain":
+        f = lambda y: jnp.sum(jnp.tanh(y) * y)  # noqa: E731
+    else:
+        inner = sl.shard_map(lambda y: jnp.tanh(y) * y, mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+        f = lambda y: jnp.sum(inner(y))  # noqa: E731
+    arg = sl.device_put(x, sl.NamedSharding(mesh, P("x"))) if where == "shard_map_sharded_input" else x
+    got = np.asarray(sl.grad(lambda x: jnp.sum(sl.grad(f)(x) ** 2))(arg))
+    want = jax.grad(lambda x: jax.numpy.sum(jax.grad(lambda y: jax.numpy.sum(jax.numpy.tanh(y) * y))(x) ** 2))(x)
+    np.testing.assert_allclose(got, np.asarray(want), rtol=1e-5, atol=1e-6)
+    assert sl.grad(sl.grad(lambda x: x ** 3))(np.float32(2.0)) == pytest.approx(12.0)

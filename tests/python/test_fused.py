@@ -51,7 +51,7 @@ def _on_mesh(f, mesh, n_in=1):
     return sl.shard_map(f, mesh=mesh, in_specs=(P("x"),) * n_in, out_specs=P("x"))
 
 
-def test_silu_in_shard_map_matches_jax_values_and_gradients():
+def test_silu_in_shard_map_matches_jax_values_gradients_and_second_derivatives():
     mesh = sl.make_mesh((4,), ("x",))
     x = (np.random.default_rng(0).standard_normal((8, 33)) * 4).astype(np.float32)
     ref = jax.nn.silu
@@ -61,7 +61,11 @@ def test_silu_in_shard_map_matches_jax_values_and_gradients():
     g = np.asarray(sl.grad(loss)(x))
     g_ref = np.asarray(jax.grad(lambda x: jax.numpy.sum(ref(x) ** 2))(x))
     np.testing.assert_allclose(g, g_ref, rtol=2e-5, atol=1e-6)
-    # silu_vjp's own rule, against jax.grad of the same expression dy * silu'(x)
+    # the second derivative: grad of grad runs silu_vjp's own rule
+    h = np.asarray(sl.grad(lambda x: jnp.sum(sl.grad(lambda y: jnp.sum(f(y)))(x)))(x))
+    h_ref = np.asarray(jax.grad(lambda x: jax.numpy.sum(jax.grad(lambda y: jax.numpy.sum(ref(y)))(x)))(x))
+    np.testing.assert_allclose(h, h_ref, rtol=2e-4, atol=1e-5)
+    # silu_vjp's own rule with a general cotangent, against jax.grad of the same expression dy * silu'(x)
     dy = np.random.default_rng(3).standard_normal(x.shape).astype(np.float32)
     vjp_of = _on_mesh(lambda x, dy: bind(SILU_VJP, [x, dy], x.mesh), mesh, n_in=2)
     gx, gdy = sl.grad(lambda x, dy: jnp.sum(vjp_of(x, dy) ** 2), argnums=(0, 1))(x, dy)

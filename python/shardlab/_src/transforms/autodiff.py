@@ -158,8 +158,12 @@ def _wrap_input(x, i: int, op: str):
 
 
 def _unwrap(v):
-    """The user's view of a value: one-device LocalArrays are plain numpy arrays."""
+    """The user's view of a value: one-device LocalArrays are plain numpy arrays, unless an
+    enclosing grad is tracing the value (grad of grad): then it stays a tracked LocalArray,
+    or the outer derivative would see a constant and come out zero."""
     if isinstance(v, LocalArray) and v.mesh is UNIT_MESH:
+        if any(id(v) in t.live for t in CTX.tapes):
+            return v
         return v.storage
     return v
 

@@ -114,8 +114,13 @@ class _Enter:
         g = ShardedArray(storage, sharding, global_shape)
         x = ins[0]
         if isinstance(x, ShardedArray):
-            return [g if x.sharding == sharding or g.is_abstract else device_put(g, x.sharding)]
-        return [LocalArray(global_value(storage, sharding, global_shape), UNIT_MESH)]
+            out = g if x.sharding == sharding or g.is_abstract else device_put(g, x.sharding)
+        else:
+            out = LocalArray(global_value(storage, sharding, global_shape), UNIT_MESH)
+        # The transpose leaves shard_map: recorded as an exit, so a grad of this grad
+        # differentiates through it (otherwise the second derivative would come out zero).
+        push_entry(_Exit, {"sharding": sharding}, [ct], [out], mesh)
+        return [out]
 
 
 class _Exit:
@@ -139,7 +144,10 @@ class _Exit:
             storage = local_storage(np.asarray(ct), sharding)
         if storage.dtype != x.dtype:
             storage = storage.astype(x.dtype) if not is_abstract(storage) else AbstractStorage(storage.shape, x.dtype)
-        return [LocalArray(storage, mesh)]
+        out = LocalArray(storage, mesh)
+        if isinstance(ct, (ShardedArray, LocalArray)):  # recorded as an entry, for grad of grad
+            push_entry(_Enter, {"sharding": sharding, "global_shape": tuple(ct.shape)}, [ct], [out], mesh)
+        return [out]
 
 
 def _global_input(x, i: int):
