@@ -61,6 +61,45 @@ void init_fused(py::module_& m) {
     }
     return dx;
   }, py::arg("x"), py::arg("dy"), "dy * s * (1 + x (1 - s)), s = sigmoid(x): silu's vjp, one pass.");
+  m.def("rms_norm_forward", [](const py::array& x, const py::array& scale, float eps) {
+    const char* op = "rms_norm";
+    const float* xp = float32_data(op, "x", x);
+    const float* sp = float32_data(op, "scale", scale);
+    const auto xs = as_ref(x).shape, ss = as_ref(scale).shape;
+    if (xs.size() != 3 || ss.size() != 2 || ss[0] != xs[0] || ss[1] != xs[2]) {
+      throw std::invalid_argument("[rms_norm] expects x [P, R, C] and scale [P, C]; got " + shardlab::shape_str(xs) +
+                                  " and " + shardlab::shape_str(ss));
+    }
+    py::array y = empty_like_dtype(x, xs), rstd = empty_like_dtype(x, {xs[0], xs[1]});
+    float *yp = out_data(y), *rp = out_data(rstd);
+    {
+      py::gil_scoped_release release;
+      shardlab::rms_norm_forward(xp, sp, eps, yp, rp, xs[0], xs[1], xs[2]);
+    }
+    return py::make_tuple(y, rstd);
+  }, py::arg("x"), py::arg("scale"), py::arg("eps"), "(y, rstd): RMSNorm over the last dim of x [P, R, C].");
+  m.def("rms_norm_backward", [](const py::array& x, const py::array& scale, const py::array& rstd,
+                                const py::array& dy) {
+    const char* op = "rms_norm_vjp";
+    const float* xp = float32_data(op, "x", x);
+    const float* sp = float32_data(op, "scale", scale);
+    const float* rp = float32_data(op, "rstd", rstd);
+    const float* dyp = float32_data(op, "dy", dy);
+    same_shape(op, x, dy);
+    const auto xs = as_ref(x).shape, ss = as_ref(scale).shape, rs = as_ref(rstd).shape;
+    if (xs.size() != 3 || ss != shardlab::Shape{xs[0], xs[2]} || rs != shardlab::Shape{xs[0], xs[1]}) {
+      throw std::invalid_argument("[rms_norm_vjp] expects x [P, R, C], scale [P, C] and rstd [P, R]; got " +
+                                  shardlab::shape_str(xs) + ", " + shardlab::shape_str(ss) + " and " +
+                                  shardlab::shape_str(rs));
+    }
+    py::array dx = empty_like_dtype(x, xs), dscale = empty_like_dtype(x, ss);
+    float *dxp = out_data(dx), *dsp = out_data(dscale);
+    {
+      py::gil_scoped_release release;
+      shardlab::rms_norm_backward(xp, sp, rp, dyp, dxp, dsp, xs[0], xs[1], xs[2]);
+    }
+    return py::make_tuple(dx, dscale);
+  }, py::arg("x"), py::arg("scale"), py::arg("rstd"), py::arg("dy"), "(dx, dscale): the vjp of rms_norm_forward.");
   m.def("adamw_update", [](const py::array& p, const py::array& g, const py::array& mom, const py::array& v,
                            float lr, float b1, float b2, float eps, float weight_decay, float c1, float c2) {
     const char* op = "adamw_update";

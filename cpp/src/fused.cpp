@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "shardlab/cpu_features.hpp"
 
@@ -17,6 +18,9 @@ namespace shardlab {
   void silu_backward(const float*, const float*, float*, std::int64_t);                                \
   void adamw_update(const AdamWStep&, const float*, const float*, const float*, const float*, float*, \
                     float*, float*, std::int64_t);                                                     \
+  float rms_norm_row(const float*, const float*, float, float*, std::int64_t);                         \
+  void rms_norm_backward_row(const float*, const float*, float, const float*, float*, float*,          \
+                             std::int64_t);                                                            \
   }
 SHARDLAB_DECLARE_FUSED(scalar)
 SHARDLAB_DECLARE_FUSED(avx2)
@@ -51,6 +55,32 @@ void for_chunks(std::int64_t n, Body&& body) {
     case Isa::scalar: fused_detail::scalar::FN(__VA_ARGS__); break; \
   }
 
+// The per-ISA row functions, picked once per call.
+using NormRow = float (*)(const float*, const float*, float, float*, std::int64_t);
+using NormBackwardRow = void (*)(const float*, const float*, float, const float*, float*, float*, std::int64_t);
+
+NormRow norm_row() {
+  switch (active_isa()) {
+    case Isa::avx512bf16:
+    case Isa::avx512: return fused_detail::avx512::rms_norm_row;
+    case Isa::avx2: return fused_detail::avx2::rms_norm_row;
+    case Isa::scalar: break;
+  }
+  return fused_detail::scalar::rms_norm_row;
+}
+
+NormBackwardRow norm_backward_row() {
+  switch (active_isa()) {
+    case Isa::avx512bf16:
+    case Isa::avx512: return fused_detail::avx512::rms_norm_backward_row;
+    case Isa::avx2: return fused_detail::avx2::rms_norm_backward_row;
+    case Isa::scalar: break;
+  }
+  return fused_detail::scalar::rms_norm_backward_row;
+}
+
+bool parallel_rows(std::int64_t P, std::int64_t R, std::int64_t C) { return P * R * C >= kChunk; }
+
 float sigmoid_reference(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 }  // namespace
@@ -75,6 +105,38 @@ void adamw_update(const AdamWStep& h, const float* p, const float* g, const floa
 
 #undef SHARDLAB_FUSED_DISPATCH
 
+void rms_norm_forward(const float* x, const float* scale, float eps, float* y, float* rstd, std::int64_t P,
+                      std::int64_t R, std::int64_t C) {
+  const NormRow row = norm_row();
+  const std::int64_t rows = P * R;
+#pragma omp parallel for schedule(static) if (parallel_rows(P, R, C))
+  for (std::int64_t i = 0; i < rows; ++i) {
+    rstd[i] = row(x + i * C, scale + (i / R) * C, eps, y + i * C, C);
+  }
+}
+
+void rms_norm_backward(const float* x, const float* scale, const float* rstd, const float* dy, float* dx,
+                       float* dscale, std::int64_t P, std::int64_t R, std::int64_t C) {
+  const NormBackwardRow row = norm_backward_row();
+  std::fill(dscale, dscale + P * C, 0.0f);
+  for (std::int64_t p = 0; p < P; ++p) {
+    float* ds = dscale + p * C;
+    const float* sc = scale + p * C;
+    // Each thread sums its rows' dscale privately, then adds it in: no shared writes per row.
+#pragma omp parallel if (parallel_rows(1, R, C))
+    {
+      std::vector<float> part(static_cast<std::size_t>(C), 0.0f);
+#pragma omp for schedule(static)
+      for (std::int64_t r = 0; r < R; ++r) {
+        const std::int64_t i = p * R + r;
+        row(x + i * C, sc, rstd[i], dy + i * C, dx + i * C, part.data(), C);
+      }
+#pragma omp critical
+      for (std::int64_t c = 0; c < C; ++c) ds[c] += part[static_cast<std::size_t>(c)];
+    }
+  }
+}
+
 void silu_forward_reference(const float* x, float* y, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] * sigmoid_reference(x[i]);
 }
@@ -83,6 +145,31 @@ void silu_backward_reference(const float* x, const float* dy, float* dx, std::in
   for (std::int64_t i = 0; i < n; ++i) {
     const float s = sigmoid_reference(x[i]);
     dx[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
+  }
+}
+
+void rms_norm_forward_reference(const float* x, const float* scale, float eps, float* y, float* rstd,
+                                std::int64_t P, std::int64_t R, std::int64_t C) {
+  for (std::int64_t i = 0; i < P * R; ++i) {
+    double ss = 0.0;
+    for (std::int64_t c = 0; c < C; ++c) ss += static_cast<double>(x[i * C + c]) * x[i * C + c];
+    rstd[i] = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(C) + eps));
+    for (std::int64_t c = 0; c < C; ++c) y[i * C + c] = x[i * C + c] * rstd[i] * scale[(i / R) * C + c];
+  }
+}
+
+void rms_norm_backward_reference(const float* x, const float* scale, const float* rstd, const float* dy,
+                                 float* dx, float* dscale, std::int64_t P, std::int64_t R, std::int64_t C) {
+  for (std::int64_t j = 0; j < P * C; ++j) dscale[j] = 0.0f;
+  for (std::int64_t i = 0; i < P * R; ++i) {
+    const float* sc = scale + (i / R) * C;
+    const double r = rstd[i];
+    double dot = 0.0;
+    for (std::int64_t c = 0; c < C; ++c) dot += static_cast<double>(x[i * C + c]) * dy[i * C + c] * sc[c];
+    for (std::int64_t c = 0; c < C; ++c) {
+      dx[i * C + c] = static_cast<float>(r * dy[i * C + c] * sc[c] - x[i * C + c] * r * r * r * dot / C);
+      dscale[(i / R) * C + c] += static_cast<float>(dy[i * C + c] * x[i * C + c] * r);
+    }
   }
 }
 

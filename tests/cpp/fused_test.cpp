@@ -7,6 +7,8 @@
 #include <vector>
 #include <xtensor/xarray.hpp>
 #include <xtensor/xrandom.hpp>
+#include <xtensor/xview.hpp>
+#include <array>
 
 #include "shardlab/cpu_features.hpp"
 
@@ -123,4 +125,46 @@ TEST(Fused, AdamWFirstStepMovesEachWeightByLr) {
   xt::xarray<float> want = {0.99f, -1.99f, 2.99f};
   expect_close(p2, want, xt::xarray<float>({1e-6f, 1e-5f, 1e-6f}));
   expect_close(m2, 0.1f * g, 1e-7f * xt::abs(g));
+}
+
+TEST(Fused, RmsNormMatchesReferenceOnEveryIsa) {
+  IsaGuard guard;
+  for (Isa isa : runnable_isas()) {
+    set_active_isa(isa);
+    for (auto [P, R, C] : std::vector<std::array<std::int64_t, 3>>{{1, 1, 1}, {1, 5, 7}, {3, 33, 65}, {2, 300, 512}}) {
+      xt::random::seed(static_cast<unsigned>(P * R * C));
+      const auto P_ = static_cast<std::size_t>(P), R_ = static_cast<std::size_t>(R), C_ = static_cast<std::size_t>(C);
+      xt::xarray<float> x = xt::random::randn<float>({P_, R_, C_}) * 3.0f;
+      xt::xarray<float> scale = xt::random::randn<float>({P_, C_});
+      xt::xarray<float> dy = xt::random::randn<float>({P_, R_, C_});
+      xt::xarray<float> y(x.shape()), y_ref(x.shape());
+      auto r = xt::xarray<float>::from_shape({P_, R_}), r_ref = xt::xarray<float>::from_shape({P_, R_});
+      rms_norm_forward(x.data(), scale.data(), 1e-6f, y.data(), r.data(), P, R, C);
+      rms_norm_forward_reference(x.data(), scale.data(), 1e-6f, y_ref.data(), r_ref.data(), P, R, C);
+      SCOPED_TRACE(isa_name(isa));
+      expect_close(r, r_ref, 2e-6f * r_ref);
+      expect_close(y, y_ref, 3e-6f * xt::abs(y_ref) + 1e-7f);
+      xt::xarray<float> dx(x.shape()), dx_ref(x.shape());
+      auto ds = xt::xarray<float>::from_shape({P_, C_}), ds_ref = xt::xarray<float>::from_shape({P_, C_});
+      rms_norm_backward(x.data(), scale.data(), r.data(), dy.data(), dx.data(), ds.data(), P, R, C);
+      rms_norm_backward_reference(x.data(), scale.data(), r.data(), dy.data(), dx_ref.data(), ds_ref.data(), P, R, C);
+      // dx subtracts two terms of size ~ r |dy scale|: error relative to that
+      expect_close(dx, dx_ref, 1e-5f * (xt::abs(dy) + 1.0f) * xt::abs(xt::view(scale, xt::all(), xt::newaxis(), xt::all())) *
+                                   xt::view(r, xt::all(), xt::all(), xt::newaxis()) + 1e-6f);
+      // dscale sums R rows: float summation error grows with R
+      expect_close(ds, ds_ref, 1e-5f * static_cast<float>(R) + 1e-5f * xt::abs(ds_ref));
+    }
+  }
+}
+
+TEST(Fused, RmsNormOfAConstantRowIsTheScale) {
+  // x = a constant row: mean(x^2) = a^2, so y = sign(a) * scale (eps aside).
+  xt::xarray<float> x = xt::full_like(xt::xarray<float>::from_shape({1, 2, 4}), -2.0f);
+  xt::xarray<float> scale = {{1.0f, 2.0f, 3.0f, 4.0f}};
+  xt::xarray<float> y(x.shape());
+  auto r = xt::xarray<float>::from_shape({1, 2});
+  rms_norm_forward(x.data(), scale.data(), 0.0f, y.data(), r.data(), 1, 2, 4);
+  xt::xarray<float> want = {{{-1.0f, -2.0f, -3.0f, -4.0f}, {-1.0f, -2.0f, -3.0f, -4.0f}}};
+  expect_close(y, want, xt::xarray<float>(xt::full_like(want, 1e-6f)));
+  expect_close(r, xt::xarray<float>({{0.5f, 0.5f}}), xt::xarray<float>({{1e-7f, 1e-7f}}));
 }

@@ -154,3 +154,67 @@ def test_adamw_update_bad_input():
                      in_specs=(P("x"), P("x")), out_specs=P("x"))
     with pytest.raises(ValueError, match=r"\[adamw_update\] param, grad, m and v have local shapes \(2,\), \(2,\), \(2,\), \(3,\)"):
         f(np.zeros(4, np.float32), np.zeros(6, np.float32))
+
+
+def _jax_rms_norm(x, scale, eps):
+    return x / jax.numpy.sqrt(jax.numpy.mean(x * x, axis=-1, keepdims=True) + eps) * scale
+
+
+@pytest.mark.parametrize("scale_spec", [P(), P("y")])
+def test_rms_norm_in_shard_map_matches_jax_values_gradients_and_second_derivatives(scale_spec):
+    """Rows sharded over x; the scale replicated (its gradient sums every device's rows) or
+    sharded along y with the features."""
+    mesh = sl.make_mesh((2, 2), ("x", "y"))
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((4, 6, 10)) * 2).astype(np.float32)
+    scale = rng.standard_normal(10).astype(np.float32)
+    w = rng.standard_normal((4, 6, 10)).astype(np.float32)
+    xspec = P("x", None, scale_spec[0] if len(scale_spec) else None)
+    if len(scale_spec):  # features sharded: each device normalises its own slice of the last dim
+        ref_fn = lambda x, s: jax.numpy.concatenate(  # noqa: E731
+            [_jax_rms_norm(x[..., :5], s[:5], 1e-5), _jax_rms_norm(x[..., 5:], s[5:], 1e-5)], axis=-1)
+    else:
+        ref_fn = lambda x, s: _jax_rms_norm(x, s, 1e-5)  # noqa: E731
+    f = sl.shard_map(lambda x, s: snn.rms_norm(x, s, eps=1e-5), mesh=mesh, in_specs=(xspec, scale_spec),
+                     out_specs=xspec)
+    np.testing.assert_allclose(np.asarray(f(x, scale)), np.asarray(ref_fn(x, scale)), rtol=1e-5, atol=1e-6)
+    loss = lambda x, s: jnp.sum(f(x, s) * w)  # noqa: E731
+    gx, gs = sl.grad(loss, argnums=(0, 1))(x, scale)
+    jx, js = jax.grad(lambda x, s: jax.numpy.sum(ref_fn(x, s) * w), argnums=(0, 1))(x, scale)
+    np.testing.assert_allclose(np.asarray(gx), np.asarray(jx), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(gs), np.asarray(js), rtol=1e-4, atol=1e-5)
+    h = sl.grad(lambda x: jnp.sum(sl.grad(lambda y: loss(y, scale))(x) ** 2))(x)
+    h_ref = jax.grad(lambda x: jax.numpy.sum(jax.grad(lambda y: jax.numpy.sum(ref_fn(y, scale) * w))(x) ** 2))(x)
+    np.testing.assert_allclose(np.asarray(h), np.asarray(h_ref), rtol=1e-3, atol=1e-4)
+
+
+def test_rms_norm_uses_the_fused_primitive_only_where_it_applies():
+    """Another axis, a bfloat16 input or a scale of another shape take the composite; results
+    still equal JAX's."""
+    mesh = sl.make_mesh((2,), ("x",))
+    x = np.random.default_rng(5).standard_normal((4, 3, 8)).astype(np.float32)
+    f = sl.shard_map(lambda x: snn.rms_norm(x, axis=1), mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+    want = x / np.sqrt(np.mean(x * x, axis=1, keepdims=True) + 1e-6)
+    np.testing.assert_allclose(np.asarray(f(x)), want, rtol=1e-5)
+    with sl.Ledger():
+        f_none = sl.shard_map(lambda x: snn.rms_norm(x), mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+        np.testing.assert_allclose(np.asarray(f_none(x)), x / np.sqrt(np.mean(x * x, -1, keepdims=True) + 1e-6),
+                                   rtol=1e-5)
+
+
+def test_rms_norm_primitive_rejects_a_scale_of_the_wrong_local_shape():
+    from shardlab._src.primitives.fused import RMS_NORM
+
+    mesh = sl.make_mesh((2,), ("x",))
+    x = sl.LocalArray(np.zeros((2, 3, 8), np.float32), mesh)
+    s = sl.LocalArray(np.zeros((1, 4), np.float32), mesh)
+    with pytest.raises(ValueError, match=r"\[rms_norm\] scale has local shape \(4,\); it must be \(8,\)"):
+        RMS_NORM.shape_rule([x.storage, s.storage], mesh, eps=1e-6)
+
+
+def test_rms_norm_in_abstract_mode():
+    mesh = sl.make_mesh((2,), ("x",))
+    f = sl.shard_map(lambda x, s: sl.grad(lambda y: jnp.sum(snn.rms_norm(y, s)))(x), mesh=mesh,
+                     in_specs=(P("x"), P()), out_specs=P("x"))
+    out = sl.eval_shape(f, sl.ShapeDtypeStruct((4, 8), np.float32), sl.ShapeDtypeStruct((8,), np.float32))
+    assert (out.shape, out.dtype) == ((4, 8), np.float32)

@@ -23,10 +23,23 @@ struct AdamWStep {
 void adamw_update(const AdamWStep& h, const float* p, const float* g, const float* m, const float* v,
                   float* p_out, float* m_out, float* v_out, std::int64_t n);
 
+// RMSNorm over the last dim of x [P, R, C] (P groups, e.g. devices, each with its own scale
+// row [P, C]; R rows of C): rstd[p, r] = 1 / sqrt(mean_c x^2 + eps), y = x * rstd * scale.
+void rms_norm_forward(const float* x, const float* scale, float eps, float* y, float* rstd, std::int64_t P,
+                      std::int64_t R, std::int64_t C);
+// Its vjp from the saved rstd: with g = dy * scale,
+//   dx = rstd * g - x * rstd^3 * mean_c(x * g),  dscale[p, c] = sum_r dy * x * rstd.
+void rms_norm_backward(const float* x, const float* scale, const float* rstd, const float* dy, float* dx,
+                       float* dscale, std::int64_t P, std::int64_t R, std::int64_t C);
+
 // The definitions, one element at a time with std::exp and std::sqrt: what the tests hold the
 // fused kernels to.
 void silu_forward_reference(const float* x, float* y, std::int64_t n);
 void silu_backward_reference(const float* x, const float* dy, float* dx, std::int64_t n);
+void rms_norm_forward_reference(const float* x, const float* scale, float eps, float* y, float* rstd,
+                                std::int64_t P, std::int64_t R, std::int64_t C);
+void rms_norm_backward_reference(const float* x, const float* scale, const float* rstd, const float* dy,
+                                 float* dx, float* dscale, std::int64_t P, std::int64_t R, std::int64_t C);
 void adamw_update_reference(const AdamWStep& h, const float* p, const float* g, const float* m, const float* v,
                             float* p_out, float* m_out, float* v_out, std::int64_t n);
 

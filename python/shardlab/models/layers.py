@@ -30,6 +30,8 @@ def norm(p: dict, x, cfg: ModelConfig):
     """RMSNorm (``x / rms(x) * scale``) or LayerNorm (``(x - mean) / std * scale + bias``),
     computed in float32 and returned in x's dtype."""
     xf = x.astype(np.float32)
+    if cfg.norm == "rmsnorm" and "bias" not in p:
+        return snn.rms_norm(xf, p["scale"].astype(np.float32), eps=cfg.norm_eps).astype(x.dtype)
     if cfg.norm == "layernorm":
         xf = xf - jnp.mean(xf, axis=-1, keepdims=True)
     var = jnp.mean(xf * xf, axis=-1, keepdims=True)

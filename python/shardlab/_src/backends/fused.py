@@ -29,6 +29,30 @@ def _silu_vjp(storages, mesh):
     return [_core.silu_backward(x, dy)]
 
 
+def _rows(storages, mesh):
+    """x-like storages as [P, R, C] (P = the common mesh dims, R the local rows) and the
+    scale as [P, C], all broadcast to the common mesh dims and contiguous."""
+    k = mesh.ndim
+    dims = tuple(np.broadcast_shapes(*(s.shape[:k] for s in storages)))
+    p = int(np.prod(dims))
+    return dims, p, [np.ascontiguousarray(np.broadcast_to(s, dims + s.shape[k:])) for s in storages]
+
+
+def _rms_norm(storages, mesh, *, eps):
+    dims, p, (x, scale) = _rows(storages, mesh)
+    c = x.shape[-1]
+    y, rstd = _core.rms_norm_forward(x.reshape(p, -1, c), scale.reshape(p, c), eps)
+    return [y.reshape(x.shape), rstd.reshape(x.shape[:-1] + (1,))]
+
+
+def _rms_norm_vjp(storages, mesh):
+    dims, p, (x, scale, rstd, dy) = _rows(storages, mesh)
+    c = x.shape[-1]
+    dx, dscale = _core.rms_norm_backward(x.reshape(p, -1, c), scale.reshape(p, c), rstd.reshape(p, -1),
+                                         dy.reshape(p, -1, c))
+    return [dx.reshape(x.shape), dscale.reshape(scale.shape)]
+
+
 def _adamw_update(storages, mesh, *, lr, b1, b2, eps, weight_decay, step):
     p, g, m, v = _common(storages)
     return list(_core.adamw_update(p, g, m, v, lr=lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay,
@@ -37,4 +61,6 @@ def _adamw_update(storages, mesh, *, lr, b1, b2, eps, weight_decay, step):
 
 fu.SILU.impl["emulated"] = _silu
 fu.SILU_VJP.impl["emulated"] = _silu_vjp
+fu.RMS_NORM.impl["emulated"] = _rms_norm
+fu.RMS_NORM_VJP.impl["emulated"] = _rms_norm_vjp
 fu.ADAMW_UPDATE.impl["emulated"] = _adamw_update

@@ -123,7 +123,22 @@ def one_hot(x, num_classes: int, *, dtype=np.float32, axis=-1):
 
 # -- normalisation ---------------------------------------------------------------------------
 def rms_norm(x, scale=None, *, axis=-1, eps: float = 1e-6):
-    """x / sqrt(mean(x²) + eps) · scale (RMSNorm)."""
+    """x / sqrt(mean(x²) + eps) · scale (RMSNorm). On float32 values inside ``shard_map``,
+    normalising the last axis, one fused pass forward and one backward.
+
+    Example:
+        >>> import numpy as np, shardlab.nn as snn
+        >>> snn.rms_norm(np.array([[3.0, -3.0]], np.float32), eps=0.0).tolist()
+        [[1.0, -1.0]]
+    """
+    if _fusable(x) and x.ndim >= 1 and axis in (-1, x.ndim - 1):
+        c = x.shape[-1]
+        if scale is None:
+            scale = lift(np.ones(c, np.float32), x.mesh)
+        elif isinstance(scale, np.ndarray) and scale.dtype == np.float32:
+            scale = lift(scale, x.mesh)
+        if _fusable(x, scale) and scale.shape == (c,):
+            return bind(fu.RMS_NORM, [x, scale], x.mesh, eps=float(eps))[0]
     y = x / np.sqrt(jnp.mean(x * x, axis=axis, keepdims=True) + eps)
     return y if scale is None else y * scale
 

@@ -4,15 +4,18 @@ and has the same rules; the emulated backend runs the C++ kernels of ``shardlab/
 
 - ``silu(x) = x * sigmoid(x)``, and its vjp ``silu_vjp(x, dy) = dy * s * (1 + x * (1 - s))``
   (itself differentiable, so second derivatives work);
+- ``rms_norm(x, scale) -> (y, rstd)`` over the last local dim, and its vjp ``rms_norm_vjp``
+  from the saved rstd (under a grad of a grad the rule is written with elementwise primitives
+  instead, so second derivatives work);
 - ``adamw_update(param, grad, m, v)``: one AdamW step (new param, m, v), not differentiable.
 
 They take float32 operands of one local shape; callers (``shardlab.nn.silu``,
 ``shardlab.experimental.adamw_update``) use the composite for anything else.
 
 Example:
-    >>> from shardlab._src.primitives.fused import SILU, SILU_VJP, ADAMW_UPDATE
-    >>> SILU.name, SILU_VJP.name, ADAMW_UPDATE.name
-    ('silu', 'silu_vjp', 'adamw_update')
+    >>> from shardlab._src.primitives.fused import SILU, SILU_VJP, RMS_NORM, ADAMW_UPDATE
+    >>> SILU.name, SILU_VJP.name, RMS_NORM.name, ADAMW_UPDATE.name
+    ('silu', 'silu_vjp', 'rms_norm', 'adamw_update')
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..arrays.local_array import LocalArray
-from .broadcasting import unbroadcast
+from ..core.context import CTX
+from .broadcasting import REDUCE_SUM, unbroadcast
 from .elementwise import PRIMS
 from .primitive import Primitive, bind
 from .shapes import broadcast_avals
@@ -85,6 +89,71 @@ def _silu_vjp_vjp(cts, ins, outs, mesh):
 
 
 SILU_VJP = Primitive("silu_vjp", shape_rule=_silu_vjp_shape, vjp=_silu_vjp_vjp)
+
+
+# -- rms_norm --------------------------------------------------------------------------------
+def _mesh_dims(avals, k: int) -> tuple:
+    return tuple(np.broadcast_shapes(*(tuple(a.shape[:k]) for a in avals)))
+
+
+def _rms_norm_shape(avals, mesh, *, eps):
+    _check_float32("rms_norm", avals)
+    k = mesh.ndim
+    x, scale = avals
+    xl, sl = tuple(x.shape[k:]), tuple(scale.shape[k:])
+    if not xl or sl != xl[-1:]:
+        raise ValueError(f"[rms_norm] scale has local shape {sl}; it must be ({xl[-1] if xl else '?'},), the "
+                         f"last dim of x {xl}")
+    dims = _mesh_dims(avals, k)
+    return [(dims + xl, _F32), (dims + xl[:-1] + (1,), _F32)]
+
+
+def _zero_placeholder(ct) -> bool:
+    """The backward walk's stand-in for an output nobody used: zeros with stride 0."""
+    st = ct.storage
+    return isinstance(st, np.ndarray) and st.size > 0 and not any(st.strides) and not st.flat[0]
+
+
+def _rms_norm_vjp(cts, ins, outs, mesh, *, eps):
+    ct, ct_rstd = cts
+    x, scale = ins
+    rstd = outs[1]
+    dx_rstd = None
+    if ct_rstd is not None and not _zero_placeholder(ct_rstd):  # rstd used downstream (a grad of grad's backward): d rstd/dx = -rstd³ x / C
+        r3 = _ew("multiply", rstd, _ew("multiply", rstd, rstd))
+        dx_rstd = _ew("multiply", _ew("multiply", ct_rstd, r3), _ew("divide", x, -float(x.shape[-1])))
+    if ct is None:
+        return [None if dx_rstd is None else unbroadcast(dx_rstd, x), None]
+    if CTX.tapes:
+        # An enclosing grad records this backward (grad of grad): elementwise primitives, whose
+        # own rules it can differentiate.
+        g = _ew("multiply", ct, scale)
+        n = float(x.shape[-1])
+        dot = _ew("divide", bind(REDUCE_SUM, [_ew("multiply", x, g)], mesh, axes=(x.ndim - 1,), keepdims=True), n)
+        r3 = _ew("multiply", rstd, _ew("multiply", rstd, rstd))
+        dx = _ew("subtract", _ew("multiply", rstd, g), _ew("multiply", x, _ew("multiply", r3, dot)))
+        dscale = _ew("multiply", ct, _ew("multiply", x, rstd))
+    else:
+        dx, dscale = bind(RMS_NORM_VJP, [x, scale, rstd, ct], mesh)
+    if dx_rstd is not None:
+        dx = _ew("add", dx, dx_rstd)
+    return [unbroadcast(dx, x), unbroadcast(dscale, scale)]
+
+
+RMS_NORM = Primitive("rms_norm", shape_rule=_rms_norm_shape, vjp=_rms_norm_vjp, multiple_results=True)
+
+
+def _rms_norm_vjp_shape(avals, mesh):
+    _check_float32("rms_norm_vjp", avals)
+    k = mesh.ndim
+    x, scale, _, ct = avals
+    if tuple(ct.shape[k:]) != tuple(x.shape[k:]):
+        raise ValueError(f"[rms_norm_vjp] the cotangent has local shape {tuple(ct.shape[k:])}, x {tuple(x.shape[k:])}")
+    dims = _mesh_dims(avals, k)
+    return [(dims + tuple(x.shape[k:]), _F32), (dims + tuple(scale.shape[k:]), _F32)]
+
+
+RMS_NORM_VJP = Primitive("rms_norm_vjp", shape_rule=_rms_norm_vjp_shape, multiple_results=True)
 
 
 # -- adamw -----------------------------------------------------------------------------------
