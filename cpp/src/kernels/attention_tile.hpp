@@ -170,13 +170,23 @@ inline void micro_tile(int64_t kc, const float* A, int64_t rsa, int64_t csa, con
   }
 }
 
-// A contiguous block to prefetch into L2 a few lines per micro-tile while a GEMM runs (the
-// next step's head-major K or V tile: it streams from L3, and a GEMM touching it cold stalls).
+// A block to prefetch into L2 a few lines per micro-tile while a GEMM runs (the next step's
+// head-major K or V tile: it streams from L3, and a GEMM touching it cold stalls). Contiguous
+// by default; with row_lines > 0, rows of row_lines lines row_stride bytes apart (the rows
+// of the caller's output, H * D elements apart).
 struct Prefetch {
   const char* p = nullptr;
   int64_t lines = 0;
+  int64_t row_lines = 0, row_stride = 0;
+  int64_t col = 0;
   void issue(int64_t n) {
-    for (n = std::min(n, lines); n > 0; --n, --lines, p += 64) __builtin_prefetch(p, 0, 2);
+    for (n = std::min(n, lines); n > 0; --n, --lines) {
+      __builtin_prefetch(p + col * 64, 0, 2);
+      if (++col == row_lines || row_lines == 0) {
+        p += row_lines ? row_stride : 64 * col;
+        col = 0;
+      }
+    }
   }
 };
 
@@ -385,6 +395,12 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
         const int64_t next_lines = std::max<int64_t>(0, std::min(kBk, kend - j0 - kBk)) * ldkv / 16;
         Prefetch pk{reinterpret_cast<const char*>(Kr + kBk * ldkv), next_lines};
         Prefetch pv{reinterpret_cast<const char*>(Vr + kBk * ldkv), next_lines};
+        if (j0 + kBk >= kend) {
+          // The last step: the output rows, written next, cold and 4 KiB apart, load instead.
+          const int64_t row_lines = (D * int64_t(sizeof(T)) + 63) / 64;
+          pv = {reinterpret_cast<const char*>(out + (b * Tq + i0) * ldq + h * D), mq * row_lines,
+                row_lines, ldq * int64_t(sizeof(T))};
+        }
         // The step's max comes out of the score GEMM unless masking rewrites scores after it.
         const bool masked = p.mask || (p.causal && j0 + nk - 1 > i0);
         std::fill(tmax, tmax + mqp, -kInf);
