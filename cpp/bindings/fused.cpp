@@ -100,6 +100,26 @@ void init_fused(py::module_& m) {
     }
     return py::make_tuple(dx, dscale);
   }, py::arg("x"), py::arg("scale"), py::arg("rstd"), py::arg("dy"), "(dx, dscale): the vjp of rms_norm_forward.");
+  m.def("rotary_embedding", [](const py::array& x, const py::array& cos, const py::array& sin, bool inverse) {
+    const char* op = "rotary_embedding";
+    const float* xp = float32_data(op, "x", x);
+    const float* cp = float32_data(op, "cos", cos);
+    const float* sp = float32_data(op, "sin", sin);
+    same_shape(op, cos, sin);
+    const auto xs = as_ref(x).shape, cs = as_ref(cos).shape;
+    if (xs.size() != 5 || cs.size() != 3 || cs[0] != xs[0] || cs[1] != xs[2] || 2 * cs[2] > xs[4]) {
+      throw std::invalid_argument("[rotary_embedding] expects x [P, B, T, N, H] and cos, sin [P, T, half] with "
+                                  "2 half <= H; got " + shardlab::shape_str(xs) + " and " + shardlab::shape_str(cs));
+    }
+    py::array out = empty_like_dtype(x, xs);
+    float* op_ = out_data(out);
+    {
+      py::gil_scoped_release release;
+      shardlab::rotary_embedding(xp, cp, sp, op_, inverse, xs[0], xs[1], xs[2], xs[3], xs[4], cs[2]);
+    }
+    return out;
+  }, py::arg("x"), py::arg("cos"), py::arg("sin"), py::arg("inverse") = false,
+     "Rotary embedding (rotate-half layout); inverse=True rotates by minus the angle.");
   m.def("adamw_update", [](const py::array& p, const py::array& g, const py::array& mom, const py::array& v,
                            float lr, float b1, float b2, float eps, float weight_decay, float c1, float c2) {
     const char* op = "adamw_update";

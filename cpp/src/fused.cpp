@@ -21,6 +21,7 @@ namespace shardlab {
   float rms_norm_row(const float*, const float*, float, float*, std::int64_t);                         \
   void rms_norm_backward_row(const float*, const float*, float, const float*, float*, float*,          \
                              std::int64_t);                                                            \
+  void rotary_row(const float*, const float*, const float*, float*, std::int64_t, std::int64_t);      \
   }
 SHARDLAB_DECLARE_FUSED(scalar)
 SHARDLAB_DECLARE_FUSED(avx2)
@@ -79,6 +80,18 @@ NormBackwardRow norm_backward_row() {
   return fused_detail::scalar::rms_norm_backward_row;
 }
 
+using RotaryRow = void (*)(const float*, const float*, const float*, float*, std::int64_t, std::int64_t);
+
+RotaryRow rotary_row() {
+  switch (active_isa()) {
+    case Isa::avx512bf16:
+    case Isa::avx512: return fused_detail::avx512::rotary_row;
+    case Isa::avx2: return fused_detail::avx2::rotary_row;
+    case Isa::scalar: break;
+  }
+  return fused_detail::scalar::rotary_row;
+}
+
 bool parallel_rows(std::int64_t P, std::int64_t R, std::int64_t C) { return P * R * C >= kChunk; }
 
 float sigmoid_reference(float x) { return 1.0f / (1.0f + std::exp(-x)); }
@@ -112,6 +125,27 @@ void rms_norm_forward(const float* x, const float* scale, float eps, float* y, f
 #pragma omp parallel for schedule(static) if (parallel_rows(P, R, C))
   for (std::int64_t i = 0; i < rows; ++i) {
     rstd[i] = row(x + i * C, scale + (i / R) * C, eps, y + i * C, C);
+  }
+}
+
+void rotary_embedding(const float* x, const float* cos, const float* sin, float* out, bool inverse, std::int64_t P,
+                      std::int64_t B, std::int64_t T, std::int64_t N, std::int64_t H, std::int64_t half) {
+  const RotaryRow row = rotary_row();
+  const std::int64_t rows = P * B * T;  // each with N head vectors of H
+#pragma omp parallel if (parallel_rows(rows, N, H))
+  {
+    std::vector<float> neg(static_cast<std::size_t>(half));
+#pragma omp for schedule(static)
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const std::int64_t p = i / (B * T), t = i % T;
+      const float* c = cos + (p * T + t) * half;
+      const float* s = sin + (p * T + t) * half;
+      if (inverse) {
+        for (std::int64_t j = 0; j < half; ++j) neg[static_cast<std::size_t>(j)] = -s[j];
+        s = neg.data();
+      }
+      for (std::int64_t n = 0; n < N; ++n) row(x + (i * N + n) * H, c, s, out + (i * N + n) * H, H, half);
+    }
   }
 }
 
@@ -171,6 +205,30 @@ void rms_norm_backward_reference(const float* x, const float* scale, const float
       dscale[(i / R) * C + c] += static_cast<float>(dy[i * C + c] * x[i * C + c] * r);
     }
   }
+}
+
+void rotary_embedding_reference(const float* x, const float* cos, const float* sin, float* out, bool inverse,
+                                std::int64_t P, std::int64_t B, std::int64_t T, std::int64_t N, std::int64_t H,
+                                std::int64_t half) {
+  for (std::int64_t p = 0; p < P; ++p)
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t t = 0; t < T; ++t)
+        for (std::int64_t n = 0; n < N; ++n) {
+          const float* xr = x + (((p * B + b) * T + t) * N + n) * H;
+          float* o = out + (((p * B + b) * T + t) * N + n) * H;
+          const float* c = cos + (p * T + t) * half;
+          const float* s = sin + (p * T + t) * half;
+          for (std::int64_t j = 0; j < H; ++j) {
+            if (j >= 2 * half) {
+              o[j] = xr[j];
+            } else if (j < half) {  // x1 c - x2 s
+              o[j] = static_cast<float>(double{xr[j]} * c[j] - (inverse ? -1.0 : 1.0) * xr[j + half] * s[j]);
+            } else {  // x2 c + x1 s
+              const std::int64_t k = j - half;
+              o[j] = static_cast<float>(double{xr[j]} * c[k] + (inverse ? -1.0 : 1.0) * xr[k] * s[k]);
+            }
+          }
+        }
 }
 
 void adamw_update_reference(const AdamWStep& h, const float* p, const float* g, const float* m, const float* v,

@@ -168,3 +168,25 @@ TEST(Fused, RmsNormOfAConstantRowIsTheScale) {
   expect_close(y, want, xt::xarray<float>(xt::full_like(want, 1e-6f)));
   expect_close(r, xt::xarray<float>({{0.5f, 0.5f}}), xt::xarray<float>({{1e-7f, 1e-7f}}));
 }
+
+TEST(Fused, RotaryMatchesReferenceAndInverseUndoesIt) {
+  IsaGuard guard;
+  for (Isa isa : runnable_isas()) {
+    set_active_isa(isa);
+    for (auto [P, B, T, N, H, half] : std::vector<std::array<std::int64_t, 6>>{
+             {1, 1, 1, 1, 2, 1}, {2, 3, 5, 2, 9, 3}, {1, 2, 33, 4, 64, 32}, {8, 4, 128, 2, 64, 32}}) {
+      auto u = [](std::int64_t v) { return static_cast<std::size_t>(v); };
+      xt::random::seed(static_cast<unsigned>(P * B * T * N * H));
+      xt::xarray<float> x = xt::random::randn<float>({u(P), u(B), u(T), u(N), u(H)});
+      xt::xarray<float> ang = xt::random::rand<float>({u(P), u(T), u(half)}) * 6.0f;
+      xt::xarray<float> c = xt::cos(ang), s = xt::sin(ang);
+      xt::xarray<float> y(x.shape()), y_ref(x.shape()), back(x.shape());
+      rotary_embedding(x.data(), c.data(), s.data(), y.data(), false, P, B, T, N, H, half);
+      rotary_embedding_reference(x.data(), c.data(), s.data(), y_ref.data(), false, P, B, T, N, H, half);
+      SCOPED_TRACE(isa_name(isa));
+      expect_close(y, y_ref, 2e-6f * (xt::abs(x) + 1.0f));
+      rotary_embedding(y.data(), c.data(), s.data(), back.data(), true, P, B, T, N, H, half);
+      expect_close(back, x, 4e-6f * (xt::abs(x) + 1.0f));  // a rotation's inverse is its transpose
+    }
+  }
+}

@@ -32,6 +32,14 @@ void rms_norm_forward(const float* x, const float* scale, float eps, float* y, f
 void rms_norm_backward(const float* x, const float* scale, const float* rstd, const float* dy, float* dx,
                        float* dscale, std::int64_t P, std::int64_t R, std::int64_t C);
 
+// Rotary position embedding, "rotate half" layout (LLaMA, GPT-NeoX), on x [P, B, T, N, H]
+// with tables cos, sin [P, T, half] (2 half <= H): per (p, b, t, n) with c, s the table row,
+//   out[:half] = x1 c - x2 s,  out[half:2 half] = x2 c + x1 s,  out[2 half:] = x[2 half:]
+// where x1 = x[:half], x2 = x[half:2 half]. inverse = true rotates by -angle (s -> -s): the
+// transpose, so the vjp is the same kernel.
+void rotary_embedding(const float* x, const float* cos, const float* sin, float* out, bool inverse, std::int64_t P,
+                      std::int64_t B, std::int64_t T, std::int64_t N, std::int64_t H, std::int64_t half);
+
 // The definitions, one element at a time with std::exp and std::sqrt: what the tests hold the
 // fused kernels to.
 void silu_forward_reference(const float* x, float* y, std::int64_t n);
@@ -40,6 +48,9 @@ void rms_norm_forward_reference(const float* x, const float* scale, float eps, f
                                 std::int64_t P, std::int64_t R, std::int64_t C);
 void rms_norm_backward_reference(const float* x, const float* scale, const float* rstd, const float* dy,
                                  float* dx, float* dscale, std::int64_t P, std::int64_t R, std::int64_t C);
+void rotary_embedding_reference(const float* x, const float* cos, const float* sin, float* out, bool inverse,
+                                std::int64_t P, std::int64_t B, std::int64_t T, std::int64_t N, std::int64_t H,
+                                std::int64_t half);
 void adamw_update_reference(const AdamWStep& h, const float* p, const float* g, const float* m, const float* v,
                             float* p_out, float* m_out, float* v_out, std::int64_t n);
 

@@ -94,4 +94,14 @@ void rms_norm_backward_row(const float* x, const float* scale, float r, const fl
   }
 }
 
+// One head vector of the rotary embedding (sn is the sine, already negated for the inverse).
+void rotary_row(const float* x, const float* c, const float* sn, float* out, std::int64_t H, std::int64_t half) {
+  for (std::int64_t j = 0; j < half; ++j) {
+    const float x1 = x[j], x2 = x[half + j];
+    out[j] = x1 * c[j] - x2 * sn[j];
+    out[half + j] = x2 * c[j] + x1 * sn[j];
+  }
+  for (std::int64_t j = 2 * half; j < H; ++j) out[j] = x[j];
+}
+
 }  // namespace shardlab::fused_detail::SHARDLAB_FUSED_NS

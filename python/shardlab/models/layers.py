@@ -62,14 +62,10 @@ def rotary_tables(cfg: ModelConfig, positions) -> tuple[np.ndarray, np.ndarray]:
 def apply_rotary(x, cos, sin, cfg: ModelConfig):
     """Rotary embedding of x ``[B, T, heads, H]`` with per-token tables ``[T, rotary_dim/2]``
     (rows of :func:`rotary_tables`; per-device values inside ``shard_map`` work too)."""
-    half, rot = cfg.rotary_dim // 2, cfg.rotary_dim
-    c, s = cos[None, :, None, :], sin[None, :, None, :]
-    xf = x.astype(np.float32)
-    x1, x2 = xf[..., :half], xf[..., half:rot]
-    parts = [x1 * c - x2 * s, x2 * c + x1 * s]
-    if rot < cfg.head_dim:
-        parts.append(xf[..., rot:])
-    return jnp.concatenate(parts, axis=-1).astype(x.dtype)
+    if 2 * cos.shape[-1] != cfg.rotary_dim:
+        raise ValueError(f"[apply_rotary] tables of width {cos.shape[-1]} do not match rotary_dim "
+                         f"{cfg.rotary_dim} (they hold rotary_dim / 2 angles per position)")
+    return snn.rotary_embedding(x.astype(np.float32), cos, sin).astype(x.dtype)
 
 
 def rotary(x, cfg: ModelConfig, offset: int = 0):

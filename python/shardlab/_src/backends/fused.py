@@ -53,6 +53,14 @@ def _rms_norm_vjp(storages, mesh):
     return [dx.reshape(x.shape), dscale.reshape(scale.shape)]
 
 
+def _rotary_embedding(storages, mesh, *, inverse):
+    dims, p, (x, cos, sin) = _rows(storages, mesh)
+    k = mesh.ndim
+    t, n, h = x.shape[-3:]
+    out = _core.rotary_embedding(x.reshape(p, -1, t, n, h), cos.reshape(p, t, -1), sin.reshape(p, t, -1), inverse)
+    return [out.reshape(x.shape)]
+
+
 def _adamw_update(storages, mesh, *, lr, b1, b2, eps, weight_decay, step):
     p, g, m, v = _common(storages)
     return list(_core.adamw_update(p, g, m, v, lr=lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay,
@@ -63,4 +71,5 @@ fu.SILU.impl["emulated"] = _silu
 fu.SILU_VJP.impl["emulated"] = _silu_vjp
 fu.RMS_NORM.impl["emulated"] = _rms_norm
 fu.RMS_NORM_VJP.impl["emulated"] = _rms_norm_vjp
+fu.ROTARY_EMBEDDING.impl["emulated"] = _rotary_embedding
 fu.ADAMW_UPDATE.impl["emulated"] = _adamw_update

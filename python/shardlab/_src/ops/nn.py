@@ -23,7 +23,7 @@ from .numpy_more import erf
 
 __all__ = ["dot_product_attention", "dot_product_attention_vjp", "relu", "gelu", "silu", "swish", "sigmoid",
            "softmax", "log_softmax", "logsumexp", "one_hot", "rms_norm", "layer_norm", "softplus", "tanh",
-           "adamw_update"]
+           "rotary_embedding", "adamw_update"]
 
 tanh = np.tanh
 
@@ -151,6 +151,40 @@ def layer_norm(x, scale=None, bias=None, *, axis=-1, eps: float = 1e-5):
     if scale is not None:
         y = y * scale
     return y if bias is None else y + bias
+
+
+def rotary_embedding(x, cos, sin):
+    """Rotary position embedding in the "rotate half" layout of LLaMA and GPT-NeoX (a shardlab
+    extension): x ``[..., T, heads, head_dim]``, tables ``cos``, ``sin`` ``[T, half]``. The first
+    ``half`` dims pair with the next ``half``; dims past ``2·half`` pass through::
+
+        out[:half] = x1·cos − x2·sin,   out[half:2·half] = x2·cos + x1·sin
+
+    On float32 values inside ``shard_map`` one fused pass (its gradient is the same kernel
+    rotating back); otherwise the expression above.
+
+    Example:
+        >>> import numpy as np, shardlab.nn as snn
+        >>> x = np.array([[[1.0, 0.0]]], np.float32)          # T=1, one head, head_dim 2
+        >>> c, s = np.zeros((1, 1), np.float32), np.ones((1, 1), np.float32)   # 90 degrees
+        >>> snn.rotary_embedding(x, c, s).tolist()
+        [[[0.0, 1.0]]]
+    """
+    xs, cs, ss = tuple(np.shape(x)), tuple(np.shape(cos)), tuple(np.shape(sin))
+    if len(xs) < 3 or len(cs) != 2 or ss != cs or cs[0] != xs[-3] or 2 * cs[1] > xs[-1]:
+        raise ValueError(f"[rotary_embedding] x has local shape {xs} ([..., T, heads, head_dim]) and cos, sin "
+                         f"{cs} and {ss}; they must be [T, half] with 2·half <= head_dim")
+    if _fusable(x):
+        tables = [lift(t, x.mesh) if isinstance(t, np.ndarray) and t.dtype == np.float32 else t for t in (cos, sin)]
+        if _fusable(x, *tables):
+            return bind(fu.ROTARY_EMBEDDING, [x, *tables], x.mesh, inverse=False)
+    half = cos.shape[-1]
+    c, s = jnp.expand_dims(cos, -2), jnp.expand_dims(sin, -2)  # [T, 1, half]: one row for every head
+    x1, x2 = x[..., :half], x[..., half:2 * half]
+    parts = [x1 * c - x2 * s, x2 * c + x1 * s]
+    if 2 * half < x.shape[-1]:
+        parts.append(x[..., 2 * half:])
+    return jnp.concatenate(parts, axis=-1)
 
 
 # -- attention -------------------------------------------------------------------------------

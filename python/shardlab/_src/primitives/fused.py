@@ -7,6 +7,8 @@ and has the same rules; the emulated backend runs the C++ kernels of ``shardlab/
 - ``rms_norm(x, scale) -> (y, rstd)`` over the last local dim, and its vjp ``rms_norm_vjp``
   from the saved rstd (under a grad of a grad the rule is written with elementwise primitives
   instead, so second derivatives work);
+- ``rotary_embedding(x, cos, sin)`` (rotate-half layout); its vjp is the same primitive with
+  ``inverse`` flipped, since a rotation's transpose is the rotation by minus the angle;
 - ``adamw_update(param, grad, m, v)``: one AdamW step (new param, m, v), not differentiable.
 
 They take float32 operands of one local shape; callers (``shardlab.nn.silu``,
@@ -154,6 +156,31 @@ def _rms_norm_vjp_shape(avals, mesh):
 
 
 RMS_NORM_VJP = Primitive("rms_norm_vjp", shape_rule=_rms_norm_vjp_shape, multiple_results=True)
+
+
+# -- rotary_embedding ------------------------------------------------------------------------
+def _rotary_shape(avals, mesh, *, inverse):
+    _check_float32("rotary_embedding", avals)
+    k = mesh.ndim
+    x, cos, sin = avals
+    xl, cl = tuple(x.shape[k:]), tuple(cos.shape[k:])
+    if len(xl) < 3 or len(cl) != 2 or tuple(sin.shape[k:]) != cl or cl[0] != xl[-3] or 2 * cl[1] > xl[-1]:
+        raise ValueError(f"[rotary_embedding] x has local shape {xl} ([..., T, heads, head_dim]) and cos, sin "
+                         f"{cl} and {tuple(sin.shape[k:])}; they must be [T, half] with 2·half <= head_dim")
+    return [(_mesh_dims(avals, k) + xl, _F32)]
+
+
+def _rotary_vjp(cts, ins, outs, mesh, *, inverse):
+    x, cos, sin = ins
+    wanted = CTX.wanted or ()
+    if id(cos) in wanted or id(sin) in wanted:
+        raise NotImplementedError("[grad] rotary_embedding is not differentiable with respect to its cos and sin "
+                                  "tables; compute them outside the differentiated function")
+    ct = bind(ROTARY_EMBEDDING, [cts[0], cos, sin], mesh, inverse=not inverse)
+    return [unbroadcast(ct, x), None, None]
+
+
+ROTARY_EMBEDDING = Primitive("rotary_embedding", shape_rule=_rotary_shape, vjp=_rotary_vjp)
 
 
 # -- adamw -----------------------------------------------------------------------------------
