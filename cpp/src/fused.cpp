@@ -153,21 +153,22 @@ void rms_norm_backward(const float* x, const float* scale, const float* rstd, co
                        float* dscale, std::int64_t P, std::int64_t R, std::int64_t C) {
   const NormBackwardRow row = norm_backward_row();
   std::fill(dscale, dscale + P * C, 0.0f);
-  for (std::int64_t p = 0; p < P; ++p) {
-    float* ds = dscale + p * C;
-    const float* sc = scale + p * C;
-    // Each thread sums its rows' dscale privately, then adds it in: no shared writes per row.
-#pragma omp parallel if (parallel_rows(1, R, C))
-    {
-      std::vector<float> part(static_cast<std::size_t>(C), 0.0f);
+  const std::int64_t rows = P * R;
+  // One parallel region over every row (a region per group would pay a barrier each): each
+  // thread sums its rows' dscale privately, then adds its [P, C] partial in.
+#pragma omp parallel if (parallel_rows(P, R, C))
+  {
+    std::vector<float> part(static_cast<std::size_t>(P * C), 0.0f);
+    std::int64_t lo_p = P, hi_p = -1;
 #pragma omp for schedule(static)
-      for (std::int64_t r = 0; r < R; ++r) {
-        const std::int64_t i = p * R + r;
-        row(x + i * C, sc, rstd[i], dy + i * C, dx + i * C, part.data(), C);
-      }
-#pragma omp critical
-      for (std::int64_t c = 0; c < C; ++c) ds[c] += part[static_cast<std::size_t>(c)];
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const std::int64_t p = i / R;
+      lo_p = std::min(lo_p, p);
+      hi_p = std::max(hi_p, p);
+      row(x + i * C, scale + p * C, rstd[i], dy + i * C, dx + i * C, part.data() + p * C, C);
     }
+#pragma omp critical
+    for (std::int64_t j = lo_p * C; j < (hi_p + 1) * C; ++j) dscale[j] += part[static_cast<std::size_t>(j)];
   }
 }
 
