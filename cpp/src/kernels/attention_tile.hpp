@@ -26,6 +26,10 @@
 #include <type_traits>
 #include <vector>
 
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
 #include "shardlab/attention.hpp"
 
 namespace shardlab::detail {
@@ -279,11 +283,50 @@ inline void pack_rows(const T* src, int64_t ld, int64_t rows, int64_t cols, floa
   }
 }
 
+#if defined(__AVX2__)
+// dst[j * ldd + i] = src[i * ld + j] * mul for an 8 x 8 block (unpack / shuffle / permute).
+inline void transpose8x8_f32(const float* src, int64_t ld, float* dst, int64_t ldd, float mul) {
+  const __m256 m = _mm256_set1_ps(mul);
+  __m256 v[8], t[8];
+  for (int i = 0; i < 8; ++i) v[i] = _mm256_mul_ps(_mm256_loadu_ps(src + i * ld), m);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    v[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    v[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    v[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    v[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(dst + i * ldd, _mm256_permute2f128_ps(v[i], v[i + 4], 0x20));
+    _mm256_storeu_ps(dst + (i + 4) * ldd, _mm256_permute2f128_ps(v[i], v[i + 4], 0x31));
+  }
+}
+#endif
+
 // The transpose: dst[c * ldd + r] = src[r * ld + c]; columns r in [rows, rpad) are zeroed.
+// fp32 goes through 8 x 8 register transposes where the ISA has them: element by element,
+// each store lands on its own line (the destination rows are ldd floats apart).
 template <class T>
 inline void pack_cols(const T* src, int64_t ld, int64_t rows, int64_t cols, float* dst,
                       int64_t ldd, int64_t rpad, float mul = 1.0f) {
-  for (int64_t r = 0; r < rows; ++r) {
+  int64_t r0 = 0;
+#if defined(__AVX2__)
+  if constexpr (std::is_same_v<T, float>) {
+    const int64_t c8 = cols / 8 * 8;
+    for (; r0 + 8 <= rows; r0 += 8) {
+      for (int64_t c = 0; c < c8; c += 8) {
+        transpose8x8_f32(src + r0 * ld + c, ld, dst + c * ldd + r0, ldd, mul);
+      }
+      for (int64_t r = r0; r < r0 + 8; ++r) {
+        for (int64_t c = c8; c < cols; ++c) dst[c * ldd + r] = src[r * ld + c] * mul;
+      }
+    }
+  }
+#endif
+  for (int64_t r = r0; r < rows; ++r) {
     const T* s = src + r * ld;
     for (int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = widen(s[c]) * mul;
   }
