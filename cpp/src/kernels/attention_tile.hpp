@@ -561,8 +561,16 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
       const int64_t b = r / (Hq * Tq), h = r / Tq % Hq, i = r % Tq;
       const T* o = out + (b * Tq + i) * ldq + h * D;
       const T* g = dout + (b * Tq + i) * ldq + h * D;
+      // Eight partial sums: one running sum is a chain of dependent adds the compiler may
+      // not reorder (no -ffast-math), four cycles per element.
+      float part[8] = {};
+      int64_t d = 0;
+      for (; d + 8 <= D; d += 8) {
+        for (int u = 0; u < 8; ++u) part[u] += widen(o[d + u]) * widen(g[d + u]);
+      }
       float s = 0.0f;
-      for (int64_t d = 0; d < D; ++d) s += widen(o[d]) * widen(g[d]);
+      for (; d < D; ++d) s += widen(o[d]) * widen(g[d]);
+      for (int u = 0; u < 8; ++u) s += part[u];
       delta[r] = s;
       lse2[r] = lse[r] == -kInf ? kInf : lse[r] * kLog2e;
     }
@@ -651,9 +659,20 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
             }
             // This query tile's dQ rows load into L2 during the two key-side GEMMs.
             Prefetch pdq{reinterpret_cast<const char*>(dQr), mq * Dp / 16};
+            // After the key tile's last query tile its dK and dV rows are copied out: those
+            // rows of dk and dv (cold, H * D floats apart) load during the last two GEMMs.
+            Prefetch pdv, pdk;
+            if (qb + 1 == nqb && h + 1 == (hk + 1) * G) {
+              const int64_t row_lines = (D * int64_t(sizeof(float)) + 63) / 64;
+              const int64_t r0 = (b * Tk + j0) * ldk + hk * D;
+              pdv = {reinterpret_cast<const char*>(dv + r0), nk * row_lines, row_lines,
+                     ldk * int64_t(sizeof(float))};
+              pdk = {reinterpret_cast<const char*>(dk + r0), nk * row_lines, row_lines,
+                     ldk * int64_t(sizeof(float))};
+            }
             gemm<V>(nk, Dp, mq, S, 1, kBk, dOr, ldqh, dV, Lk, true, nullptr, nullptr, &pdq, kv_c);
-            gemm<V>(nk, Dp, mq, dP, 1, kBk, Qr, ldqh, dK, Lk, true, nullptr, nullptr, &pdq, kv_c);
-            gemm<V>(mq, Dp, nk, dP, kBk, 1, Kr, Lk, dQr, Dp, true, nullptr, nullptr, nullptr, q_c);
+            gemm<V>(nk, Dp, mq, dP, 1, kBk, Qr, ldqh, dK, Lk, true, nullptr, nullptr, &pdv, kv_c);
+            gemm<V>(mq, Dp, nk, dP, kBk, 1, Kr, Lk, dQr, Dp, true, nullptr, nullptr, &pdk, q_c);
           }
         }
         for (int64_t j = 0; j < nk; ++j) {
