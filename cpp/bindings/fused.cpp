@@ -5,6 +5,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "array_ref.hpp"
 #include "shardlab/fused.hpp"
@@ -131,7 +132,10 @@ void init_fused(py::module_& m) {
     same_shape(op, p, mom);
     same_shape(op, p, v);
     const auto shape = as_ref(p).shape;
-    py::array p2 = empty_like_dtype(p, shape), m2 = empty_like_dtype(p, shape), v2 = empty_like_dtype(p, shape);
+    // numpy's own allocations, not the buffer pool: the new states outlive the step, and the
+    // pool would keep the previous step's freed states cached (resident) beside them.
+    const std::vector<py::ssize_t> dims(shape.begin(), shape.end());
+    py::array p2 = py::array_t<float>(dims), m2 = py::array_t<float>(dims), v2 = py::array_t<float>(dims);
     float *p2p = out_data(p2), *m2p = out_data(m2), *v2p = out_data(v2);
     const shardlab::AdamWStep h{lr, b1, b2, eps, weight_decay, c1, c2};
     const auto n = static_cast<std::int64_t>(p.size());

@@ -44,19 +44,20 @@ inline float sigmoid(float x) {
 
 }  // namespace
 
-void silu_forward(const float* x, float* y, std::int64_t n) {
+void silu_forward(const float* __restrict x, float* __restrict y, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] * sigmoid(x[i]);
 }
 
-void silu_backward(const float* x, const float* dy, float* dx, std::int64_t n) {
+void silu_backward(const float* __restrict x, const float* __restrict dy, float* __restrict dx, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) {
     const float s = sigmoid(x[i]);
     dx[i] = dy[i] * (s * (1.0f + x[i] * (1.0f - s)));
   }
 }
 
-void adamw_update(const AdamWStep& h, const float* p, const float* g, const float* m, const float* v,
-                  float* p_out, float* m_out, float* v_out, std::int64_t n) {
+void adamw_update(const AdamWStep& h, const float* __restrict p, const float* __restrict g,
+                  const float* __restrict m, const float* __restrict v, float* __restrict p_out,
+                  float* __restrict m_out, float* __restrict v_out, std::int64_t n) {
   const float b1 = h.b1, b2 = h.b2, a1 = 1.0f - h.b1, a2 = 1.0f - h.b2;
   const float c1 = h.c1, c2 = h.c2, eps = h.eps, wd = h.weight_decay, lr = h.lr;
   for (std::int64_t i = 0; i < n; ++i) {
