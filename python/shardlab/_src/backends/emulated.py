@@ -216,9 +216,19 @@ def _take(storages, mesh, *, axis):
     x, i = storages
     k = mesh.ndim
     dims = mesh_dims(storages, k)
+    a = k + axis
+    if i.ndim == x.ndim and all(n == 1 for n in i.shape[a + 1:]) and all(
+            n == 1 for n in i.shape[k:a]) and all(n == 1 for n in x.shape[k:a]):
+        # A row gather (an embedding lookup: a [V, D] table, an [N, 1] index): whole rows per
+        # device with np.take, where take_along_axis builds an index for every element.
+        out = np.empty(dims + x.shape[k:a] + (i.shape[a],) + x.shape[a + 1:], x.dtype)
+        xb, ib = np.broadcast_to(x, dims + x.shape[k:]), np.broadcast_to(i, dims + i.shape[k:])
+        for d in np.ndindex(*dims):
+            out[d] = np.take(xb[d], ib[d].reshape(-1), axis=axis)
+        return [out]
     x = np.broadcast_to(x, dims + tuple(x.shape[k:]))
     i = np.broadcast_to(i, dims + tuple(i.shape[k:]))
-    return [np.take_along_axis(x, i, axis=k + axis)]
+    return [np.take_along_axis(x, i, axis=a)]
 
 
 @_impl(st.PUT_ALONG_ADD)
