@@ -25,6 +25,19 @@ Pool& pool() {
   return *p;
 }
 
+// Large buffers are mapped and unmapped directly, so a buffer the cache lets go returns to
+// the system at once (freed through malloc it could stay in the heap, resident).
+std::size_t mapped_bytes(std::size_t cls) { return (cls + kAlign - 1) / kAlign * kAlign; }
+
+void* map_buffer(std::size_t cls) {
+  void* p = mmap(nullptr, mapped_bytes(cls), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  madvise(p, mapped_bytes(cls), MADV_HUGEPAGE);
+  return p;
+}
+
+void unmap_buffer(void* p, std::size_t cls) { munmap(p, mapped_bytes(cls)); }
+
 // Size classes: round up to a multiple of 1/8 of the next power of two (<= 12.5% waste).
 std::size_t size_class(std::size_t bytes) {
   std::size_t p = kPooledMin;
@@ -53,10 +66,7 @@ void* pool_allocate(std::size_t bytes) {
       return p;
     }
   }
-  void* p = std::aligned_alloc(kAlign, (cls + kAlign - 1) / kAlign * kAlign);
-  if (!p) throw std::bad_alloc();
-  madvise(p, cls, MADV_HUGEPAGE);
-  return p;
+  return map_buffer(cls);
 }
 
 void pool_free(void* ptr, std::size_t bytes) {
@@ -75,7 +85,7 @@ void pool_free(void* ptr, std::size_t bytes) {
       return;
     }
   }
-  std::free(ptr);
+  unmap_buffer(ptr, cls);
 }
 
 std::size_t pool_cached_bytes() {
@@ -103,7 +113,7 @@ void pool_release() {
     drop.swap(pool().free_list);
     pool().cached = 0;
   }
-  for (auto& kv : drop) std::free(kv.second);
+  for (auto& kv : drop) unmap_buffer(kv.second, kv.first);
 }
 
 }  // namespace shardlab
