@@ -161,11 +161,80 @@ Shape storage_shape(const Shape& mesh_shape, const std::vector<bool>& varying, c
   return out;
 }
 
+namespace {
+
+// A transposing copy, tile by tile: dims `t` (unit stride in src) and the innermost (unit
+// stride in dst) are walked in kTile x kTile blocks, so every cache line read from src and
+// written to dst is used whole while it is in L1 (an element-at-a-time transpose reads a new
+// line for every element).
+constexpr std::int64_t kTile = 16;
+
+template <class Word>
+void copy_tile(char* dst, std::int64_t dst_t, const char* src, std::int64_t src_i, std::int64_t nt, std::int64_t ni) {
+  for (std::int64_t i0 = 0; i0 < ni; i0 += kTile) {
+    const std::int64_t i1 = std::min(ni, i0 + kTile);
+    for (std::int64_t a = 0; a < nt; ++a) {
+      Word* d = reinterpret_cast<Word*>(dst + a * dst_t);
+      const char* sp = src + a * static_cast<std::int64_t>(sizeof(Word));
+      for (std::int64_t i = i0; i < i1; ++i) std::memcpy(&d[i], sp + i * src_i, sizeof(Word));
+    }
+  }
+}
+
+// The transposed pair of dims of a copy, if any: an outer dim with unit source stride while
+// the innermost dim has unit destination stride and a long source stride. -1 if none.
+int transpose_dim(const Nest& nest, std::size_t item) {
+  const int last = static_cast<int>(nest.shape.size()) - 1;
+  const auto unit = static_cast<std::int64_t>(item);
+  if (last < 1 || nest.strides[0][last] != unit || nest.strides[1][last] == unit || nest.shape[last] < kTile) {
+    return -1;
+  }
+  for (int d = last - 1; d >= 0; --d) {
+    if (nest.strides[1][d] == unit && nest.shape[d] >= kTile) return d;
+  }
+  return -1;
+}
+
+bool copy_transposed(const ArrayRef& dst, const ArrayRef& src, const Nest& nest, std::size_t item) {
+  const int t = transpose_dim(nest, item);
+  if (t < 0 || (item != 4 && item != 2 && item != 8)) return false;
+  const int last = static_cast<int>(nest.shape.size()) - 1;
+  // The other outer dims, walked by a flat index.
+  Nest rest;
+  rest.strides.resize(2);
+  for (int d = 0; d < last; ++d) {
+    if (d == t) continue;
+    rest.shape.push_back(nest.shape[d]);
+    for (int k = 0; k < 2; ++k) rest.strides[k].push_back(nest.strides[k][d]);
+  }
+  std::int64_t rest_count = 1;
+  for (auto n : rest.shape) rest_count *= n;
+  const std::int64_t nt = nest.shape[t], ni = nest.shape[last];
+  const std::int64_t t_blocks = (nt + kTile - 1) / kTile;
+  const std::int64_t dst_t = nest.strides[0][t], src_i = nest.strides[1][last];
+  for_each_work(dst.nbytes() >= kParallelBytes, rest_count * t_blocks, [&](std::int64_t w) {
+    std::int64_t offs[2] = {0, 0};
+    outer_offsets(rest, static_cast<int>(rest.shape.size()), w / t_blocks, offs);
+    const std::int64_t a0 = (w % t_blocks) * kTile, na = std::min(kTile, nt - a0);
+    char* d = static_cast<char*>(dst.data) + offs[0] + a0 * dst_t;
+    const char* sp = static_cast<const char*>(src.data) + offs[1] + a0 * static_cast<std::int64_t>(item);
+    switch (item) {
+      case 2: copy_tile<std::uint16_t>(d, dst_t, sp, src_i, na, ni); break;
+      case 4: copy_tile<std::uint32_t>(d, dst_t, sp, src_i, na, ni); break;
+      default: copy_tile<std::uint64_t>(d, dst_t, sp, src_i, na, ni); break;
+    }
+  });
+  return true;
+}
+
+}  // namespace
+
 void copy_strided(const ArrayRef& dst, const ArrayRef& src) {
   check_same_shape("copy", dst, src);
   if (dst.size() == 0) return;
   const std::size_t item = itemsize(dst.dtype);
   Nest nest = simplify(dst.shape, {dst.strides, src.strides});
+  if (copy_transposed(dst, src, nest, item)) return;
   const int outer = static_cast<int>(nest.shape.size()) - 1;
   const std::int64_t inner = nest.shape.back();
   const std::int64_t ds = nest.strides[0].back(), ss = nest.strides[1].back();

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
+#include <vector>
 #include <random>
 #include <xtensor/xarray.hpp>
 #include <xtensor/xrandom.hpp>
@@ -142,4 +144,28 @@ TEST(LocalArray, SelectMatchesDefinitionWithBroadcastAndNaN) {
   ArrayRef bad{c.data(), DType::int8, {2, 3}, {3, 1}};
   EXPECT_THROW(select_strided(ref_of(out, DType::float32), bad, ref_of(x, DType::float32), ref_of(x, DType::float32)),
                std::invalid_argument);
+}
+
+TEST(LocalArray, TransposingCopiesMatchXtensorOnOddSizes) {
+  // The tiled path (a dim contiguous in src against the innermost dim, both >= one tile) and its
+  // ragged edges, for 2-, 4- and 8-byte elements.
+  xt::random::seed(7);
+  for (auto [a, b, c] : std::vector<std::array<std::size_t, 3>>{{1, 16, 16}, {3, 17, 33}, {2, 40, 19}, {5, 64, 128}}) {
+    xt::xarray<float> src = xt::random::rand<float>({a, b, c});
+    xt::xarray<float> dst = xt::zeros<float>({a, c, b});
+    ArrayRef s = ref_of(src, DType::float32);
+    ArrayRef sv{s.data, s.dtype, {static_cast<std::int64_t>(a), static_cast<std::int64_t>(c), static_cast<std::int64_t>(b)},
+                {s.strides[0], s.strides[2], s.strides[1]}};
+    copy_strided(ref_of(dst, DType::float32), sv);
+    xt::xarray<float> want = xt::transpose(src, {0, 2, 1});
+    EXPECT_EQ(dst, want) << a << "x" << b << "x" << c;
+
+    xt::xarray<double> src64 = xt::random::rand<double>({a, b, c});
+    xt::xarray<double> dst64 = xt::zeros<double>({a, c, b});
+    ArrayRef s64 = ref_of(src64, DType::float64);
+    ArrayRef sv64{s64.data, s64.dtype, sv.shape, {s64.strides[0], s64.strides[2], s64.strides[1]}};
+    copy_strided(ref_of(dst64, DType::float64), sv64);
+    xt::xarray<double> want64 = xt::transpose(src64, {0, 2, 1});
+    EXPECT_EQ(dst64, want64);
+  }
 }
