@@ -74,3 +74,22 @@ def test_small_and_zero_size_outputs():
     assert ufunc_call(np.add, [np.float32(1), np.float32(2)]) == np.float32(3)
     z = ufunc_call(np.multiply, [np.ones((0, MIN_PARALLEL_SIZE), np.float32), np.float32(2)])
     assert z.shape == (0, MIN_PARALLEL_SIZE)
+
+
+def test_a_forked_child_still_runs_threaded_ufuncs():
+    """The pool's threads do not survive fork; the child gets a pool of its own instead of
+    waiting forever on workers that do not exist."""
+    import multiprocessing as mp
+
+    if threaded.WORKERS < 2:
+        pytest.skip("one CPU: no pool")
+    a = np.ones((4, MIN_PARALLEL_SIZE), np.float32)
+    ufunc_call(np.negative, [a])  # the parent's workers are running
+    ctx = mp.get_context("fork")
+    with ctx.Pool(1) as pool:
+        total = pool.apply_async(_child_sum, (a,)).get(timeout=60)
+    assert total == -a.size
+
+
+def _child_sum(a):
+    return float(ufunc_call(np.negative, [a]).sum())

@@ -35,7 +35,24 @@ def _worker_count() -> int:
 
 
 WORKERS = _worker_count()
-_POOL = ThreadPoolExecutor(max_workers=WORKERS - 1, thread_name_prefix="shardlab-ufunc") if WORKERS > 1 else None
+
+
+def _new_pool():
+    return ThreadPoolExecutor(max_workers=WORKERS - 1, thread_name_prefix="shardlab-ufunc") if WORKERS > 1 else None
+
+
+_POOL = _new_pool()
+
+
+def _after_fork_in_child() -> None:
+    # A forked child has none of the parent's worker threads, but the executor would believe
+    # it has and never start new ones: every threaded call would wait forever.
+    global _POOL
+    _POOL = _new_pool()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _split_axis(shape: tuple) -> int:
