@@ -1,6 +1,8 @@
 // The _core extension: one init_<module> per binding file, each only converting types.
 #include <pybind11/pybind11.h>
 
+#include "shardlab/fork_safety.hpp"
+
 namespace py = pybind11;
 
 void init_mesh(py::module_&);
@@ -15,6 +17,7 @@ void init_fused(py::module_&);
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "shardlab's C++ core: mesh, sharding, collectives, ledger, cost model and kernels.";
+  shardlab::install_fork_handler();
   init_mesh(m);
   init_sharding(m);
   init_collectives(m);

@@ -1,0 +1,13 @@
+// Fork safety of the OpenMP kernels. GNU OpenMP keeps its worker threads between parallel
+// regions and has no fork support: in a child forked after the parent ran a parallel region,
+// the next multi-threaded region waits forever for threads that do not exist (multiprocessing's
+// fork workers hang). After install_fork_handler(), a forked child runs the core on one
+// thread: correct, serial. The Python extension installs it when it loads.
+#pragma once
+
+namespace shardlab {
+
+// Registers the handler once (later calls do nothing); returns pthread_atfork's result.
+int install_fork_handler();
+
+}  // namespace shardlab
