@@ -2,7 +2,9 @@
 // regions and has no fork support: in a child forked after the parent ran a parallel region,
 // the next multi-threaded region waits forever for threads that do not exist (multiprocessing's
 // fork workers hang). After install_fork_handler(), a forked child runs the core on one
-// thread: correct, serial. The Python extension installs it when it loads.
+// thread (it lowers omp_get_max_threads() to 1, which every kernel's team size follows; a
+// region that asks for a fixed number of threads > 1 is not covered): correct, serial. The
+// Python extension installs it when it loads.
 #pragma once
 
 namespace shardlab {
