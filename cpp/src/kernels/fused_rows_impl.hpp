@@ -19,8 +19,12 @@ constexpr float kLog2e = 1.4426950408889634f;
 // exp(r) by Cephes' expf polynomial, then 2^n by building the exponent field.
 inline float exp_nonpositive(float x) {
   const float xc = x < -87.3f ? -87.3f : x;
-  const float shift = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  const float n = (xc * kLog2e + shift) - shift;
+  // Adding 1.5 * 2^23 + 127 rounds x log2(e) to an integer n and leaves n + 127 (in 1..127)
+  // in the low mantissa bits, which one unsigned shift moves into the exponent field (no
+  // float-to-int conversion, which NaN would make undefined).
+  const float shift = 12582912.0f + 127.0f;
+  const float t = xc * kLog2e + shift;
+  const float n = t - shift;
   const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -29,7 +33,9 @@ inline float exp_nonpositive(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const std::int32_t bits = (static_cast<std::int32_t>(n) + 127) << 23;
+  std::uint32_t bits;
+  std::memcpy(&bits, &t, sizeof bits);
+  bits <<= 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
   return x < -87.3f ? 0.0f : p * scale;
