@@ -5,7 +5,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardlab._src.kernels.einsum import _operand_view, einsum_arrays
+from shardlab._src.kernels.einsum import _operand_view, _unmerged_prefix, einsum_arrays
 
 
 @st.composite
@@ -56,3 +56,17 @@ def test_mesh_dims_stay_batch_dims_without_copies():
     assert v.shape == (4, 2, 5, 6) and np.shares_memory(v, x)
     np.testing.assert_allclose(einsum_arrays(["bamk", "akn"], "bamn", [x, w]),
                                np.einsum("bamk,akn->bamn", x, w), rtol=1e-5, atol=1e-5)
+
+
+def test_weight_gradient_with_a_mesh_letter_apart_from_its_feature_letter():
+    """'bcamn,bamk->bckn' (the gradient of a weight: c a mesh letter, n the features, apart in
+    the operand): c becomes a GEMM batch letter instead of being merged with n by a copy, and
+    the operands swap so the output comes out contiguous in 'bckn' order."""
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((2, 3, 4, 5, 6)).astype(np.float32)   # b c a m n
+    b = rng.standard_normal((2, 4, 5, 7)).astype(np.float32)      # b a m k
+    got = einsum_arrays(["bcamn", "bamk"], "bckn", [a, b])
+    np.testing.assert_allclose(got, np.einsum("bcamn,bamk->bckn", a, b), rtol=1e-5, atol=1e-5)
+    assert got.flags.c_contiguous
+    assert _unmerged_prefix(a, "bcamn", ["c", "n"]) == ["c"]      # c and n do not chain
+    assert _unmerged_prefix(a, "bcamn", ["a", "m"]) == []         # a and m do

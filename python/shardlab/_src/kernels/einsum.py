@@ -49,6 +49,21 @@ def _operand_view(x: np.ndarray, term: str, batch: list, g1: list, g2: list, siz
     return y.reshape(shape + [math.prod(size[c] for c in g1), math.prod(size[c] for c in g2)])
 
 
+def _unmerged_prefix(x: np.ndarray, term: str, group: list) -> list:
+    """The letters of `group` before its longest tail that one stride can address (each tail
+    letter's stride is the next one's times that one's size; size-1 letters fit anywhere)."""
+    tail, inner = len(group), None  # inner: (stride, size) of the letter after the current one
+    for i in range(len(group) - 1, -1, -1):
+        ax = term.index(group[i])
+        n, st = x.shape[ax], x.strides[ax]
+        if n != 1:
+            if inner is not None and st != inner[0] * inner[1]:
+                break
+            inner = (st, n)
+        tail = i
+    return group[:tail]
+
+
 def einsum_arrays(terms: list[str], out: str, arrays: list) -> np.ndarray:
     """einsum over plain arrays with explicit terms and output."""
     if len(arrays) != 2 or any(len(set(t)) != len(t) for t in terms) or len(set(out)) != len(out):
@@ -77,9 +92,18 @@ def einsum_arrays(terms: list[str], out: str, arrays: list) -> np.ndarray:
     # dim of its own, broadcast in the other operand.
     lead = [c for t, free in ((ta, fa), (tb, fb)) for c in free
             if any(t.index(c) < t.index(x) for x in batch)]
+    # Likewise the leading letters of a free group whose strides do not chain (a weight
+    # gradient's mesh letter apart from its feature letter): merged, they would cost a copy of
+    # the operand; as batch dims the GEMM reads them in place.
+    lead += [c for x, t, free in ((a, ta, fa), (b, tb, fb))
+             for c in _unmerged_prefix(x, t, [c for c in free if c not in lead]) if c not in lead]
     fa = [c for c in fa if c not in lead]
     fb = [c for c in fb if c not in lead]
     dims = batch + lead
+    if dims + fa + fb != [x for x in out if x in dims + fa + fb] and \
+            dims + fb + fa == [x for x in out if x in dims + fb + fa]:
+        # With the new batch letters, b·a gives the output in order (contiguous).
+        (ta, tb), (a, b), (fa, fb) = (tb, ta), (b, a), (fb, fa)
     c = gemm_batched(_operand_view(a, ta, dims, fa, contract, size), _operand_view(b, tb, dims, contract, fb, size))
     order = dims + fa + fb
     c = c.reshape(tuple(size[x] for x in order))
