@@ -1,4 +1,4 @@
-"""Fused elementwise primitives (silu, its vjp, the AdamW update): the C++ kernels against a
+"""Fused elementwise primitives (silu and its vjp, RMSNorm, rotary embedding, the AdamW update): the
 float64 reference, the primitives inside shard_map against JAX (values, gradients, second
 derivatives) and against the composite expression, abstract mode, and bad input."""
 
@@ -11,7 +11,9 @@ import shardlab._core as _core
 import shardlab.nn as snn
 import shardlab.numpy as jnp
 from shardlab import P
-from shardlab._src.primitives.fused import SILU_VJP
+from shardlab.models import ModelConfig
+from shardlab.models.layers import apply_rotary, rotary_tables
+from shardlab._src.primitives.fused import RMS_NORM, SILU_VJP
 from shardlab._src.primitives.primitive import bind
 
 jax = pytest.importorskip("jax")
@@ -203,8 +205,6 @@ def test_rms_norm_uses_the_fused_primitive_only_where_it_applies():
 
 
 def test_rms_norm_primitive_rejects_a_scale_of_the_wrong_local_shape():
-    from shardlab._src.primitives.fused import RMS_NORM
-
     mesh = sl.make_mesh((2,), ("x",))
     x = sl.LocalArray(np.zeros((2, 3, 8), np.float32), mesh)
     s = sl.LocalArray(np.zeros((1, 4), np.float32), mesh)
@@ -269,3 +269,12 @@ def test_rotary_embedding_bad_table_shape():
                      mesh=mesh, in_specs=P("x"), out_specs=P("x"))
     with pytest.raises(ValueError, match=r"\[rotary_embedding\] x has local shape \(1, 3, 1, 4\)"):
         f(np.ones((2, 3, 1, 4), np.float32))
+
+
+def test_model_rotary_rejects_tables_of_the_wrong_width():
+    cfg = ModelConfig(num_layers=1, d_model=32, ffw_dim=64, num_heads=4, vocab_size=16)
+    x = np.zeros((1, 5, 4, 8), np.float32)
+    cos, sin = rotary_tables(cfg, np.arange(5))
+    assert apply_rotary(x, cos, sin, cfg).shape == x.shape
+    with pytest.raises(ValueError, match=r"\[apply_rotary\] tables of width 3 do not match rotary_dim 8"):
+        apply_rotary(x, cos[:, :3], sin[:, :3], cfg)

@@ -29,24 +29,23 @@ def _silu_vjp(storages, mesh):
     return [_core.silu_backward(x, dy)]
 
 
-def _rows(storages, mesh):
-    """x-like storages as [P, R, C] (P = the common mesh dims, R the local rows) and the
-    scale as [P, C], all broadcast to the common mesh dims and contiguous."""
+def _per_device(storages, mesh):
+    """(P, storages): each storage broadcast to the operands' common mesh dims (P devices in
+    all) and made contiguous, so it reshapes to [P, ...] without a copy."""
     k = mesh.ndim
     dims = tuple(np.broadcast_shapes(*(s.shape[:k] for s in storages)))
-    p = int(np.prod(dims))
-    return dims, p, [np.ascontiguousarray(np.broadcast_to(s, dims + s.shape[k:])) for s in storages]
+    return int(np.prod(dims)), [np.ascontiguousarray(np.broadcast_to(s, dims + s.shape[k:])) for s in storages]
 
 
 def _rms_norm(storages, mesh, *, eps):
-    dims, p, (x, scale) = _rows(storages, mesh)
+    p, (x, scale) = _per_device(storages, mesh)
     c = x.shape[-1]
     y, rstd = _core.rms_norm_forward(x.reshape(p, -1, c), scale.reshape(p, c), eps)
     return [y.reshape(x.shape), rstd.reshape(x.shape[:-1] + (1,))]
 
 
 def _rms_norm_vjp(storages, mesh):
-    dims, p, (x, scale, rstd, dy) = _rows(storages, mesh)
+    p, (x, scale, rstd, dy) = _per_device(storages, mesh)
     c = x.shape[-1]
     dx, dscale = _core.rms_norm_backward(x.reshape(p, -1, c), scale.reshape(p, c), rstd.reshape(p, -1),
                                          dy.reshape(p, -1, c))
@@ -54,8 +53,7 @@ def _rms_norm_vjp(storages, mesh):
 
 
 def _rotary_embedding(storages, mesh, *, inverse):
-    dims, p, (x, cos, sin) = _rows(storages, mesh)
-    k = mesh.ndim
+    p, (x, cos, sin) = _per_device(storages, mesh)
     t, n, h = x.shape[-3:]
     out = _core.rotary_embedding(x.reshape(p, -1, t, n, h), cos.reshape(p, t, -1), sin.reshape(p, t, -1), inverse)
     return [out.reshape(x.shape)]

@@ -81,10 +81,6 @@ def einsum_arrays(terms: list[str], out: str, arrays: list) -> np.ndarray:
     batch = [c for c in ta if c in tb and c in out]
     fa = [c for c in ta if c not in tb]
     fb = [c for c in tb if c not in ta]
-    if batch + fa + fb != list(out) and batch + fb + fa == list(out):
-        # b's free letters come first in the output: computing b·a gives it in order,
-        # contiguous, where a·b would need a transposed (strided) view.
-        (ta, tb), (a, b), (fa, fb) = (tb, ta), (b, a), (fb, fa)
     contract = [c for c in ta if c in tb and c not in out]
     size = {c: s for t, x in ((ta, a), (tb, b)) for c, s in zip(t, x.shape)}
     # A free letter in front of a batch letter of its operand (a mesh dim the other operand
@@ -100,9 +96,9 @@ def einsum_arrays(terms: list[str], out: str, arrays: list) -> np.ndarray:
     fa = [c for c in fa if c not in lead]
     fb = [c for c in fb if c not in lead]
     dims = batch + lead
-    if dims + fa + fb != [x for x in out if x in dims + fa + fb] and \
-            dims + fb + fa == [x for x in out if x in dims + fb + fa]:
-        # With the new batch letters, b·a gives the output in order (contiguous).
+    if dims + fa + fb != list(out) and dims + fb + fa == list(out):
+        # b's free letters come first in the output: computing b·a gives it in order,
+        # contiguous, where a·b would need a transposed (strided) view.
         (ta, tb), (a, b), (fa, fb) = (tb, ta), (b, a), (fb, fa)
     c = gemm_batched(_operand_view(a, ta, dims, fa, contract, size), _operand_view(b, tb, dims, contract, fb, size))
     order = dims + fa + fb

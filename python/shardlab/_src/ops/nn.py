@@ -170,10 +170,7 @@ def rotary_embedding(x, cos, sin):
         >>> snn.rotary_embedding(x, c, s).tolist()
         [[[0.0, 1.0]]]
     """
-    xs, cs, ss = tuple(np.shape(x)), tuple(np.shape(cos)), tuple(np.shape(sin))
-    if len(xs) < 3 or len(cs) != 2 or ss != cs or cs[0] != xs[-3] or 2 * cs[1] > xs[-1]:
-        raise ValueError(f"[rotary_embedding] x has local shape {xs} ([..., T, heads, head_dim]) and cos, sin "
-                         f"{cs} and {ss}; they must be [T, half] with 2·half <= head_dim")
+    fu.check_rotary_shapes(tuple(np.shape(x)), tuple(np.shape(cos)), tuple(np.shape(sin)))
     if _fusable(x):
         tables = [lift(t, x.mesh) if isinstance(t, np.ndarray) and t.dtype == np.float32 else t for t in (cos, sin)]
         if _fusable(x, *tables):

@@ -121,7 +121,8 @@ def _rms_norm_vjp(cts, ins, outs, mesh, *, eps):
     x, scale = ins
     rstd = outs[1]
     dx_rstd = None
-    if ct_rstd is not None and not _zero_placeholder(ct_rstd):  # rstd used downstream (a grad of grad's backward): d rstd/dx = -rstd³ x / C
+    if ct_rstd is not None and not _zero_placeholder(ct_rstd):
+        # rstd used downstream (by a grad of grad's backward): d rstd / dx = -rstd³ x / C
         r3 = _ew("multiply", rstd, _ew("multiply", rstd, rstd))
         dx_rstd = _ew("multiply", _ew("multiply", ct_rstd, r3), _ew("divide", x, -float(x.shape[-1])))
     if ct is None:
@@ -159,15 +160,20 @@ RMS_NORM_VJP = Primitive("rms_norm_vjp", shape_rule=_rms_norm_vjp_shape, multipl
 
 
 # -- rotary_embedding ------------------------------------------------------------------------
+def check_rotary_shapes(x: tuple, cos: tuple, sin: tuple) -> None:
+    """Raises unless local shapes x ``[..., T, heads, head_dim]`` and cos, sin ``[T, half]``
+    with ``2·half <= head_dim`` fit together (shared with ``shardlab.nn.rotary_embedding``)."""
+    if len(x) < 3 or len(cos) != 2 or sin != cos or cos[0] != x[-3] or 2 * cos[1] > x[-1]:
+        raise ValueError(f"[rotary_embedding] x has local shape {x} ([..., T, heads, head_dim]) and cos, sin "
+                         f"{cos} and {sin}; they must be [T, half] with 2·half <= head_dim")
+
+
 def _rotary_shape(avals, mesh, *, inverse):
     _check_float32("rotary_embedding", avals)
     k = mesh.ndim
-    x, cos, sin = avals
-    xl, cl = tuple(x.shape[k:]), tuple(cos.shape[k:])
-    if len(xl) < 3 or len(cl) != 2 or tuple(sin.shape[k:]) != cl or cl[0] != xl[-3] or 2 * cl[1] > xl[-1]:
-        raise ValueError(f"[rotary_embedding] x has local shape {xl} ([..., T, heads, head_dim]) and cos, sin "
-                         f"{cl} and {tuple(sin.shape[k:])}; they must be [T, half] with 2·half <= head_dim")
-    return [(_mesh_dims(avals, k) + xl, _F32)]
+    x, cos, sin = (tuple(a.shape[k:]) for a in avals)
+    check_rotary_shapes(x, cos, sin)
+    return [(_mesh_dims(avals, k) + x, _F32)]
 
 
 def _rotary_vjp(cts, ins, outs, mesh, *, inverse):
