@@ -1,6 +1,7 @@
-"""Fused elementwise primitives (silu and its vjp, RMSNorm, rotary embedding, the AdamW update): the
-float64 reference, the primitives inside shard_map against JAX (values, gradients, second
-derivatives) and against the composite expression, abstract mode, and bad input."""
+"""Fused elementwise primitives (silu and its vjp, RMSNorm, rotary embedding, the AdamW
+update): the C++ kernels against a float64 reference, the primitives inside shard_map against
+JAX (values, gradients, second derivatives) and against the composite expression, abstract
+mode, and bad input."""
 
 import ml_dtypes
 import numpy as np
