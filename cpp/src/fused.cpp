@@ -48,49 +48,18 @@ void for_chunks(std::int64_t n, Body&& body) {
   }
 }
 
-#define SHARDLAB_FUSED_DISPATCH(FN, ...)                       \
-  switch (active_isa()) {                                      \
-    case Isa::avx512bf16:                                      \
-    case Isa::avx512: fused_detail::avx512::FN(__VA_ARGS__); break; \
-    case Isa::avx2: fused_detail::avx2::FN(__VA_ARGS__); break;     \
-    case Isa::scalar: fused_detail::scalar::FN(__VA_ARGS__); break; \
-  }
-
-// The per-ISA row functions, picked once per call.
-using NormRow = float (*)(const float*, const float*, float, float*, std::int64_t);
-using NormBackwardRow = void (*)(const float*, const float*, float, const float*, float*, float*, std::int64_t);
-
-NormRow norm_row() {
+// The build of a loop for the active ISA: one of its scalar, AVX2 and AVX-512 builds.
+template <class Fn>
+Fn for_isa(Fn scalar, Fn avx2, Fn avx512) {
   switch (active_isa()) {
     case Isa::avx512bf16:
-    case Isa::avx512: return fused_detail::avx512::rms_norm_row;
-    case Isa::avx2: return fused_detail::avx2::rms_norm_row;
+    case Isa::avx512: return avx512;
+    case Isa::avx2: return avx2;
     case Isa::scalar: break;
   }
-  return fused_detail::scalar::rms_norm_row;
+  return scalar;
 }
-
-NormBackwardRow norm_backward_row() {
-  switch (active_isa()) {
-    case Isa::avx512bf16:
-    case Isa::avx512: return fused_detail::avx512::rms_norm_backward_row;
-    case Isa::avx2: return fused_detail::avx2::rms_norm_backward_row;
-    case Isa::scalar: break;
-  }
-  return fused_detail::scalar::rms_norm_backward_row;
-}
-
-using RotaryRow = void (*)(const float*, const float*, const float*, float*, std::int64_t, std::int64_t);
-
-RotaryRow rotary_row() {
-  switch (active_isa()) {
-    case Isa::avx512bf16:
-    case Isa::avx512: return fused_detail::avx512::rotary_row;
-    case Isa::avx2: return fused_detail::avx2::rotary_row;
-    case Isa::scalar: break;
-  }
-  return fused_detail::scalar::rotary_row;
-}
+#define SHARDLAB_FOR_ISA(FN) for_isa(&fused_detail::scalar::FN, &fused_detail::avx2::FN, &fused_detail::avx512::FN)
 
 bool parallel_rows(std::int64_t P, std::int64_t R, std::int64_t C) { return P * R * C >= kChunk; }
 
@@ -99,28 +68,26 @@ float sigmoid_reference(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 }  // namespace
 
 void silu_forward(const float* x, float* y, std::int64_t n) {
-  for_chunks(n, [&](std::int64_t lo, std::int64_t hi) { SHARDLAB_FUSED_DISPATCH(silu_forward, x + lo, y + lo, hi - lo) });
+  const auto fn = SHARDLAB_FOR_ISA(silu_forward);
+  for_chunks(n, [&](std::int64_t lo, std::int64_t hi) { fn(x + lo, y + lo, hi - lo); });
 }
 
 void silu_backward(const float* x, const float* dy, float* dx, std::int64_t n) {
-  for_chunks(n, [&](std::int64_t lo, std::int64_t hi) {
-    SHARDLAB_FUSED_DISPATCH(silu_backward, x + lo, dy + lo, dx + lo, hi - lo)
-  });
+  const auto fn = SHARDLAB_FOR_ISA(silu_backward);
+  for_chunks(n, [&](std::int64_t lo, std::int64_t hi) { fn(x + lo, dy + lo, dx + lo, hi - lo); });
 }
 
 void adamw_update(const AdamWStep& h, const float* p, const float* g, const float* m, const float* v,
                   float* p_out, float* m_out, float* v_out, std::int64_t n) {
+  const auto fn = SHARDLAB_FOR_ISA(adamw_update);
   for_chunks(n, [&](std::int64_t lo, std::int64_t hi) {
-    SHARDLAB_FUSED_DISPATCH(adamw_update, h, p + lo, g + lo, m + lo, v + lo, p_out + lo, m_out + lo, v_out + lo,
-                            hi - lo)
+    fn(h, p + lo, g + lo, m + lo, v + lo, p_out + lo, m_out + lo, v_out + lo, hi - lo);
   });
 }
 
-#undef SHARDLAB_FUSED_DISPATCH
-
 void rms_norm_forward(const float* x, const float* scale, float eps, float* y, float* rstd, std::int64_t P,
                       std::int64_t R, std::int64_t C) {
-  const NormRow row = norm_row();
+  const auto row = SHARDLAB_FOR_ISA(rms_norm_row);
   const std::int64_t rows = P * R;
 #pragma omp parallel for schedule(static) if (parallel_rows(P, R, C))
   for (std::int64_t i = 0; i < rows; ++i) {
@@ -130,7 +97,7 @@ void rms_norm_forward(const float* x, const float* scale, float eps, float* y, f
 
 void rotary_embedding(const float* x, const float* cos, const float* sin, float* out, bool inverse, std::int64_t P,
                       std::int64_t B, std::int64_t T, std::int64_t N, std::int64_t H, std::int64_t half) {
-  const RotaryRow row = rotary_row();
+  const auto row = SHARDLAB_FOR_ISA(rotary_row);
   const std::int64_t rows = P * B * T;  // each with N head vectors of H
 #pragma omp parallel if (parallel_rows(rows, N, H))
   {
@@ -151,7 +118,7 @@ void rotary_embedding(const float* x, const float* cos, const float* sin, float*
 
 void rms_norm_backward(const float* x, const float* scale, const float* rstd, const float* dy, float* dx,
                        float* dscale, std::int64_t P, std::int64_t R, std::int64_t C) {
-  const NormBackwardRow row = norm_backward_row();
+  const auto row = SHARDLAB_FOR_ISA(rms_norm_backward_row);
   std::fill(dscale, dscale + P * C, 0.0f);
   const std::int64_t rows = P * R;
   // One parallel region over every row (a region per group would pay a barrier each): each
@@ -171,6 +138,8 @@ void rms_norm_backward(const float* x, const float* scale, const float* rstd, co
     for (std::int64_t j = lo_p * C; j < (hi_p + 1) * C; ++j) dscale[j] += part[static_cast<std::size_t>(j)];
   }
 }
+
+#undef SHARDLAB_FOR_ISA
 
 void silu_forward_reference(const float* x, float* y, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] * sigmoid_reference(x[i]);
