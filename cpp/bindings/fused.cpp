@@ -33,6 +33,13 @@ void same_shape(const char* op, const py::array& a, const py::array& b) {
   }
 }
 
+// float32_data of `a`, which must also have the shape of `like` (the operand it pairs with).
+const float* float32_like(const char* op, const char* name, const py::array& a, const py::array& like) {
+  const float* p = float32_data(op, name, a);
+  same_shape(op, like, a);
+  return p;
+}
+
 float* out_data(py::array& a) { return static_cast<float*>(a.mutable_data()); }
 
 }  // namespace
@@ -51,8 +58,7 @@ void init_fused(py::module_& m) {
   }, py::arg("x"), "x * sigmoid(x), one pass.");
   m.def("silu_backward", [](const py::array& x, const py::array& dy) {
     const float* xp = float32_data("silu_vjp", "x", x);
-    const float* dyp = float32_data("silu_vjp", "dy", dy);
-    same_shape("silu_vjp", x, dy);
+    const float* dyp = float32_like("silu_vjp", "dy", dy, x);
     py::array dx = empty_like_dtype(x, as_ref(x).shape);
     float* dxp = out_data(dx);
     const auto n = static_cast<std::int64_t>(x.size());
@@ -85,8 +91,7 @@ void init_fused(py::module_& m) {
     const float* xp = float32_data(op, "x", x);
     const float* sp = float32_data(op, "scale", scale);
     const float* rp = float32_data(op, "rstd", rstd);
-    const float* dyp = float32_data(op, "dy", dy);
-    same_shape(op, x, dy);
+    const float* dyp = float32_like(op, "dy", dy, x);
     const auto xs = as_ref(x).shape, ss = as_ref(scale).shape, rs = as_ref(rstd).shape;
     if (xs.size() != 3 || ss != shardlab::Shape{xs[0], xs[2]} || rs != shardlab::Shape{xs[0], xs[1]}) {
       throw std::invalid_argument("[rms_norm_vjp] expects x [P, R, C], scale [P, C] and rstd [P, R]; got " +
@@ -105,8 +110,7 @@ void init_fused(py::module_& m) {
     const char* op = "rotary_embedding";
     const float* xp = float32_data(op, "x", x);
     const float* cp = float32_data(op, "cos", cos);
-    const float* sp = float32_data(op, "sin", sin);
-    same_shape(op, cos, sin);
+    const float* sp = float32_like(op, "sin", sin, cos);
     const auto xs = as_ref(x).shape, cs = as_ref(cos).shape;
     if (xs.size() != 5 || cs.size() != 3 || cs[0] != xs[0] || cs[1] != xs[2] || 2 * cs[2] > xs[4]) {
       throw std::invalid_argument("[rotary_embedding] expects x [P, B, T, N, H] and cos, sin [P, T, half] with "
@@ -125,12 +129,9 @@ void init_fused(py::module_& m) {
                            float lr, float b1, float b2, float eps, float weight_decay, float c1, float c2) {
     const char* op = "adamw_update";
     const float* pp = float32_data(op, "param", p);
-    const float* gp = float32_data(op, "grad", g);
-    const float* mp = float32_data(op, "m", mom);
-    const float* vp = float32_data(op, "v", v);
-    same_shape(op, p, g);
-    same_shape(op, p, mom);
-    same_shape(op, p, v);
+    const float* gp = float32_like(op, "grad", g, p);
+    const float* mp = float32_like(op, "m", mom, p);
+    const float* vp = float32_like(op, "v", v, p);
     const auto shape = as_ref(p).shape;
     // numpy's own allocations, not the buffer pool: the new states outlive the step, and the
     // pool would keep the previous step's freed states cached (resident) beside them.
