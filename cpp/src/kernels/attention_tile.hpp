@@ -31,6 +31,7 @@
 #endif
 
 #include "shardlab/attention.hpp"
+#include "transpose8x8.hpp"
 
 namespace shardlab::detail {
 
@@ -287,22 +288,10 @@ inline void pack_rows(const T* src, int64_t ld, int64_t rows, int64_t cols, floa
 // dst[j * ldd + i] = src[i * ld + j] * mul for an 8 x 8 block (unpack / shuffle / permute).
 inline void transpose8x8_f32(const float* src, int64_t ld, float* dst, int64_t ldd, float mul) {
   const __m256 m = _mm256_set1_ps(mul);
-  __m256 v[8], t[8];
+  __m256 v[8];
   for (int i = 0; i < 8; ++i) v[i] = _mm256_mul_ps(_mm256_loadu_ps(src + i * ld), m);
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    v[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-    v[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-    v[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-    v[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-  }
-  for (int i = 0; i < 4; ++i) {
-    _mm256_storeu_ps(dst + i * ldd, _mm256_permute2f128_ps(v[i], v[i + 4], 0x20));
-    _mm256_storeu_ps(dst + (i + 4) * ldd, _mm256_permute2f128_ps(v[i], v[i + 4], 0x31));
-  }
+  transpose8x8(v);
+  for (int i = 0; i < 8; ++i) _mm256_storeu_ps(dst + i * ldd, v[i]);
 }
 #endif
 

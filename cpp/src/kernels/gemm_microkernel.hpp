@@ -14,6 +14,7 @@
 #endif
 
 #include "shardlab/gemm.hpp"
+#include "transpose8x8.hpp"
 
 namespace shardlab::gemm_detail {
 
@@ -56,25 +57,6 @@ inline float load_as_f32(const uint16_t* p) {
 }
 
 #if defined(__AVX2__)
-// Transposes 8 rows of 8 floats in registers (the usual unpack / shuffle / permute network).
-inline void transpose8x8(__m256 v[8]) {
-  __m256 t[8], u[8];
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(v[i], v[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(v[i], v[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
-    u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
-    u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-    u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-  }
-  for (int i = 0; i < 4; ++i) {
-    v[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
-    v[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
-  }
-}
-
 // Packs `rows` (<= MR <= 16) rows of 32-bit words, row i starting at src + i * row_bytes, into
 // [word][MR] order, 8 words at a time through 8x8 transposes; rows past `rows` become zeros.
 // Serves row-major fp32 A (a word is one k) and row-major bf16 A (a word is one k pair): the
