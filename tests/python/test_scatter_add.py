@@ -91,3 +91,18 @@ def test_row_gather_matches_numpy_take_along_axis_per_device():
     np.testing.assert_array_equal(got, want)
     with pytest.raises(IndexError):
         f(table, np.full((14, 1), 5, np.int32))
+
+
+def test_take_along_axis_errors_speak_of_local_shapes():
+    jax = pytest.importorskip("jax")
+    mesh = sl.make_mesh((2,), ("x",))
+    f = sl.shard_map(lambda t, i: jnp.take_along_axis(t, i, axis=0), mesh=mesh, in_specs=(P("x"), P("x")),
+                     out_specs=P("x"))
+    table = np.ones((10, 3), np.float32)
+    with pytest.raises(ValueError, match=r"\[take_along_axis\] index local shape \(2, 2\) does not broadcast "
+                                         r"against the array's local shape \(5, 3\) in dim 1"):
+        f(table, np.zeros((4, 2), np.int32))
+    with pytest.raises(ValueError):  # JAX refuses the same shapes
+        jax.numpy.take_along_axis(table[:5], np.zeros((2, 2), np.int32), axis=0)
+    with pytest.raises(ValueError, match=r"\[take_along_axis\] indices of local rank 3 for a value of local rank 2"):
+        f(table, np.zeros((4, 3, 1), np.int32))

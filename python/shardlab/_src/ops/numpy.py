@@ -585,9 +585,7 @@ def take_along_axis(x, indices, axis):
     mesh = mesh_of((x, indices))
     x, indices = lift(x, mesh), lift(indices, mesh)
     (ax,) = _axes(axis, x, "take_along_axis")
-    if indices.ndim != x.ndim:
-        raise ValueError(f"[take_along_axis] indices of local rank {indices.ndim} for a value of local rank "
-                         f"{x.ndim}")
+    st.take_local_shape(x.shape, indices.shape, ax)  # raises on shapes that do not fit, in local terms
     return bind(st.TAKE_ALONG_AXIS, [x, astype(indices, np.int32)], mesh, axis=ax)
 
 

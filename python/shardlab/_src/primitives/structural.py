@@ -104,20 +104,26 @@ SCATTER_ADD = Primitive("scatter_add", shape_rule=_scatter_add_shape, vjp=_scatt
 
 
 # -- take_along_axis -------------------------------------------------------------------------
-def _take_shape(avals, mesh, *, axis):
-    """The index's length along `axis`; elsewhere the index and the array broadcast (numpy's
-    and JAX's rule: a [V, D] table with a [N, 1] index gives [N, D])."""
-    x, idx = avals
-    k = mesh.ndim
-    dims = _mesh_dims(x, idx, k=k)
-    xl, il = tuple(x.shape[k:]), tuple(idx.shape[k:])
+def take_local_shape(xl: tuple, il: tuple, axis: int) -> tuple:
+    """The local shape of take_along_axis: the index's length along `axis`; elsewhere the
+    index and the array broadcast (numpy's and JAX's rule: a [V, D] table with a [N, 1] index
+    gives [N, D]). Raises, in local shapes, where they cannot."""
+    if len(il) != len(xl):
+        raise ValueError(f"[take_along_axis] indices of local rank {len(il)} for a value of local rank {len(xl)}")
     local = []
     for d, (a, b) in enumerate(zip(xl, il)):
         if d != axis and a != b and a != 1 and b != 1:
             raise ValueError(f"[take_along_axis] index local shape {il} does not broadcast against the array's "
                              f"local shape {xl} in dim {d} ({b} vs {a}); make them equal or 1 there")
         local.append(b if d == axis or a == 1 else a)
-    return [(dims + tuple(local), x.dtype)]
+    return tuple(local)
+
+
+def _take_shape(avals, mesh, *, axis):
+    x, idx = avals
+    k = mesh.ndim
+    local = take_local_shape(tuple(x.shape[k:]), tuple(idx.shape[k:]), axis)
+    return [(_mesh_dims(x, idx, k=k) + local, x.dtype)]
 
 
 def _take_vjp(cts, ins, outs, mesh, *, axis):
