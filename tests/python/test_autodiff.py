@@ -413,3 +413,20 @@ def test_grad_of_grad_matches_jax(where):
     want = jax.grad(lambda x: jax.numpy.sum(jax.grad(lambda y: jax.numpy.sum(jax.numpy.tanh(y) * y))(x) ** 2))(x)
     np.testing.assert_allclose(got, np.asarray(want), rtol=1e-5, atol=1e-6)
     assert sl.grad(sl.grad(lambda x: x ** 3))(np.float32(2.0)) == pytest.approx(12.0)
+
+
+def test_a_global_array_times_a_tracked_numpy_argument():
+    """A sharded result combined with the numpy argument being differentiated (``a * u`` with
+    ``a`` a ShardedArray): the argument enters the elementwise shard_map and gets its gradient,
+    first and second order, as in JAX (it used to raise converting the tracked value to numpy)."""
+    mesh = sl.make_mesh((4,), ("x",))
+    sq = sl.shard_map(lambda y: y * y, mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+    rng = np.random.default_rng(2)
+    g, u = rng.standard_normal((2, 8, 3)).astype(np.float32)
+    got = sl.grad(lambda g, u: jnp.sum(sq(g) * u * u), argnums=(0, 1))(g, u)
+    want = jax.grad(lambda g, u: jax.numpy.sum(g * g * u * u), argnums=(0, 1))(g, u)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)
+    second = sl.grad(lambda u: jnp.sum(sl.grad(lambda u: jnp.sum(sq(u) * u))(u) ** 2))(u)
+    want2 = jax.grad(lambda u: jax.numpy.sum(jax.grad(lambda u: jax.numpy.sum(u * u * u))(u) ** 2))(u)
+    np.testing.assert_allclose(np.asarray(second), np.asarray(want2), rtol=1e-5)

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..arrays.local_array import LocalArray, lift
 from ..arrays.sharded_array import GLOBAL_UFUNC, ShardedArray, device_put
+from ..core.mesh import UNIT_MESH
 from ..core.sharding import NamedSharding, P
 from ..ops import lax
 from ..ops import numpy as jnp
@@ -195,6 +196,10 @@ def _global_ufunc(ufunc, inputs, kwargs):
     for x in inputs:
         if isinstance(x, ShardedArray) and x.shape == first.shape:
             aligned.append(x if x.sharding == first.sharding and not x.unreduced else reshard(x, first.sharding))
+        elif isinstance(x, LocalArray) and x.mesh is UNIT_MESH and x.shape == first.shape:
+            # a numpy argument a grad is tracking: it enters the shard_map as the arrays do,
+            # so its gradient flows back through the split
+            aligned.append(x)
         elif scalar(x):
             aligned.append(x)
         elif not isinstance(x, ShardedArray) and np.shape(x) == first.shape:
@@ -203,7 +208,7 @@ def _global_ufunc(ufunc, inputs, kwargs):
             out = ufunc(*[np.asarray(v) for v in inputs], **kwargs)
             return out if out.shape != first.shape else device_put(out, first.sharding)
     spec = first.sharding.spec
-    pos = [i for i, x in enumerate(aligned) if isinstance(x, ShardedArray)]
+    pos = [i for i, x in enumerate(aligned) if isinstance(x, (ShardedArray, LocalArray))]
 
     def body(*local):
         args = list(aligned)
