@@ -68,6 +68,32 @@ void init_fused(py::module_& m) {
     }
     return dx;
   }, py::arg("x"), py::arg("dy"), "dy * s * (1 + x (1 - s)), s = sigmoid(x): silu's vjp, one pass.");
+  m.def("swiglu_forward", [](const py::array& g, const py::array& u) {
+    const float* gp = float32_data("swiglu", "gate", g);
+    const float* up = float32_like("swiglu", "up", u, g);
+    py::array z = empty_like_dtype(g, as_ref(g).shape);
+    float* zp = out_data(z);
+    const auto n = static_cast<std::int64_t>(g.size());
+    {
+      py::gil_scoped_release release;
+      shardlab::swiglu_forward(gp, up, zp, n);
+    }
+    return z;
+  }, py::arg("gate"), py::arg("up"), "silu(gate) * up, one pass.");
+  m.def("swiglu_backward", [](const py::array& g, const py::array& u, const py::array& dz) {
+    const char* op = "swiglu_vjp";
+    const float* gp = float32_data(op, "gate", g);
+    const float* up = float32_like(op, "up", u, g);
+    const float* dzp = float32_like(op, "dz", dz, g);
+    py::array dg = empty_like_dtype(g, as_ref(g).shape), du = empty_like_dtype(g, as_ref(g).shape);
+    float *dgp = out_data(dg), *dup = out_data(du);
+    const auto n = static_cast<std::int64_t>(g.size());
+    {
+      py::gil_scoped_release release;
+      shardlab::swiglu_backward(gp, up, dzp, dgp, dup, n);
+    }
+    return py::make_tuple(dg, du);
+  }, py::arg("gate"), py::arg("up"), py::arg("dz"), "(d gate, d up) of silu(gate) * up, one pass.");
   m.def("rms_norm_forward", [](const py::array& x, const py::array& scale, float eps) {
     const char* op = "rms_norm";
     const float* xp = float32_data(op, "x", x);

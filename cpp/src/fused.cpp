@@ -16,6 +16,8 @@ namespace shardlab {
   namespace fused_detail::NS {                                                                         \
   void silu_forward(const float*, float*, std::int64_t);                                               \
   void silu_backward(const float*, const float*, float*, std::int64_t);                                \
+  void swiglu_forward(const float*, const float*, float*, std::int64_t);                               \
+  void swiglu_backward(const float*, const float*, const float*, float*, float*, std::int64_t);        \
   void adamw_update(const AdamWStep&, const float*, const float*, const float*, const float*, float*, \
                     float*, float*, std::int64_t);                                                     \
   float rms_norm_row(const float*, const float*, float, float*, std::int64_t);                         \
@@ -75,6 +77,16 @@ void silu_forward(const float* x, float* y, std::int64_t n) {
 void silu_backward(const float* x, const float* dy, float* dx, std::int64_t n) {
   const auto fn = SHARDLAB_FOR_ISA(silu_backward);
   for_chunks(n, [&](std::int64_t lo, std::int64_t hi) { fn(x + lo, dy + lo, dx + lo, hi - lo); });
+}
+
+void swiglu_forward(const float* g, const float* u, float* z, std::int64_t n) {
+  const auto fn = SHARDLAB_FOR_ISA(swiglu_forward);
+  for_chunks(n, [&](std::int64_t lo, std::int64_t hi) { fn(g + lo, u + lo, z + lo, hi - lo); });
+}
+
+void swiglu_backward(const float* g, const float* u, const float* dz, float* dg, float* du, std::int64_t n) {
+  const auto fn = SHARDLAB_FOR_ISA(swiglu_backward);
+  for_chunks(n, [&](std::int64_t lo, std::int64_t hi) { fn(g + lo, u + lo, dz + lo, dg + lo, du + lo, hi - lo); });
 }
 
 void adamw_update(const AdamWStep& h, const float* p, const float* g, const float* m, const float* v,
@@ -149,6 +161,19 @@ void silu_backward_reference(const float* x, const float* dy, float* dx, std::in
   for (std::int64_t i = 0; i < n; ++i) {
     const float s = sigmoid_reference(x[i]);
     dx[i] = dy[i] * s * (1.0f + x[i] * (1.0f - s));
+  }
+}
+
+void swiglu_forward_reference(const float* g, const float* u, float* z, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) z[i] = g[i] * sigmoid_reference(g[i]) * u[i];
+}
+
+void swiglu_backward_reference(const float* g, const float* u, const float* dz, float* dg, float* du,
+                               std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float s = sigmoid_reference(g[i]);
+    du[i] = dz[i] * g[i] * s;
+    dg[i] = dz[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
   }
 }
 

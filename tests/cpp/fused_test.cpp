@@ -70,6 +70,33 @@ TEST(Fused, SiluMatchesReferenceOnEveryIsa) {
   }
 }
 
+TEST(Fused, SwigluMatchesReferenceOnEveryIsa) {
+  IsaGuard guard;
+  for (Isa isa : runnable_isas()) {
+    set_active_isa(isa);
+    for (std::size_t n : kSizes) {
+      xt::random::seed(n + 3);
+      xt::xarray<float> g = xt::random::randn<float>({n}) * 6.0f;
+      xt::xarray<float> u = xt::random::randn<float>({n});
+      xt::xarray<float> dz = xt::random::randn<float>({n});
+      xt::xarray<float> z(g.shape()), z_ref(g.shape()), dg(g.shape()), dg_ref(g.shape()), du(g.shape()),
+          du_ref(g.shape());
+      const auto len = static_cast<std::int64_t>(n);
+      swiglu_forward(g.data(), u.data(), z.data(), len);
+      swiglu_forward_reference(g.data(), u.data(), z_ref.data(), len);
+      swiglu_backward(g.data(), u.data(), dz.data(), dg.data(), du.data(), len);
+      swiglu_backward_reference(g.data(), u.data(), dz.data(), dg_ref.data(), du_ref.data(), len);
+      SCOPED_TRACE(isa_name(isa));
+      // The definitions themselves: silu(g) * u, and its partial derivatives times dz.
+      xt::xarray<float> s = 1.0f / (1.0f + xt::exp(-g));
+      expect_close(z_ref, g * s * u, 1e-6f * xt::abs(g * s * u) + 1e-30f);
+      expect_close(z, z_ref, 3e-6f * xt::abs(z_ref) + 1e-30f);
+      expect_close(du, du_ref, 3e-6f * xt::abs(du_ref) + 1e-30f);
+      expect_close(dg, dg_ref, 3e-6f * xt::abs(dz * u) * s * (1.0f + xt::abs(g)) + 1e-30f);
+    }
+  }
+}
+
 TEST(Fused, SiluEdgeValues) {
   IsaGuard guard;
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();

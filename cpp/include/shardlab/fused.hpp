@@ -13,6 +13,12 @@ void silu_forward(const float* x, float* y, std::int64_t n);
 // dx = dy * s * (1 + x * (1 - s)) with s = sigmoid(x): the vjp of silu_forward.
 void silu_backward(const float* x, const float* dy, float* dx, std::int64_t n);
 
+// z = silu(g) * u: the gate of a SwiGLU MLP (LLaMA), one pass over g and u.
+void swiglu_forward(const float* g, const float* u, float* z, std::int64_t n);
+// Its vjp, one pass: with s = sigmoid(g),
+//   dg = dz * u * s * (1 + g * (1 - s)),  du = dz * g * s.
+void swiglu_backward(const float* g, const float* u, const float* dz, float* dg, float* du, std::int64_t n);
+
 // One AdamW step on n elements, as optax/Loshchilov & Hutter, with bias corrections c1 =
 // 1 - b1^t and c2 = 1 - b2^t given by the caller:
 //   m' = b1 m + (1 - b1) g;  v' = b2 v + (1 - b2) g^2
@@ -44,6 +50,9 @@ void rotary_embedding(const float* x, const float* cos, const float* sin, float*
 // fused kernels to.
 void silu_forward_reference(const float* x, float* y, std::int64_t n);
 void silu_backward_reference(const float* x, const float* dy, float* dx, std::int64_t n);
+void swiglu_forward_reference(const float* g, const float* u, float* z, std::int64_t n);
+void swiglu_backward_reference(const float* g, const float* u, const float* dz, float* dg, float* du,
+                               std::int64_t n);
 void rms_norm_forward_reference(const float* x, const float* scale, float eps, float* y, float* rstd,
                                 std::int64_t P, std::int64_t R, std::int64_t C);
 void rms_norm_backward_reference(const float* x, const float* scale, const float* rstd, const float* dy,

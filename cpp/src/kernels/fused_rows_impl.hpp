@@ -61,6 +61,19 @@ void silu_backward(const float* __restrict x, const float* __restrict dy, float*
   }
 }
 
+void swiglu_forward(const float* __restrict g, const float* __restrict u, float* __restrict z, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) z[i] = g[i] * sigmoid(g[i]) * u[i];
+}
+
+void swiglu_backward(const float* __restrict g, const float* __restrict u, const float* __restrict dz,
+                     float* __restrict dg, float* __restrict du, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float s = sigmoid(g[i]), gs = g[i] * s;
+    du[i] = dz[i] * gs;
+    dg[i] = dz[i] * u[i] * (s + gs * (1.0f - s));
+  }
+}
+
 void adamw_update(const AdamWStep& h, const float* __restrict p, const float* __restrict g,
                   const float* __restrict m, const float* __restrict v, float* __restrict p_out,
                   float* __restrict m_out, float* __restrict v_out, std::int64_t n) {

@@ -22,7 +22,7 @@ import numpy as np
 import shardlab.nn as snn
 import shardlab.numpy as jnp
 
-__all__ = ["softmax", "log_softmax", "activation", "cumsum", "top_k", "one_hot"]
+__all__ = ["softmax", "log_softmax", "activation", "gated_activation", "cumsum", "top_k", "one_hot"]
 
 
 def softmax(x, axis: int = -1):
@@ -46,6 +46,14 @@ def activation(name: str, x):
         return jnp.maximum(x, 0.0)
     c = np.float32(np.sqrt(2.0 / np.pi))
     return 0.5 * x * (1.0 + jnp.tanh(c * (x + 0.044715 * x * x * x)))
+
+
+def gated_activation(name: str, gate, up):
+    """act(gate) * up, the gated MLP's hidden value; SwiGLU (``name == "silu"``) is one fused
+    ``shardlab.nn.swiglu`` pass."""
+    if name == "silu":
+        return snn.swiglu(gate, up)
+    return activation(name, gate) * up
 
 
 def _shift(x, s: int, axis: int):

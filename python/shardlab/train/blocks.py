@@ -40,7 +40,7 @@ from shardlab import LocalArray, lax
 from shardlab.models.expert_parallel import expert_parallel_mlp
 from shardlab.models.layers import norm, rotary
 from shardlab.models.moe import routed_experts, shared_experts
-from shardlab.models.ops import activation
+from shardlab.models.ops import activation, gated_activation
 from shardlab.models.transformer import embedding_lookup
 
 from .context import ring_attention, rotary_zigzag, zigzag_positions
@@ -193,7 +193,7 @@ class Blocks:
         if cfg.gated_mlp:
             g = self._proj(h, m["w_gate"], ma["w_gate"], m.get("b_gate"), ma.get("b_gate"))
             u = self._proj(h, m["w_up"], ma["w_up"], m.get("b_up"), ma.get("b_up"))
-            z = activation(cfg.activation, g) * u
+            z = gated_activation(cfg.activation, g, u)
         else:
             z = activation(cfg.activation, self._proj(h, m["w_in"], ma["w_in"], m.get("b_in"), ma.get("b_in")))
         y = self._reduce_out(self._proj(z.astype(x.dtype), m["w_down"], ma["w_down"]))

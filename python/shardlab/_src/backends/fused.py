@@ -29,6 +29,16 @@ def _silu_vjp(storages, mesh):
     return [_core.silu_backward(x, dy)]
 
 
+def _swiglu(storages, mesh):
+    g, u = _common(storages)
+    return [_core.swiglu_forward(g, u)]
+
+
+def _swiglu_vjp(storages, mesh):
+    g, u, dz = _common(storages)
+    return list(_core.swiglu_backward(g, u, dz))
+
+
 def _per_device(storages, mesh):
     """(P, storages): each storage broadcast to the operands' common mesh dims (P devices in
     all) and made contiguous, so it reshapes to [P, ...] without a copy."""
@@ -67,6 +77,8 @@ def _adamw_update(storages, mesh, *, lr, b1, b2, eps, weight_decay, step):
 
 fu.SILU.impl["emulated"] = _silu
 fu.SILU_VJP.impl["emulated"] = _silu_vjp
+fu.SWIGLU.impl["emulated"] = _swiglu
+fu.SWIGLU_VJP.impl["emulated"] = _swiglu_vjp
 fu.RMS_NORM.impl["emulated"] = _rms_norm
 fu.RMS_NORM_VJP.impl["emulated"] = _rms_norm_vjp
 fu.ROTARY_EMBEDDING.impl["emulated"] = _rotary_embedding

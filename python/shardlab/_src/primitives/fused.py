@@ -4,6 +4,8 @@ and has the same rules; the emulated backend runs the C++ kernels of ``shardlab/
 
 - ``silu(x) = x * sigmoid(x)``, and its vjp ``silu_vjp(x, dy) = dy * s * (1 + x * (1 - s))``
   (itself differentiable, so second derivatives work);
+- ``swiglu(gate, up) = silu(gate) * up`` and its vjp ``swiglu_vjp(gate, up, dz) -> (d gate,
+  d up)`` (under a grad of a grad the rule is written with ``silu``/``silu_vjp`` instead);
 - ``rms_norm(x, scale) -> (y, rstd)`` over the last local dim, and its vjp ``rms_norm_vjp``
   from the saved rstd (under a grad of a grad the rule is written with elementwise primitives
   instead, so second derivatives work);
@@ -15,9 +17,9 @@ They take float32 operands of one local shape; callers (``shardlab.nn.silu``,
 ``shardlab.experimental.adamw_update``) use the composite for anything else.
 
 Example:
-    >>> from shardlab._src.primitives.fused import SILU, SILU_VJP, RMS_NORM, ADAMW_UPDATE
-    >>> SILU.name, SILU_VJP.name, RMS_NORM.name, ADAMW_UPDATE.name
-    ('silu', 'silu_vjp', 'rms_norm', 'adamw_update')
+    >>> from shardlab._src.primitives.fused import SILU, SWIGLU, RMS_NORM, ADAMW_UPDATE
+    >>> SILU.name, SWIGLU.name, RMS_NORM.name, ADAMW_UPDATE.name
+    ('silu', 'swiglu', 'rms_norm', 'adamw_update')
 """
 
 from __future__ import annotations
@@ -91,6 +93,37 @@ def _silu_vjp_vjp(cts, ins, outs, mesh):
 
 
 SILU_VJP = Primitive("silu_vjp", shape_rule=_silu_vjp_shape, vjp=_silu_vjp_vjp)
+
+
+# -- swiglu ----------------------------------------------------------------------------------
+def _swiglu_shape(avals, mesh):
+    _check_float32("swiglu", avals)
+    return [(_same_local_shapes("swiglu", avals, mesh), _F32)]
+
+
+def _swiglu_vjp(cts, ins, outs, mesh):
+    ct = cts[0]
+    if ct is None:
+        return [None, None]
+    g, u = ins
+    if CTX.tapes:
+        # Recorded by an enclosing grad (grad of grad): primitives with their own rules.
+        dg = bind(SILU_VJP, [g, _ew("multiply", ct, u)], mesh)
+        du = _ew("multiply", ct, bind(SILU, [g], mesh))
+    else:
+        dg, du = bind(SWIGLU_VJP, [g, u, ct], mesh)
+    return [unbroadcast(dg, g), unbroadcast(du, u)]
+
+
+SWIGLU = Primitive("swiglu", shape_rule=_swiglu_shape, vjp=_swiglu_vjp)
+
+
+def _swiglu_vjp_shape(avals, mesh):
+    _check_float32("swiglu_vjp", avals)
+    return [(_same_local_shapes("swiglu_vjp", avals, mesh), _F32)] * 2
+
+
+SWIGLU_VJP = Primitive("swiglu_vjp", shape_rule=_swiglu_vjp_shape, multiple_results=True)
 
 
 # -- rms_norm --------------------------------------------------------------------------------
