@@ -217,6 +217,27 @@ TEST_F(GemmTest, BatchedWithBroadcastDims) {
   }
 }
 
+TEST_F(GemmTest, ColumnMajorAAndTransposedBAcrossCacheBlocks) {
+  // The packers that read a column-major A eight k at a time and a transposed B through 8 x 8
+  // register transposes: M = 185 crosses MC (120 on AVX2, 168 on AVX-512) and ends in a part
+  // micro-panel, K = 300 crosses the AVX2 KC and is not a multiple of 8 (the transposes' k
+  // tail), N = 1060 crosses NC and ends in a 4-column panel; A is batched, B broadcast.
+  std::mt19937 rng(13);
+  const int64_t m = 185, n = 1060, k = 300;
+  for (Isa isa : supported_isas()) {
+    set_active_isa(isa);
+    for (DType type : {DType::float32, DType::bfloat16}) {
+      omp_set_num_threads(type == DType::float32 ? 2 : 1);
+      Buffer a(type, 2 * m * k, rng), b(type, k * n, rng);
+      GemmProblem p = plain(type, a, b, m, n, k, true, true);
+      p.batch_shape = {2};
+      p.a_batch_strides = {m * k};
+      p.b_batch_strides = {0};
+      expect_matches_reference(p, a, 0, b, 0, label(isa, type, m, n, k) + " aT bT batched");
+    }
+  }
+}
+
 TEST_F(GemmTest, ThreadCountDoesNotChangeTheResult) {
   // Splitting C across threads never changes the order of the k sum, so results are identical.
   std::mt19937 rng(5);

@@ -108,6 +108,36 @@ void pack_a_rows_32bit(const char* src, int64_t row_bytes, int rows, int64_t wor
 }
 #endif
 
+// Packs an operand whose panel direction is unit-stride: `src` row k (k < kc, `ld` elements
+// apart) holds the values of panel slot 0, 1, ... contiguously, as a column-major A (slots are
+// rows of A) or a row-major B (slots are columns of B). Writes floor(width / W) full panels
+// [k][W] at dst, dst + W * kc, ... and returns how many slots they cover. Eight k at a time
+// across all panels: each of the eight source rows is read as one sequential stream and each
+// panel gets a few consecutive lines. Row by row, the stores of one k went to width / W panels
+// W * kc * 4 bytes apart (16 KiB for B's kc = 256, 6 KiB for A's), a handful of L1 sets for
+// all of them, and a miss on every store; panel by panel, each k read a new line of the source,
+// and a 120-row A block touched 256 pages per panel (column-major A packed 2-3x slower than
+// row-major: 6-8% of a 512^3 GEMM).
+template <int W, class T>
+int64_t pack_unit_stride_panels(const T* src, int64_t ld, int64_t kc, int64_t width, float* dst) {
+  const int64_t full = width / W * W;
+  for (int64_t k0 = 0; k0 < kc; k0 += 8) {
+    const int64_t k1 = std::min(kc, k0 + 8);
+    for (int64_t jj = 0; jj < full; jj += W) {
+      for (int64_t k = k0; k < k1; ++k) {
+        const T* s = src + k * ld + jj;
+        float* d = dst + jj * kc + k * W;
+        if constexpr (std::is_same_v<T, float>) {
+          std::memcpy(d, s, W * sizeof(float));  // fixed size: a few vector moves
+        } else {
+          for (int c = 0; c < W; ++c) d[c] = load_as_f32(s + c);
+        }
+      }
+    }
+  }
+  return full;
+}
+
 // fp32 panels: A panel is [k][MR], B panel is [k][NR]. `T` is the stored input type (float, or
 // uint16_t bf16 widened here so the fp32 micro-kernels serve bf16 on CPUs without AVX512_BF16).
 template <int MR, class T>
@@ -115,7 +145,13 @@ void pack_a_f32(const GemmOperand& a, int64_t i0, int64_t mc, int64_t p0, int64_
   float* dst = static_cast<float*>(dst_);
   const T* base = static_cast<const T*>(a.data);
   const int64_t rs = a.row_stride, cs = a.col_stride;
-  for (int64_t i = 0; i < mc; i += MR) {
+  int64_t i = 0;
+  if (rs == 1 && cs != 1) {
+    // Column-major A: each k holds MR consecutive rows, which is what a panel row is.
+    i = pack_unit_stride_panels<MR>(base + i0 + p0 * cs, cs, kc, mc, dst);
+    dst += i * kc;
+  }
+  for (; i < mc; i += MR) {
     const int rows = static_cast<int>(std::min<int64_t>(MR, mc - i));
     const T* src = base + (i0 + i) * rs + p0 * cs;
 #if defined(__AVX2__)
@@ -148,24 +184,26 @@ void pack_b_f32(const GemmOperand& b, int64_t p0, int64_t kc, int64_t j0, int64_
   const int64_t rs = b.row_stride, cs = b.col_stride;
   int64_t j = 0;
   if (cs == 1) {
-    // Eight rows at a time across all full panels: each of the eight rows of B is read as one
-    // sequential stream, and each panel gets eight consecutive lines. Row by row, the stores of
-    // one row went to nc / NR panels kc * NR * 4 bytes apart (16 KiB for kc = 256): one L1
-    // set for all of them, a miss on every store (pack B was 4% of a 512^3 GEMM).
-    const int64_t full = nc / NR * NR;
-    for (int64_t k0 = 0; k0 < kc; k0 += 8) {
-      const int64_t k1 = std::min(kc, k0 + 8);
-      for (int64_t jj = 0; jj < full; jj += NR) {
-        for (int64_t k = k0; k < k1; ++k) {
-          const T* src = base + (p0 + k) * rs + j0 + jj;
-          float* d = dst + jj * kc + k * NR;
-          for (int c = 0; c < NR; ++c) d[c] = load_as_f32(src + c);
-        }
-      }
-    }
-    dst += full * kc;
-    j = full;
+    // Row-major B (pack B was 4% of a 512^3 GEMM when packed row by row; see the helper).
+    j = pack_unit_stride_panels<NR>(base + p0 * rs + j0, rs, kc, nc, dst);
+    dst += j * kc;
   }
+#if defined(__AVX2__)
+  if constexpr (std::is_same_v<T, float> && NR % 8 == 0) {
+    if (rs == 1 && cs != 1) {
+      // Transposed B: column j of B is a contiguous run of k, like a row of a row-major A, so
+      // the panel [k][NR] is NR such runs transposed 8 x 8 in registers. The scalar loop
+      // below stored one float per (k, column) at a stride of NR floats (~2.5 cycles each).
+      for (; j < nc; j += NR) {
+        const int cols = static_cast<int>(std::min<int64_t>(NR, nc - j));
+        pack_a_rows_32bit<NR>(reinterpret_cast<const char*>(base + p0 + (j0 + j) * cs), cs * 4, cols, kc,
+                              dst);
+        dst += NR * kc;
+      }
+      return;
+    }
+  }
+#endif
   for (; j < nc; j += NR) {
     const int cols = static_cast<int>(std::min<int64_t>(NR, nc - j));
     const T* src = base + p0 * rs + (j0 + j) * cs;
