@@ -188,6 +188,13 @@ def _concatenate(storages, mesh, *, axis):
     return [np.concatenate([np.broadcast_to(s, dims + tuple(s.shape[k:])) for s in storages], axis=k + axis)]
 
 
+@_impl(st.SPLIT)
+def _split(storages, mesh, *, axis, sizes):
+    x, lead = storages[0], (slice(None),) * (mesh.ndim + axis)
+    bounds = np.cumsum((0,) + tuple(sizes))
+    return [x[lead + (slice(int(a), int(b)),)] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
 @_impl(st.GETITEM)
 def _getitem(storages, mesh, *, key):
     return [np.asarray(storages[0][(slice(None),) * mesh.ndim + tuple(key)])]

@@ -497,7 +497,10 @@ def split(x, indices_or_sections, axis=0):
         bounds = list(range(0, n + 1, step))
     else:
         bounds = [0] + [builtins.min(int(i), n) for i in indices_or_sections] + [n]
-    return [x[(slice(None),) * ax + (slice(a, b),)] for a, b in zip(bounds[:-1], bounds[1:])]
+    if builtins.any(a > b for a, b in zip(bounds[:-1], bounds[1:])):
+        # decreasing indices: numpy's (overlapping or empty) slices, one getitem each
+        return [x[(slice(None),) * ax + (slice(a, b),)] for a, b in zip(bounds[:-1], bounds[1:])]
+    return bind(st.SPLIT, [x], x.mesh, axis=ax, sizes=tuple(b - a for a, b in zip(bounds[:-1], bounds[1:])))
 
 
 @_implements(np.tile)

@@ -74,6 +74,24 @@ def _concat_vjp(cts, ins, outs, mesh, *, axis):
 CONCATENATE = Primitive("concatenate", shape_rule=_concat_shape, vjp=_concat_vjp)
 
 
+# -- split -----------------------------------------------------------------------------------
+def _split_shape(avals, mesh, *, axis, sizes):
+    x = avals[0]
+    k = mesh.ndim
+    n = x.shape[k + axis]
+    if sum(sizes) != n or any(s < 0 for s in sizes):
+        raise ValueError(f"[split] sizes {list(sizes)} do not add up to local axis {axis} of size {n}")
+    return [(tuple(x.shape[:k + axis]) + (s,) + tuple(x.shape[k + axis + 1:]), x.dtype) for s in sizes]
+
+
+def _split_vjp(cts, ins, outs, mesh, *, axis, sizes):
+    """The transpose of a split is the concatenation of the pieces' cotangents."""
+    return [bind(CONCATENATE, list(cts), mesh, axis=axis)]
+
+
+SPLIT = Primitive("split", shape_rule=_split_shape, vjp=_split_vjp, multiple_results=True)
+
+
 # -- indexing --------------------------------------------------------------------------------
 def _getitem_shape(avals, mesh, *, key):
     x = avals[0]
