@@ -238,6 +238,28 @@ TEST_F(GemmTest, ColumnMajorAAndTransposedBAcrossCacheBlocks) {
   }
 }
 
+TEST_F(GemmTest, RowMajorAReadInPlaceForNarrowB) {
+  // With N <= 8 micro-panels the AVX2 fp32 path reads a row-major A in place: A here is the
+  // first k columns of a wider matrix (row stride k + 5), M = 250 crosses MC and ends in a part
+  // micro-panel (packed), K = 300 crosses KC, and N = 120 ends in a part panel of B (whose A
+  // micro-panels are packed one at a time) while N = 128 has none; batched, B broadcast.
+  std::mt19937 rng(17);
+  const int64_t m = 250, k = 300, lda = k + 5;
+  for (Isa isa : supported_isas()) {
+    set_active_isa(isa);
+    for (int64_t n : {120, 128}) {
+      omp_set_num_threads(n == 120 ? 1 : 2);
+      Buffer a(DType::float32, 2 * m * lda, rng), b(DType::float32, k * n, rng);
+      GemmProblem p = plain(DType::float32, a, b, m, n, k, false, false);
+      p.a.row_stride = lda;
+      p.batch_shape = {2};
+      p.a_batch_strides = {m * lda};
+      p.b_batch_strides = {0};
+      expect_matches_reference(p, a, 0, b, 0, label(isa, DType::float32, m, n, k) + " A in place");
+    }
+  }
+}
+
 TEST_F(GemmTest, ThreadCountDoesNotChangeTheResult) {
   // Splitting C across threads never changes the order of the k sum, so results are identical.
   std::mt19937 rng(5);

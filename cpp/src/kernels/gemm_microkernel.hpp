@@ -27,6 +27,10 @@ using PackB = void (*)(const GemmOperand& b, int64_t p0, int64_t kc, int64_t j0,
 // Computes one full mr x nr tile from packed panels; C = tile, or C += tile if `accumulate`.
 using MicroKernel = void (*)(int64_t kc, const void* a, const void* b, float* c, int64_t ldc,
                              bool accumulate);
+// The same tile with A read in place from a row-major fp32 matrix: row r of the tile is
+// a + r * lda, k contiguous (no packed A panel).
+using MicroKernelRowsA = void (*)(int64_t kc, const float* a, int64_t lda, const void* b, float* c,
+                                  int64_t ldc, bool accumulate);
 
 struct KernelSet {
   int mr = 0, nr = 0;
@@ -36,6 +40,7 @@ struct KernelSet {
   PackA pack_a = nullptr;
   PackB pack_b = nullptr;
   MicroKernel kernel = nullptr;
+  MicroKernelRowsA kernel_rows_a = nullptr;  // fp32 only; nullptr where A is always packed
 };
 
 KernelSet kernels_scalar(DType type);
