@@ -12,8 +12,12 @@ For each case it prints, from the same run, GFLOP/s of numpy's `a @ b`, of shard
 `gemm(a, b)` on the same views, and of `gemm` on contiguous copies of them (so the last two
 columns differ only by the packing of the transposed operand), the ratio ours / numpy and
 ours as a fraction of the FMA peak measured in the same invocation. Each figure is the best of
-several calls, the three functions called in turn, each call after a --settle pause (OpenBLAS's
-idle threads spin after a call).
+several calls, the three functions called in turn. Before each timed call: a --settle pause
+(OpenBLAS's idle threads spin for about 0.1 s after a call and would take a core from the next
+library's call), then one untimed call of the same function. On this 2-vCPU VM a call right
+after an idle pause runs 10-20% slower (the idle cores wake and ramp up; a 15 ms GEMM timed
+straight after the pause scattered by +-15% between identical calls), which would swamp
+the differences between these cases; the untimed call takes that hit for both libraries.
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ def main() -> None:
 
     def timed(fn) -> float:
         time.sleep(args.settle)
+        fn()  # wakes the idle cores; see the module docstring
         t0 = time.perf_counter()
         fn()
         return time.perf_counter() - t0
