@@ -3,6 +3,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -42,6 +43,25 @@ const float* float32_like(const char* op, const char* name, const py::array& a, 
 
 float* out_data(py::array& a) { return static_cast<float*>(a.mutable_data()); }
 
+// A float32 array whose last dim is contiguous, as rows at any strides (no copy).
+shardlab::RowsView rows_view(const char* op, const char* name, const py::array& a) {
+  const auto r = as_ref(a);
+  const bool last_ok = r.shape.empty() || r.shape.back() <= 1 || r.strides.back() == 4;
+  bool aligned = true;
+  for (auto st : r.strides) aligned = aligned && st % 4 == 0;
+  if (a.dtype().num() != 11 || !last_ok || !aligned) {
+    throw std::invalid_argument(std::string("[") + op + "] " + name +
+                                " must be a float32 array with a contiguous last dim; got dtype " +
+                                std::string(py::str(a.dtype())));
+  }
+  shardlab::RowsView v{static_cast<const float*>(a.data()), {}, {}};
+  for (std::size_t d = 0; d + 1 < r.shape.size(); ++d) {
+    v.shape.push_back(r.shape[d]);
+    v.strides.push_back(r.strides[d] / 4);
+  }
+  return v;
+}
+
 }  // namespace
 
 void init_fused(py::module_& m) {
@@ -68,32 +88,42 @@ void init_fused(py::module_& m) {
     }
     return dx;
   }, py::arg("x"), py::arg("dy"), "dy * s * (1 + x (1 - s)), s = sigmoid(x): silu's vjp, one pass.");
-  m.def("swiglu_forward", [](const py::array& g, const py::array& u) {
-    const float* gp = float32_data("swiglu", "gate", g);
-    const float* up = float32_like("swiglu", "up", u, g);
-    py::array z = empty_like_dtype(g, as_ref(g).shape);
+  m.def("swiglu_forward", [](const py::array& x) {
+    const shardlab::RowsView xv = rows_view("swiglu", "x", x);
+    const auto shape = as_ref(x).shape;
+    if (shape.empty() || shape.back() % 2) {
+      throw std::invalid_argument("[swiglu] x has shape " + shardlab::shape_str(shape) +
+                                  "; its last dim must hold [gate | up], an even size");
+    }
+    const std::int64_t F = shape.back() / 2;
+    auto zshape = shape;
+    zshape.back() = F;
+    py::array z = empty_like_dtype(x, zshape);
     float* zp = out_data(z);
-    const auto n = static_cast<std::int64_t>(g.size());
     {
       py::gil_scoped_release release;
-      shardlab::swiglu_forward(gp, up, zp, n);
+      shardlab::swiglu_forward(xv, F, zp);
     }
     return z;
-  }, py::arg("gate"), py::arg("up"), "silu(gate) * up, one pass.");
-  m.def("swiglu_backward", [](const py::array& g, const py::array& u, const py::array& dz) {
+  }, py::arg("x"), "silu(x[..., :F]) * x[..., F:], one pass (rows of x at any strides).");
+  m.def("swiglu_backward", [](const py::array& x, const py::array& dz) {
     const char* op = "swiglu_vjp";
-    const float* gp = float32_data(op, "gate", g);
-    const float* up = float32_like(op, "up", u, g);
-    const float* dzp = float32_like(op, "dz", dz, g);
-    py::array dg = empty_like_dtype(g, as_ref(g).shape), du = empty_like_dtype(g, as_ref(g).shape);
-    float *dgp = out_data(dg), *dup = out_data(du);
-    const auto n = static_cast<std::int64_t>(g.size());
+    const shardlab::RowsView xv = rows_view(op, "x", x), dzv = rows_view(op, "dz", dz);
+    auto shape = as_ref(x).shape;
+    const auto dshape = as_ref(dz).shape;
+    if (shape.empty() || shape.back() % 2 || dshape.size() != shape.size() ||
+        !std::equal(shape.begin(), shape.end() - 1, dshape.begin()) || dshape.back() * 2 != shape.back()) {
+      throw std::invalid_argument("[swiglu_vjp] x has shape " + shardlab::shape_str(shape) + " and dz " +
+                                  shardlab::shape_str(dshape) + "; dz must be x's shape with half its last dim");
+    }
+    py::array dx = empty_like_dtype(x, shape);
+    float* dxp = out_data(dx);
     {
       py::gil_scoped_release release;
-      shardlab::swiglu_backward(gp, up, dzp, dgp, dup, n);
+      shardlab::swiglu_backward(xv, dzv, shape.back() / 2, dxp);
     }
-    return py::make_tuple(dg, du);
-  }, py::arg("gate"), py::arg("up"), py::arg("dz"), "(d gate, d up) of silu(gate) * up, one pass.");
+    return dx;
+  }, py::arg("x"), py::arg("dz"), "d x of silu(x[..., :F]) * x[..., F:], one pass.");
   m.def("rms_norm_forward", [](const py::array& x, const py::array& scale, float eps) {
     const char* op = "rms_norm";
     const float* xp = float32_data(op, "x", x);

@@ -50,6 +50,18 @@ void for_chunks(std::int64_t n, Body&& body) {
   }
 }
 
+// body(r) for each of `rows` rows of `cols` elements, in chunks of about kChunk elements over
+// the threads (one thread for small arrays).
+template <class Body>
+void for_row_chunks(std::int64_t rows, std::int64_t cols, Body&& body) {
+  const std::int64_t per = std::max<std::int64_t>(1, kChunk / std::max<std::int64_t>(cols, 1));
+  const std::int64_t chunks = (rows + per - 1) / per;
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    for (std::int64_t r = c * per; r < std::min(rows, (c + 1) * per); ++r) body(r);
+  }
+}
+
 // The build of a loop for the active ISA: one of its scalar, AVX2 and AVX-512 builds.
 template <class Fn>
 Fn for_isa(Fn scalar, Fn avx2, Fn avx512) {
@@ -79,14 +91,36 @@ void silu_backward(const float* x, const float* dy, float* dx, std::int64_t n) {
   for_chunks(n, [&](std::int64_t lo, std::int64_t hi) { fn(x + lo, dy + lo, dx + lo, hi - lo); });
 }
 
-void swiglu_forward(const float* g, const float* u, float* z, std::int64_t n) {
-  const auto fn = SHARDLAB_FOR_ISA(swiglu_forward);
-  for_chunks(n, [&](std::int64_t lo, std::int64_t hi) { fn(g + lo, u + lo, z + lo, hi - lo); });
+std::int64_t RowsView::rows() const {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
 }
 
-void swiglu_backward(const float* g, const float* u, const float* dz, float* dg, float* du, std::int64_t n) {
+const float* RowsView::row(std::int64_t r) const {
+  std::int64_t off = 0;
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    off += (r % shape[d]) * strides[d];
+    r /= shape[d];
+  }
+  return data + off;
+}
+
+void swiglu_forward(const RowsView& x, std::int64_t F, float* z) {
+  const auto fn = SHARDLAB_FOR_ISA(swiglu_forward);
+  for_row_chunks(x.rows(), F, [&](std::int64_t r) {
+    const float* g = x.row(r);
+    fn(g, g + F, z + r * F, F);
+  });
+}
+
+void swiglu_backward(const RowsView& x, const RowsView& dz, std::int64_t F, float* dx) {
   const auto fn = SHARDLAB_FOR_ISA(swiglu_backward);
-  for_chunks(n, [&](std::int64_t lo, std::int64_t hi) { fn(g + lo, u + lo, dz + lo, dg + lo, du + lo, hi - lo); });
+  for_row_chunks(x.rows(), F, [&](std::int64_t r) {
+    const float* g = x.row(r);
+    float* d = dx + r * 2 * F;
+    fn(g, g + F, dz.row(r), d, d + F, F);
+  });
 }
 
 void adamw_update(const AdamWStep& h, const float* p, const float* g, const float* m, const float* v,
@@ -164,16 +198,21 @@ void silu_backward_reference(const float* x, const float* dy, float* dx, std::in
   }
 }
 
-void swiglu_forward_reference(const float* g, const float* u, float* z, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) z[i] = g[i] * sigmoid_reference(g[i]) * u[i];
+void swiglu_forward_reference(const RowsView& x, std::int64_t F, float* z) {
+  for (std::int64_t r = 0; r < x.rows(); ++r) {
+    const float *g = x.row(r), *u = g + F;
+    for (std::int64_t j = 0; j < F; ++j) z[r * F + j] = g[j] * sigmoid_reference(g[j]) * u[j];
+  }
 }
 
-void swiglu_backward_reference(const float* g, const float* u, const float* dz, float* dg, float* du,
-                               std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    const float s = sigmoid_reference(g[i]);
-    du[i] = dz[i] * g[i] * s;
-    dg[i] = dz[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
+void swiglu_backward_reference(const RowsView& x, const RowsView& dz, std::int64_t F, float* dx) {
+  for (std::int64_t r = 0; r < x.rows(); ++r) {
+    const float *g = x.row(r), *u = g + F, *d = dz.row(r);
+    for (std::int64_t j = 0; j < F; ++j) {
+      const float s = sigmoid_reference(g[j]);
+      dx[r * 2 * F + j] = d[j] * u[j] * s * (1.0f + g[j] * (1.0f - s));
+      dx[r * 2 * F + F + j] = d[j] * g[j] * s;
+    }
   }
 }
 

@@ -74,25 +74,41 @@ TEST(Fused, SwigluMatchesReferenceOnEveryIsa) {
   IsaGuard guard;
   for (Isa isa : runnable_isas()) {
     set_active_isa(isa);
-    for (std::size_t n : kSizes) {
-      xt::random::seed(n + 3);
-      xt::xarray<float> g = xt::random::randn<float>({n}) * 6.0f;
-      xt::xarray<float> u = xt::random::randn<float>({n});
-      xt::xarray<float> dz = xt::random::randn<float>({n});
-      xt::xarray<float> z(g.shape()), z_ref(g.shape()), dg(g.shape()), dg_ref(g.shape()), du(g.shape()),
-          du_ref(g.shape());
-      const auto len = static_cast<std::int64_t>(n);
-      swiglu_forward(g.data(), u.data(), z.data(), len);
-      swiglu_forward_reference(g.data(), u.data(), z_ref.data(), len);
-      swiglu_backward(g.data(), u.data(), dz.data(), dg.data(), du.data(), len);
-      swiglu_backward_reference(g.data(), u.data(), dz.data(), dg_ref.data(), du_ref.data(), len);
-      SCOPED_TRACE(isa_name(isa));
-      // The definitions themselves: silu(g) * u, and its partial derivatives times dz.
-      xt::xarray<float> s = 1.0f / (1.0f + xt::exp(-g));
-      expect_close(z_ref, g * s * u, 1e-6f * xt::abs(g * s * u) + 1e-30f);
-      expect_close(z, z_ref, 3e-6f * xt::abs(z_ref) + 1e-30f);
-      expect_close(du, du_ref, 3e-6f * xt::abs(du_ref) + 1e-30f);
-      expect_close(dg, dg_ref, 3e-6f * xt::abs(dz * u) * s * (1.0f + xt::abs(g)) + 1e-30f);
+    for (std::size_t F : {1, 7, 33, 1000}) {
+      for (std::size_t rows : {1, 5, 70}) {
+        // x [2, rows, 2F] stored with its two leading dims swapped (as a matmul's permuted
+        // mesh dims leave it) plus padding at the end of each row: rows at any strides.
+        xt::random::seed(F * 131 + rows);
+        const std::size_t pad = 3, width = 2 * F + pad;
+        xt::xarray<float> store = xt::random::randn<float>({rows, std::size_t{2}, width}) * 6.0f;
+        xt::xarray<float> dz = xt::random::randn<float>({std::size_t{2}, rows, F});
+        const auto R = static_cast<std::int64_t>(rows), W = static_cast<std::int64_t>(width);
+        const RowsView xv{store.data(), {2, R}, {W, 2 * W}};
+        const RowsView dzv{dz.data(), {2 * R}, {static_cast<std::int64_t>(F)}};
+        const auto Fi = static_cast<std::int64_t>(F);
+        xt::xarray<float> z = xt::zeros<float>({2 * rows, F}), z_ref = z;
+        xt::xarray<float> dx = xt::zeros<float>({2 * rows, 2 * F}), dx_ref = dx;
+        swiglu_forward(xv, Fi, z.data());
+        swiglu_forward_reference(xv, Fi, z_ref.data());
+        swiglu_backward(xv, dzv, Fi, dx.data());
+        swiglu_backward_reference(xv, dzv, Fi, dx_ref.data());
+        SCOPED_TRACE(isa_name(isa));
+        // The reference against the definition on the same rows, read with xtensor views.
+        auto x = xt::view(xt::transpose(store, {1, 0, 2}), xt::all(), xt::all(), xt::range(0, 2 * F));
+        xt::xarray<float> x2 = xt::reshape_view(xt::xarray<float>(x), {2 * rows, 2 * F});
+        xt::xarray<float> g = xt::view(x2, xt::all(), xt::range(0, F)), u = xt::view(x2, xt::all(), xt::range(F, 2 * F));
+        xt::xarray<float> s = 1.0f / (1.0f + xt::exp(-g));
+        xt::xarray<float> d2 = xt::reshape_view(dz, {2 * rows, F});
+        expect_close(z_ref, g * s * u, 1e-6f * xt::abs(g * s * u) + 1e-30f);
+        expect_close(z, z_ref, 3e-6f * xt::abs(z_ref) + 1e-30f);
+        xt::xarray<float> dg_ref = xt::view(dx_ref, xt::all(), xt::range(0, F));
+        xt::xarray<float> du_ref = xt::view(dx_ref, xt::all(), xt::range(F, 2 * F));
+        expect_close(du_ref, d2 * g * s, 1e-6f * xt::abs(d2 * g * s) + 1e-30f);
+        expect_close(xt::xarray<float>(xt::view(dx, xt::all(), xt::range(F, 2 * F))), du_ref,
+                     3e-6f * xt::abs(du_ref) + 1e-30f);
+        expect_close(xt::xarray<float>(xt::view(dx, xt::all(), xt::range(0, F))), dg_ref,
+                     3e-6f * xt::abs(d2 * u) * s * (1.0f + xt::abs(g)) + 1e-30f);
+      }
     }
   }
 }

@@ -111,71 +111,86 @@ def test_silu_in_abstract_mode_records_the_same_shapes():
     assert (out.shape, out.dtype) == ((8, 5), np.float32)
 
 
-@pytest.mark.parametrize("n", [1, 7, 33, 1001, 70_001])
-def test_core_swiglu_kernels_match_float64(n):
-    rng = np.random.default_rng(n)
-    g = (rng.standard_normal(n) * 8).astype(np.float32)
-    u, dz = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
+@pytest.mark.parametrize("f", [1, 7, 33, 1001])
+def test_core_swiglu_kernels_match_float64_on_rows_at_any_strides(f):
+    rng = np.random.default_rng(f)
+    # [gate | up] rows read in place: a slice of a wider array with its leading dims swapped
+    store = (rng.standard_normal((5, 3, 2 * f + 3)) * 8).astype(np.float32)
+    x = store.transpose(1, 0, 2)[..., :2 * f]
+    dz = rng.standard_normal((3, 5, f)).astype(np.float32)
+    g, u = x[..., :f].astype(np.float64), x[..., f:].astype(np.float64)
     s = _sigmoid64(g)
-    np.testing.assert_allclose(_core.swiglu_forward(g, u), g * s * u, rtol=2e-6, atol=1e-37)
-    dg, du = _core.swiglu_backward(g, u, dz)
-    np.testing.assert_allclose(du, dz * g * s, rtol=2e-6, atol=1e-37)
+    np.testing.assert_allclose(_core.swiglu_forward(x), g * s * u, rtol=2e-6, atol=1e-37)
+    dx = _core.swiglu_backward(x, dz)
+    assert dx.shape == x.shape
+    np.testing.assert_allclose(dx[..., f:], dz * g * s, rtol=2e-6, atol=1e-37)
     tol = 2e-6 * np.abs(dz * u) * s * (1 + np.abs(g)) + 1e-37
-    assert np.all(np.abs(dg - dz * u * s * (1 + g * (1 - s))) <= tol)
-    with pytest.raises(ValueError, match=r"\[swiglu_vjp\] shapes differ: \(3,\) and \(4,\)"):
-        _core.swiglu_backward(np.ones(3, np.float32), np.ones(3, np.float32), np.ones(4, np.float32))
+    assert np.all(np.abs(dx[..., :f] - dz * u * s * (1 + g * (1 - s))) <= tol)
+
+
+def test_core_swiglu_kernels_reject_what_they_cannot_run():
+    with pytest.raises(ValueError, match=r"\[swiglu\] x has shape \(2, 3\); its last dim must hold \[gate \| up\]"):
+        _core.swiglu_forward(np.ones((2, 3), np.float32))
+    with pytest.raises(ValueError, match=r"\[swiglu\] x must be a float32 array with a contiguous last dim"):
+        _core.swiglu_forward(np.ones((4, 4), np.float32).T)
+    with pytest.raises(ValueError, match=r"\[swiglu_vjp\] x has shape \(2, 4\) and dz \(2, 4\); dz must be"):
+        _core.swiglu_backward(np.ones((2, 4), np.float32), np.ones((2, 4), np.float32))
 
 
 def test_swiglu_in_shard_map_matches_jax_values_gradients_and_second_derivatives():
     mesh = sl.make_mesh((4,), ("x",))
-    rng = np.random.default_rng(5)
-    g, u = ((rng.standard_normal((8, 33)) * 4).astype(np.float32) for _ in range(2))
-    ref = lambda g, u: jax.nn.silu(g) * u  # noqa: E731
-    f = _on_mesh(snn.swiglu, mesh, n_in=2)
-    np.testing.assert_allclose(np.asarray(f(g, u)), np.asarray(ref(g, u)), rtol=2e-6, atol=1e-7)
-    loss = lambda g, u: jnp.sum(f(g, u) ** 2)  # noqa: E731
-    got = sl.grad(loss, argnums=(0, 1))(g, u)
-    want = jax.grad(lambda g, u: jax.numpy.sum(ref(g, u) ** 2), argnums=(0, 1))(g, u)
-    for a, b in zip(got, want):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=1e-6)
-    # second derivatives (grad of grad takes the rule written with silu / silu_vjp)
-    inner = lambda g, u: jnp.sum(sl.grad(lambda g, u: jnp.sum(f(g, u) * u), argnums=(0, 1))(g, u)[0])  # noqa: E731
-    h = sl.grad(inner, argnums=(0, 1))(g, u)
-    jinner = lambda g, u: jax.numpy.sum(jax.grad(lambda g, u: jax.numpy.sum(ref(g, u) * u), argnums=(0, 1))(g, u)[0])  # noqa: E731
-    h_ref = jax.grad(jinner, argnums=(0, 1))(g, u)
-    for a, b in zip(h, h_ref):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-4, atol=1e-5)
+    x = (np.random.default_rng(5).standard_normal((8, 2, 66)) * 4).astype(np.float32)
+
+    def ref(x):
+        g, u = jax.numpy.split(x, 2, axis=-1)
+        return jax.nn.silu(g) * u
+
+    f = _on_mesh(snn.swiglu, mesh)
+    np.testing.assert_allclose(np.asarray(f(x)), np.asarray(ref(x)), rtol=2e-6, atol=1e-7)
+    w = np.random.default_rng(6).standard_normal((8, 2, 33)).astype(np.float32)
+    got = sl.grad(lambda x: jnp.sum(f(x) * w))(x)
+    want = jax.grad(lambda x: jax.numpy.sum(ref(x) * w))(x)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-5, atol=1e-6)
+    # second derivatives (grad of grad takes the rule written with split, silu, silu_vjp)
+    h = sl.grad(lambda x: jnp.sum(sl.grad(lambda x: jnp.sum(f(x) * w))(x) ** 2))(x)
+    h_ref = jax.grad(lambda x: jax.numpy.sum(jax.grad(lambda x: jax.numpy.sum(ref(x) * w))(x) ** 2))(x)
+    np.testing.assert_allclose(np.asarray(h), np.asarray(h_ref), rtol=2e-4, atol=1e-5)
 
 
 def test_swiglu_runs_the_fused_primitives_forward_and_backward():
-    """One swiglu and one swiglu_vjp bind on float32 shards; bfloat16, mismatched shapes and
-    plain numpy take the composite with JAX's dtypes and broadcasting."""
+    """One swiglu and one swiglu_vjp bind on float32 shards, even on a slice of a wider array;
+    bfloat16, another axis and plain numpy take the composite with JAX's dtypes."""
     mesh = sl.make_mesh((2,), ("x",))
     calls = []
     orig = (SWIGLU.impl["emulated"], SWIGLU_VJP.impl["emulated"])
     SWIGLU.impl["emulated"] = lambda s, m: calls.append("swiglu") or orig[0](s, m)
     SWIGLU_VJP.impl["emulated"] = lambda s, m: calls.append("swiglu_vjp") or orig[1](s, m)
     try:
-        x = np.linspace(-3, 3, 8).astype(np.float32)
-        sl.grad(lambda x: jnp.sum(_on_mesh(snn.swiglu, mesh, n_in=2)(x, x)))(x)
+        x = np.linspace(-3, 3, 24).astype(np.float32).reshape(4, 6)
+        g = sl.grad(lambda x: jnp.sum(_on_mesh(lambda x: snn.swiglu(x[:, 1:5]), mesh)(x)))(x)
     finally:
         SWIGLU.impl["emulated"], SWIGLU_VJP.impl["emulated"] = orig
     assert calls == ["swiglu", "swiglu_vjp"]
+    want = jax.grad(lambda x: jax.numpy.sum(jax.nn.silu(x[:, 1:3]) * x[:, 3:5]))(x)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(want), rtol=2e-6)
     xb = x.astype(ml_dtypes.bfloat16)
-    out = _on_mesh(snn.swiglu, mesh, n_in=2)(xb, xb)
+    out = _on_mesh(snn.swiglu, mesh)(xb)
     assert out.dtype == ml_dtypes.bfloat16
-    np.testing.assert_allclose(np.asarray(out, np.float32), np.asarray(jax.nn.silu(xb) * xb, np.float32), rtol=2e-2)
-    row = sl.shard_map(lambda g, u: snn.swiglu(g, u), mesh=mesh, in_specs=(P("x"), P()), out_specs=P("x"))
-    g2, u2 = np.ones((4, 3), np.float32), np.arange(3, dtype=np.float32)
-    np.testing.assert_allclose(np.asarray(row(g2, u2)), np.asarray(jax.nn.silu(g2) * u2), rtol=1e-6)
-    assert snn.swiglu(np.float32(1.0), np.float32(2.0)).dtype == np.float32
+    want_b = jax.nn.silu(xb[:, :3]) * xb[:, 3:]
+    np.testing.assert_allclose(np.asarray(out, np.float32), np.asarray(want_b, np.float32), rtol=2e-2)
+    col = _on_mesh(lambda x: snn.swiglu(x, axis=0), mesh)(np.ones((8, 3), np.float32))
+    np.testing.assert_allclose(np.asarray(col), np.asarray(jax.nn.silu(np.ones((2, 3))) * np.ones((2, 3))).repeat(2, 0),
+                               rtol=1e-6)
+    assert snn.swiglu(np.array([1.0, 2.0], np.float32)).dtype == np.float32
 
 
 def test_swiglu_in_abstract_mode_records_the_same_shapes():
     mesh = sl.make_mesh((4,), ("x",))
-    f = _on_mesh(lambda g, u: sl.grad(lambda g: jnp.sum(snn.swiglu(g, u)))(g), mesh, n_in=2)
-    out = sl.eval_shape(f, sl.ShapeDtypeStruct((8, 5), np.float32), sl.ShapeDtypeStruct((8, 5), np.float32))
-    assert (out.shape, out.dtype) == ((8, 5), np.float32)
+    f = _on_mesh(lambda x: sl.grad(lambda x: jnp.sum(snn.swiglu(x)))(x), mesh)
+    out = sl.eval_shape(f, sl.ShapeDtypeStruct((8, 6), np.float32))
+    assert (out.shape, out.dtype) == ((8, 6), np.float32)
+    with pytest.raises(ValueError, match=r"\[swiglu\] x has local shape \(2, 5\); its last dim must hold"):
+        sl.eval_shape(_on_mesh(snn.swiglu, mesh), sl.ShapeDtypeStruct((8, 5), np.float32))
 
 
 def _adamw_composite(p, g, m, v, lr, b1, b2, eps, wd, step):

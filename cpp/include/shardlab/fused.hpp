@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace shardlab {
 
@@ -13,11 +14,23 @@ void silu_forward(const float* x, float* y, std::int64_t n);
 // dx = dy * s * (1 + x * (1 - s)) with s = sigmoid(x): the vjp of silu_forward.
 void silu_backward(const float* x, const float* dy, float* dx, std::int64_t n);
 
-// z = silu(g) * u: the gate of a SwiGLU MLP (LLaMA), one pass over g and u.
-void swiglu_forward(const float* g, const float* u, float* z, std::int64_t n);
-// Its vjp, one pass: with s = sigmoid(g),
-//   dg = dz * u * s * (1 + g * (1 - s)),  du = dz * g * s.
-void swiglu_backward(const float* g, const float* u, const float* dz, float* dg, float* du, std::int64_t n);
+// An array viewed as rows of contiguous floats, the leading dims at any strides (a slice of
+// the last dim, or storage whose mesh dims a matmul left permuted, is read in place): row r
+// starts at data + sum_d i_d * strides[d], (i_0, i_1, ...) = r unravelled over `shape`
+// (row-major), strides in elements.
+struct RowsView {
+  const float* data;
+  std::vector<std::int64_t> shape, strides;
+  std::int64_t rows() const;
+  const float* row(std::int64_t r) const;
+};
+
+// SwiGLU on rows of 2F values [gate | up] (jax.nn.glu's layout, with silu as the gate):
+// z[r, j] = silu(g_j) * u_j with g = x[r, :F], u = x[r, F:2F]; z is C-contiguous [rows, F].
+void swiglu_forward(const RowsView& x, std::int64_t F, float* z);
+// Its vjp, one pass, dx C-contiguous [rows, 2F]: with s = sigmoid(g),
+//   dx[r, :F] = dz * u * s * (1 + g * (1 - s)),  dx[r, F:] = dz * g * s.
+void swiglu_backward(const RowsView& x, const RowsView& dz, std::int64_t F, float* dx);
 
 // One AdamW step on n elements, as optax/Loshchilov & Hutter, with bias corrections c1 =
 // 1 - b1^t and c2 = 1 - b2^t given by the caller:
@@ -50,9 +63,8 @@ void rotary_embedding(const float* x, const float* cos, const float* sin, float*
 // fused kernels to.
 void silu_forward_reference(const float* x, float* y, std::int64_t n);
 void silu_backward_reference(const float* x, const float* dy, float* dx, std::int64_t n);
-void swiglu_forward_reference(const float* g, const float* u, float* z, std::int64_t n);
-void swiglu_backward_reference(const float* g, const float* u, const float* dz, float* dg, float* du,
-                               std::int64_t n);
+void swiglu_forward_reference(const RowsView& x, std::int64_t F, float* z);
+void swiglu_backward_reference(const RowsView& x, const RowsView& dz, std::int64_t F, float* dx);
 void rms_norm_forward_reference(const float* x, const float* scale, float eps, float* y, float* rstd,
                                 std::int64_t P, std::int64_t R, std::int64_t C);
 void rms_norm_backward_reference(const float* x, const float* scale, const float* rstd, const float* dy,

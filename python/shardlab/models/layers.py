@@ -21,7 +21,7 @@ import shardlab.nn as snn
 import shardlab.numpy as jnp
 
 from .config import ModelConfig
-from .ops import activation, gated_activation
+from .ops import activation
 
 __all__ = ["norm", "rotary", "rotary_tables", "apply_rotary", "attention", "mlp"]
 
@@ -96,7 +96,7 @@ def attention(p: dict, x, cfg: ModelConfig, *, causal: bool = True):
 def mlp(p: dict, x, cfg: ModelConfig):
     """Gated (``act(x W_gate) * (x W_up) W_down``) or plain (``act(x W_in) W_down``) MLP."""
     if cfg.gated_mlp:
-        h = gated_activation(cfg.activation, _proj(x, p["w_gate"], p.get("b_gate")), _proj(x, p["w_up"], p.get("b_up")))
+        h = activation(cfg.activation, _proj(x, p["w_gate"], p.get("b_gate"))) * _proj(x, p["w_up"], p.get("b_up"))
     else:
         h = activation(cfg.activation, _proj(x, p["w_in"], p.get("b_in")))
     return _proj(h.astype(x.dtype), p["w_down"], p.get("b_down"))

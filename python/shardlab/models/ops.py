@@ -48,11 +48,13 @@ def activation(name: str, x):
     return 0.5 * x * (1.0 + jnp.tanh(c * (x + 0.044715 * x * x * x)))
 
 
-def gated_activation(name: str, gate, up):
-    """act(gate) * up, the gated MLP's hidden value; SwiGLU (``name == "silu"``) is one fused
-    ``shardlab.nn.swiglu`` pass."""
+def gated_activation(name: str, x):
+    """act(gate) * up for ``x = [gate | up]`` on its last axis (one projection by the
+    concatenated weights): the gated MLP's hidden value. SwiGLU (``name == "silu"``) is one
+    fused ``shardlab.nn.swiglu`` pass."""
     if name == "silu":
-        return snn.swiglu(gate, up)
+        return snn.swiglu(x)
+    gate, up = jnp.split(x, 2, axis=-1)
     return activation(name, gate) * up
 
 

@@ -110,28 +110,26 @@ class Blocks:
             return y + self.use(b[0], b_axes) if b else y
         return self._ckpt(run)(x, w, *(() if b is None else (b,)))
 
-    def _projs(self, x, p, axes, names, biases, sizes=None):
-        """The projections of x by the weights ``names`` (and biases, if all are present) as
-        one matmul with their concatenation, split into pieces of ``sizes`` columns (equal
-        pieces if None): one GEMM
-        forward and two backward where separate projections run three each and add their
-        input cotangents. Each weight is still gathered (FSDP) and its gradient reduced on
-        its own, so the ledger is the same."""
+    def _projs(self, x, p, axes, names, biases):
+        """x times the concatenation of the weights ``names`` (plus the biases', if all are
+        present) as one matmul, the pieces side by side on the last axis: one GEMM forward and
+        two backward where separate projections run one each per weight and add their input
+        cotangents. Each weight is still gathered (FSDP) and its gradient reduced on its own,
+        so the ledger is the same."""
         bs = [p.get(b) for b in biases]
         with_bias = all(b is not None for b in bs)
         if not with_bias and any(b is not None for b in bs):
-            return [self._proj(x, p[n], axes[n], p.get(b), axes.get(b)) for n, b in zip(names, biases)]
+            return jnp.concatenate([self._proj(x, p[n], axes[n], p.get(b), axes.get(b)) for n, b in zip(names, biases)],
+                                   axis=-1)
         k = len(names)
 
         def run(x, *wb):
-            w = jnp.concatenate([self.use(v, axes[n]) for v, n in zip(wb[:k], names)], axis=-1)
-            y = jnp.matmul(x, w)
+            y = jnp.matmul(x, jnp.concatenate([self.use(v, axes[n]) for v, n in zip(wb[:k], names)], axis=-1))
             if with_bias:
                 y = y + jnp.concatenate([self.use(v, axes[n]) for v, n in zip(wb[k:], biases)], axis=-1)
             return y
 
-        y = self._ckpt(run)(x, *(p[n] for n in names), *(bs if with_bias else ()))
-        return jnp.split(y, k if sizes is None else np.cumsum(sizes)[:-1].tolist(), axis=-1)
+        return self._ckpt(run)(x, *(p[n] for n in names), *(bs if with_bias else ()))
 
     def _gather_seq(self, h):
         return lax.all_gather(h, self.model, axis=1, tiled=True) if self.s.sequence_parallel else h
@@ -192,7 +190,8 @@ class Blocks:
         h = self._gather_seq(self._norm(p["attn_norm"], axes["attn_norm"], x))
         B, T, _ = h.shape
         N, K, H = lcfg.num_heads, lcfg.num_kv_heads, lcfg.head_dim
-        q, k, v = self._projs(h, a, aa, ("wq", "wk", "wv"), ("bq", "bk", "bv"), (N * H, K * H, K * H))
+        qkv = self._projs(h, a, aa, ("wq", "wk", "wv"), ("bq", "bk", "bv"))
+        q, k, v = jnp.split(qkv, [N * H, (N + K) * H], axis=-1)
         q, k, v = jnp.reshape(q, (B, T, N, H)), jnp.reshape(k, (B, T, K, H)), jnp.reshape(v, (B, T, K, H))
         if self.context is not None:
             if cfg.positions == "rotary":
@@ -213,8 +212,7 @@ class Blocks:
         m, ma = p["mlp"], axes["mlp"]
         h = self._gather_seq(self._norm(p["mlp_norm"], axes["mlp_norm"], x))
         if cfg.gated_mlp:
-            g, u = self._projs(h, m, ma, ("w_gate", "w_up"), ("b_gate", "b_up"))
-            z = gated_activation(cfg.activation, g, u)
+            z = gated_activation(cfg.activation, self._projs(h, m, ma, ("w_gate", "w_up"), ("b_gate", "b_up")))
         else:
             z = activation(cfg.activation, self._proj(h, m["w_in"], ma["w_in"], m.get("b_in"), ma.get("b_in")))
         y = self._reduce_out(self._proj(z.astype(x.dtype), m["w_down"], ma["w_down"]))

@@ -29,14 +29,22 @@ def _silu_vjp(storages, mesh):
     return [_core.silu_backward(x, dy)]
 
 
+def _rows(a):
+    """`a` as the row kernels take it: any strides, but a contiguous last dim."""
+    return a if a.ndim and a.strides[-1] == a.itemsize else np.ascontiguousarray(a)
+
+
 def _swiglu(storages, mesh):
-    g, u = _common(storages)
-    return [_core.swiglu_forward(g, u)]
+    return [_core.swiglu_forward(_rows(storages[0]))]
 
 
 def _swiglu_vjp(storages, mesh):
-    g, u, dz = _common(storages)
-    return list(_core.swiglu_backward(g, u, dz))
+    x, dz = storages
+    k = mesh.ndim
+    dims = tuple(np.broadcast_shapes(x.shape[:k], dz.shape[:k]))
+    x = np.broadcast_to(x, dims + x.shape[k:])
+    dz = np.broadcast_to(dz, dims + dz.shape[k:])
+    return [_core.swiglu_backward(_rows(x), _rows(dz))]
 
 
 def _per_device(storages, mesh):

@@ -62,20 +62,22 @@ def silu(x):
 swish = silu
 
 
-def swiglu(gate, up):
-    """silu(gate) · up: the gate of a SwiGLU MLP (LLaMA's ``silu(x W_gate) * (x W_up)``). Not
-    in ``jax.nn``. On float32 values of one local shape inside ``shard_map`` one fused pass
-    forward and one backward (the composite takes five and nine); anything else runs the
-    composite, with numpy broadcasting.
+def swiglu(x, axis: int = -1):
+    """SwiGLU: ``silu(a) * b`` with ``a, b = split(x, 2, axis)``, the gated MLP's hidden value
+    when ``x = h @ [W_gate | W_up]`` (LLaMA). ``jax.nn.glu``'s layout with silu as the gate;
+    not in ``jax.nn``. On float32 values inside ``shard_map`` (last axis) one fused pass
+    forward and one backward, reading the two halves in place and writing the gradient of
+    both in one buffer; anything else runs the composite.
 
     Example:
         >>> import numpy as np, shardlab.nn as snn
-        >>> [round(float(v), 4) for v in snn.swiglu(np.array([-1.0, 2.0], np.float32), np.array([2.0, 0.5], np.float32))]
+        >>> [round(float(v), 4) for v in snn.swiglu(np.array([-1.0, 2.0, 2.0, 0.5], np.float32))]
         [-0.5379, 0.8808]
     """
-    if _fusable(gate, up) and gate.shape == up.shape:
-        return bind(fu.SWIGLU, [gate, up], gate.mesh)
-    return silu(gate) * up
+    if _fusable(x) and axis in (-1, x.ndim - 1):
+        return bind(fu.SWIGLU, [x], x.mesh)
+    a, b = jnp.split(x, 2, axis=axis)
+    return silu(a) * b
 
 
 def softplus(x):

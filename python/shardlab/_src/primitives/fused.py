@@ -4,8 +4,9 @@ and has the same rules; the emulated backend runs the C++ kernels of ``shardlab/
 
 - ``silu(x) = x * sigmoid(x)``, and its vjp ``silu_vjp(x, dy) = dy * s * (1 + x * (1 - s))``
   (itself differentiable, so second derivatives work);
-- ``swiglu(gate, up) = silu(gate) * up`` and its vjp ``swiglu_vjp(gate, up, dz) -> (d gate,
-  d up)`` (under a grad of a grad the rule is written with ``silu``/``silu_vjp`` instead);
+- ``swiglu(x) = silu(x[..., :F]) * x[..., F:]`` on a last dim of 2F ([gate | up], jax.nn.glu's
+  layout), and its vjp ``swiglu_vjp(x, dz) -> dx`` in one buffer (under a grad of a grad the
+  rule is written with split, ``silu``/``silu_vjp`` and concatenate instead);
 - ``rms_norm(x, scale) -> (y, rstd)`` over the last local dim, and its vjp ``rms_norm_vjp``
   from the saved rstd (under a grad of a grad the rule is written with elementwise primitives
   instead, so second derivatives work);
@@ -32,6 +33,7 @@ from .broadcasting import REDUCE_SUM, unbroadcast
 from .elementwise import PRIMS
 from .primitive import Primitive, bind
 from .shapes import broadcast_avals
+from .structural import CONCATENATE, SPLIT
 
 _F32 = np.dtype(np.float32)
 
@@ -98,21 +100,26 @@ SILU_VJP = Primitive("silu_vjp", shape_rule=_silu_vjp_shape, vjp=_silu_vjp_vjp)
 # -- swiglu ----------------------------------------------------------------------------------
 def _swiglu_shape(avals, mesh):
     _check_float32("swiglu", avals)
-    return [(_same_local_shapes("swiglu", avals, mesh), _F32)]
+    x = avals[0]
+    local = tuple(x.shape[mesh.ndim:])
+    if not local or local[-1] % 2:
+        raise ValueError(f"[swiglu] x has local shape {local}; its last dim must hold [gate | up], an even size")
+    return [(tuple(x.shape[:-1]) + (x.shape[-1] // 2,), _F32)]
 
 
 def _swiglu_vjp(cts, ins, outs, mesh):
     ct = cts[0]
     if ct is None:
-        return [None, None]
-    g, u = ins
+        return [None]
+    x = ins[0]
     if CTX.tapes:
         # Recorded by an enclosing grad (grad of grad): primitives with their own rules.
+        f = x.shape[-1] // 2
+        g, u = bind(SPLIT, [x], mesh, axis=x.ndim - 1, sizes=(f, f))
         dg = bind(SILU_VJP, [g, _ew("multiply", ct, u)], mesh)
         du = _ew("multiply", ct, bind(SILU, [g], mesh))
-    else:
-        dg, du = bind(SWIGLU_VJP, [g, u, ct], mesh)
-    return [unbroadcast(dg, g), unbroadcast(du, u)]
+        return [bind(CONCATENATE, [dg, du], mesh, axis=x.ndim - 1)]
+    return [bind(SWIGLU_VJP, [x, ct], mesh)]
 
 
 SWIGLU = Primitive("swiglu", shape_rule=_swiglu_shape, vjp=_swiglu_vjp)
@@ -120,10 +127,15 @@ SWIGLU = Primitive("swiglu", shape_rule=_swiglu_shape, vjp=_swiglu_vjp)
 
 def _swiglu_vjp_shape(avals, mesh):
     _check_float32("swiglu_vjp", avals)
-    return [(_same_local_shapes("swiglu_vjp", avals, mesh), _F32)] * 2
+    k = mesh.ndim
+    x, dz = avals
+    xl, dl = tuple(x.shape[k:]), tuple(dz.shape[k:])
+    if not xl or dl != xl[:-1] + (xl[-1] // 2,):
+        raise ValueError(f"[swiglu_vjp] x has local shape {xl} and dz {dl}; dz must be x's with half its last dim")
+    return [(_mesh_dims(avals, k) + xl, _F32)]
 
 
-SWIGLU_VJP = Primitive("swiglu_vjp", shape_rule=_swiglu_vjp_shape, multiple_results=True)
+SWIGLU_VJP = Primitive("swiglu_vjp", shape_rule=_swiglu_vjp_shape)
 
 
 # -- rms_norm --------------------------------------------------------------------------------
