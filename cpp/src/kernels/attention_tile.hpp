@@ -78,7 +78,7 @@ class TileBuffer {
 };
 
 // A cache-line aligned buffer kept between calls by the calling thread: the head-major copies
-// of Q, K and V (or Q and dO) are megabytes, and fresh pages cost a page fault and a zero-fill
+// of K and V (or Q and dO) are megabytes, and fresh pages cost a page fault and a zero-fill
 // each, a few percent of a causal forward. trim() after a call gives back anything above
 // kKeepBytes, so a huge call does not pin its copies for the life of the thread.
 class Scratch {
@@ -334,7 +334,7 @@ inline void pack_cols(const T* src, int64_t ld, int64_t rows, int64_t cols, floa
 // that layout (fp32, one head, D a multiple of 16) and is read in place (as_f32(x)), with
 // row stride D instead.
 // pack_heads_team fills it from inside a parallel region (an orphaned `omp for nowait`, so
-// the copies of Q, K and V share the kernel's one fork/join: on a shared machine each extra
+// the copies of K and V (or Q and dO) share the kernel's one fork/join: on a shared machine each extra
 // join can wait a scheduler tick for a descheduled thread); the caller puts the barrier.
 template <class T>
 float* head_major_buffer(const T*, int64_t B, int64_t Tn, int64_t H, int64_t D,
@@ -382,18 +382,17 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
   const int64_t ntasks = B * Hq * nqb;
   const float qmul = p.scale * kLog2e;  // scores in log2 units: exp2 instead of exp
   const int64_t ldq = Hq * D;
-  static thread_local Scratch qbuf, kbuf, vbuf;
-  float* const qdst = head_major_buffer(q, B, Tq, Hq, D, qbuf);  // [B][Hq][Tq][ldqh]
+  // Q is read once, by the task that transposes its tile into Qt, so it is read in place; K and
+  // V are read by every query tile of their heads and are regrouped head-major.
+  static thread_local Scratch kbuf, vbuf;
   float* const kdst = head_major_buffer(k, B, Tk, Hkv, D, kbuf);  // [B][Hkv][Tk][ldkv]
   float* const vdst = head_major_buffer(v, B, Tk, Hkv, D, vbuf);
-  const float* qh = qdst ? qdst : as_f32(q);
   const float* kh = kdst ? kdst : as_f32(k);
   const float* vh = vdst ? vdst : as_f32(v);
-  const int64_t ldqh = qdst ? row_ld(Dp) : Dp, ldkv = kdst ? row_ld(Dp) : Dp;  // row strides
+  const int64_t ldkv = kdst ? row_ld(Dp) : Dp;  // row stride of kh and vh
 
 #pragma omp parallel
   {
-    if (qdst) pack_heads_team(q, B, Tq, Hq, D, qdst);
     if (kdst) pack_heads_team(k, B, Tk, Hkv, D, kdst);
     if (vdst) pack_heads_team(v, B, Tk, Hkv, D, vdst);
 #pragma omp barrier
@@ -414,7 +413,7 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
       const int64_t qb = p.causal ? nqb - 1 - task % nqb : task % nqb;
       const int64_t b = task / nqb / Hq, h = task / nqb % Hq, hk = h / G;
       const int64_t i0 = qb * kBq, mq = std::min(kBq, Tq - i0), mqp = pad16(mq);
-      pack_cols(qh + ((b * Hq + h) * Tq + i0) * ldqh, ldqh, mq, D, Qt, kBq, mqp, qmul);
+      pack_cols(q + ((b * Tq + i0) * Hq + h) * D, ldq, mq, D, Qt, kBq, mqp, qmul);
       std::fill(O, O + mq * Dp, 0.0f);
       std::fill(m, m + kBq, -kInf);
       std::fill(l, l + kBq, 0.0f);
@@ -507,7 +506,6 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
       }
     }
   }
-  qbuf.trim();
   kbuf.trim();
   vbuf.trim();
 }
