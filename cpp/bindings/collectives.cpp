@@ -113,6 +113,26 @@ void init_collectives(py::module_& m) {
     py::gil_scoped_release release;
     scatter_add_rows(d, i, s);
   });
+  // numpy.concatenate of views at any strides into a new pool array, with OpenMP.
+  m.def("concatenate", [](const std::vector<py::array>& xs, int axis) {
+    if (xs.empty()) throw std::invalid_argument("[concatenate] needs at least one array");
+    std::vector<ArrayRef> refs;
+    for (const auto& x : xs) refs.push_back(as_ref(x));
+    if (axis < 0 || axis >= refs[0].ndim()) {
+      throw std::invalid_argument("[concatenate] axis " + std::to_string(axis) + " is out of range for rank " +
+                                  std::to_string(refs[0].ndim()));
+    }
+    Shape shape = refs[0].shape;
+    shape[static_cast<std::size_t>(axis)] = 0;
+    for (const auto& r : refs) shape[static_cast<std::size_t>(axis)] += r.shape[static_cast<std::size_t>(axis)];
+    py::array out = empty_like_dtype(xs[0], shape);
+    const ArrayRef o = as_ref(out);
+    {
+      py::gil_scoped_release release;
+      concatenate(refs, axis, o);
+    }
+    return out;
+  }, py::arg("arrays"), py::arg("axis"));
   // Materialize any strided view (device_put, reading a ShardedArray back) with OpenMP.
   m.def("copy", [](const py::array& x) {
     const ArrayRef in = as_ref(x);

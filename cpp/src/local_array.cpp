@@ -258,6 +258,40 @@ void copy_strided(const ArrayRef& dst, const ArrayRef& src) {
   });
 }
 
+void concatenate(const std::vector<ArrayRef>& srcs, int axis, const ArrayRef& dst) {
+  if (axis < 0 || axis >= dst.ndim()) {
+    throw std::invalid_argument("[concatenate] axis " + std::to_string(axis) + " is out of range for rank " +
+                                std::to_string(dst.ndim()));
+  }
+  std::int64_t at = 0;
+  for (const ArrayRef& src : srcs) {
+    bool fits = src.ndim() == dst.ndim() && src.dtype == dst.dtype;
+    for (int d = 0; fits && d < dst.ndim(); ++d) {
+      fits = d == axis || src.shape[static_cast<std::size_t>(d)] == dst.shape[static_cast<std::size_t>(d)];
+    }
+    if (!fits) {
+      throw std::invalid_argument("[concatenate] a piece of shape " + shape_str(src.shape) +
+                                  " does not match the output " + shape_str(dst.shape) + " outside axis " +
+                                  std::to_string(axis));
+    }
+    const std::int64_t n = src.shape[static_cast<std::size_t>(axis)];
+    if (at + n > dst.shape[static_cast<std::size_t>(axis)]) {
+      throw std::invalid_argument("[concatenate] the pieces are longer than the output's axis " + std::to_string(axis) +
+                                  " of size " + std::to_string(dst.shape[static_cast<std::size_t>(axis)]));
+    }
+    ArrayRef part = dst;
+    part.data = static_cast<char*>(dst.data) + at * dst.strides[static_cast<std::size_t>(axis)];
+    part.shape[static_cast<std::size_t>(axis)] = n;
+    copy_strided(part, src);
+    at += n;
+  }
+  if (at != dst.shape[static_cast<std::size_t>(axis)]) {
+    throw std::invalid_argument("[concatenate] the pieces fill " + std::to_string(at) + " of the output's axis " +
+                                std::to_string(axis) + " of size " +
+                                std::to_string(dst.shape[static_cast<std::size_t>(axis)]));
+  }
+}
+
 namespace {
 
 // Contiguous destination and condition; x and y either contiguous or one broadcast value.

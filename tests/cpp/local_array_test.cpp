@@ -10,6 +10,7 @@
 #include <random>
 #include <xtensor/xarray.hpp>
 #include <xtensor/xrandom.hpp>
+#include <xtensor/xbuilder.hpp>
 #include <xtensor/xview.hpp>
 
 using namespace shardlab;
@@ -49,6 +50,27 @@ TEST(LocalArray, LargeCopyIsExactInParallel) {
   xt::xarray<double> dst = xt::zeros<double>({1 << 16, 9});
   copy_strided(ref_of(dst, DType::float64), ref_of(src, DType::float64));
   EXPECT_EQ(dst, src);
+}
+
+TEST(LocalArray, ConcatenateMatchesXtensorWithTransposedAndBroadcastPieces) {
+  xt::random::seed(4);
+  for (std::size_t rows : {1, 3, 700}) {  // 700 x 35 floats: the parallel copies
+    xt::xarray<float> a = xt::random::randn<float>({rows, std::size_t{5}});
+    xt::xarray<float> bt = xt::random::randn<float>({std::size_t{7}, rows});  // read transposed
+    xt::xarray<float> c = xt::random::randn<float>({std::size_t{23}});          // one row, broadcast
+    xt::xarray<float> out = xt::zeros<float>({rows, std::size_t{35}});
+    const ArrayRef ar = ref_of(a, DType::float32), br = ref_of(bt, DType::float32), cr = ref_of(c, DType::float32);
+    const auto R = static_cast<std::int64_t>(rows);
+    const ArrayRef b_view{br.data, br.dtype, {R, 7}, {br.strides[1], br.strides[0]}};
+    const ArrayRef c_view{cr.data, cr.dtype, {R, 23}, {0, cr.strides[0]}};
+    concatenate({ar, b_view, c_view}, 1, ref_of(out, DType::float32));
+    xt::xarray<float> c_rows = xt::broadcast(c, {rows, std::size_t{23}});
+    xt::xarray<float> want = xt::concatenate(xt::xtuple(a, xt::transpose(bt), c_rows), 1);
+    EXPECT_EQ(out, want);
+  }
+  xt::xarray<float> a = xt::zeros<float>({2, 3}), out = xt::zeros<float>({2, 7});
+  EXPECT_THROW(concatenate({ref_of(a, DType::float32)}, 1, ref_of(out, DType::float32)), std::invalid_argument);
+  EXPECT_THROW(concatenate({ref_of(a, DType::float32)}, 2, ref_of(out, DType::float32)), std::invalid_argument);
 }
 
 class ReduceOnEveryIsa : public ::testing::TestWithParam<Isa> {

@@ -39,6 +39,10 @@ Shape storage_shape(const Shape& mesh_shape, const std::vector<bool>& varying, c
 // dst = src elementwise; both views have the same shape and dtype. Parallel for large copies.
 void copy_strided(const ArrayRef& dst, const ArrayRef& src);
 
+// dst = the srcs side by side along `axis` (numpy.concatenate): every src has dst's shape
+// except along `axis`, where their sizes add up to dst's. Any strides (zero to broadcast).
+void concatenate(const std::vector<ArrayRef>& srcs, int axis, const ArrayRef& dst);
+
 // dst = 0 for every element of the view.
 void fill_zero(const ArrayRef& dst);
 

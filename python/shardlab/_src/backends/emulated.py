@@ -181,11 +181,17 @@ def _transpose(storages, mesh, *, perm):
     return [storages[0].transpose(tuple(range(k)) + tuple(k + p for p in perm))]
 
 
+_CORE_CONCAT_SIZE = 1 << 16  # elements: below, numpy's single-threaded copy is as fast
+
+
 @_impl(st.CONCATENATE)
 def _concatenate(storages, mesh, *, axis):
     k = mesh.ndim
     dims = mesh_dims(storages, k)
-    return [np.concatenate([np.broadcast_to(s, dims + tuple(s.shape[k:])) for s in storages], axis=k + axis)]
+    pieces = [np.broadcast_to(s, dims + tuple(s.shape[k:])) for s in storages]
+    if all(p.dtype == np.float32 for p in pieces) and sum(p.size for p in pieces) >= _CORE_CONCAT_SIZE:
+        return [_core.concatenate(pieces, k + axis)]  # the core's strided copies, on every core
+    return [np.concatenate(pieces, axis=k + axis)]
 
 
 @_impl(st.SPLIT)
