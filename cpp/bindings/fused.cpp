@@ -124,6 +124,43 @@ void init_fused(py::module_& m) {
     }
     return dx;
   }, py::arg("x"), py::arg("dz"), "d x of silu(x[..., :F]) * x[..., F:], one pass.");
+  m.def("exp_sum_forward", [](const py::array& x, const py::array& shift) {
+    const char* op = "exp_sum";
+    const shardlab::RowsView xv = rows_view(op, "x", x);
+    const float* sp = float32_data(op, "shift", shift);
+    const auto shape = as_ref(x).shape;
+    const shardlab::Shape rows(shape.begin(), shape.empty() ? shape.end() : shape.end() - 1);
+    if (shape.empty() || as_ref(shift).shape != rows) {
+      throw std::invalid_argument("[exp_sum] x has shape " + shardlab::shape_str(shape) + " and shift " +
+                                  shardlab::shape_str(as_ref(shift).shape) + "; shift must be x's without the last dim");
+    }
+    py::array s = empty_like_dtype(x, rows);
+    float* out = out_data(s);
+    {
+      py::gil_scoped_release release;
+      shardlab::exp_sum_forward(xv, sp, shape.back(), out);
+    }
+    return s;
+  }, py::arg("x"), py::arg("shift"), "sum(exp(x - shift[..., None]), axis=-1), one pass.");
+  m.def("exp_sum_backward", [](const py::array& x, const py::array& shift, const py::array& ct) {
+    const char* op = "exp_sum_vjp";
+    const shardlab::RowsView xv = rows_view(op, "x", x);
+    const float* sp = float32_data(op, "shift", shift);
+    const float* cp = float32_like(op, "ct", ct, shift);
+    const auto shape = as_ref(x).shape;
+    const shardlab::Shape rows(shape.begin(), shape.empty() ? shape.end() : shape.end() - 1);
+    if (shape.empty() || as_ref(shift).shape != rows) {
+      throw std::invalid_argument("[exp_sum_vjp] x has shape " + shardlab::shape_str(shape) + " and shift " +
+                                  shardlab::shape_str(as_ref(shift).shape) + "; shift must be x's without the last dim");
+    }
+    py::array dx = empty_like_dtype(x, shape);
+    float* out = out_data(dx);
+    {
+      py::gil_scoped_release release;
+      shardlab::exp_sum_backward(xv, sp, cp, shape.back(), out);
+    }
+    return dx;
+  }, py::arg("x"), py::arg("shift"), py::arg("ct"), "ct[..., None] * exp(x - shift[..., None]), one pass.");
   m.def("rms_norm_forward", [](const py::array& x, const py::array& scale, float eps) {
     const char* op = "rms_norm";
     const float* xp = float32_data(op, "x", x);

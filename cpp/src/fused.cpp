@@ -18,6 +18,8 @@ namespace shardlab {
   void silu_backward(const float*, const float*, float*, std::int64_t);                                \
   void swiglu_forward(const float*, const float*, float*, std::int64_t);                               \
   void swiglu_backward(const float*, const float*, const float*, float*, float*, std::int64_t);        \
+  float exp_sum_row(const float*, float, std::int64_t);                                                \
+  void exp_scale_row(const float*, float, float, float*, std::int64_t);                                \
   void adamw_update(const AdamWStep&, const float*, const float*, const float*, const float*, float*, \
                     float*, float*, std::int64_t);                                                     \
   float rms_norm_row(const float*, const float*, float, float*, std::int64_t);                         \
@@ -123,6 +125,16 @@ void swiglu_backward(const RowsView& x, const RowsView& dz, std::int64_t F, floa
   });
 }
 
+void exp_sum_forward(const RowsView& x, const float* shift, std::int64_t C, float* s) {
+  const auto fn = SHARDLAB_FOR_ISA(exp_sum_row);
+  for_row_chunks(x.rows(), C, [&](std::int64_t r) { s[r] = fn(x.row(r), shift[r], C); });
+}
+
+void exp_sum_backward(const RowsView& x, const float* shift, const float* ct, std::int64_t C, float* dx) {
+  const auto fn = SHARDLAB_FOR_ISA(exp_scale_row);
+  for_row_chunks(x.rows(), C, [&](std::int64_t r) { fn(x.row(r), shift[r], ct[r], dx + r * C, C); });
+}
+
 void adamw_update(const AdamWStep& h, const float* p, const float* g, const float* m, const float* v,
                   float* p_out, float* m_out, float* v_out, std::int64_t n) {
   const auto fn = SHARDLAB_FOR_ISA(adamw_update);
@@ -212,6 +224,22 @@ void swiglu_backward_reference(const RowsView& x, const RowsView& dz, std::int64
       const float s = sigmoid_reference(g[j]);
       dx[r * 2 * F + j] = d[j] * u[j] * s * (1.0f + g[j] * (1.0f - s));
       dx[r * 2 * F + F + j] = d[j] * g[j] * s;
+    }
+  }
+}
+
+void exp_sum_forward_reference(const RowsView& x, const float* shift, std::int64_t C, float* s) {
+  for (std::int64_t r = 0; r < x.rows(); ++r) {
+    double acc = 0.0;
+    for (std::int64_t c = 0; c < C; ++c) acc += std::exp(static_cast<double>(x.row(r)[c] - shift[r]));
+    s[r] = static_cast<float>(acc);
+  }
+}
+
+void exp_sum_backward_reference(const RowsView& x, const float* shift, const float* ct, std::int64_t C, float* dx) {
+  for (std::int64_t r = 0; r < x.rows(); ++r) {
+    for (std::int64_t c = 0; c < C; ++c) {
+      dx[r * C + c] = static_cast<float>(ct[r] * std::exp(static_cast<double>(x.row(r)[c] - shift[r])));
     }
   }
 }

@@ -113,6 +113,59 @@ TEST(Fused, SwigluMatchesReferenceOnEveryIsa) {
   }
 }
 
+TEST(Fused, ExpSumMatchesReferenceOnEveryIsa) {
+  IsaGuard guard;
+  for (Isa isa : runnable_isas()) {
+    set_active_isa(isa);
+    for (std::size_t C : {1, 7, 33, 1000}) {
+      const std::size_t rows = 37;
+      xt::random::seed(C + 11);
+      xt::xarray<float> x = xt::random::randn<float>({rows, C}) * 20.0f;
+      xt::xarray<float> shift = xt::amax(x, {1}) - xt::random::rand<float>({rows}) * 3.0f;  // some x - shift > 0
+      xt::xarray<float> ct = xt::random::randn<float>({rows});
+      const RowsView xv{x.data(), {static_cast<std::int64_t>(rows)}, {static_cast<std::int64_t>(C)}};
+      const auto Ci = static_cast<std::int64_t>(C);
+      xt::xarray<float> s = xt::zeros<float>({rows}), s_ref = s;
+      xt::xarray<float> dx = xt::zeros<float>({rows, C}), dx_ref = dx;
+      exp_sum_forward(xv, shift.data(), Ci, s.data());
+      exp_sum_forward_reference(xv, shift.data(), Ci, s_ref.data());
+      exp_sum_backward(xv, shift.data(), ct.data(), Ci, dx.data());
+      exp_sum_backward_reference(xv, shift.data(), ct.data(), Ci, dx_ref.data());
+      SCOPED_TRACE(isa_name(isa));
+      xt::xarray<float> e = xt::exp(x - xt::view(shift, xt::all(), xt::newaxis()));
+      expect_close(s_ref, xt::sum(e, {1}), 1e-5f * xt::sum(e, {1}));
+      expect_close(s, s_ref, 4e-6f * s_ref * 4.0f);
+      expect_close(dx, dx_ref, 3e-6f * xt::abs(dx_ref) + 1e-37f);
+    }
+  }
+}
+
+TEST(Fused, ExpOverTheWholeFloatRange) {
+  IsaGuard guard;
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  xt::xarray<float> x = {-200.0f, -87.0f, -1.0f, 0.0f, 1.0f, 87.9f, 88.5f, 88.7f, 89.0f, inf, -inf, nan};
+  for (Isa isa : runnable_isas()) {
+    set_active_isa(isa);
+    SCOPED_TRACE(isa_name(isa));
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const float zero = 0.0f, one = 1.0f;
+      float dx = 0.0f;
+      const RowsView xv{&x(i), {1}, {1}};
+      exp_sum_backward(xv, &zero, &one, 1, &dx);
+      const double want = std::exp(static_cast<double>(x(i)));
+      if (std::isnan(x(i))) {
+        EXPECT_TRUE(std::isnan(dx));
+      } else if (want > std::numeric_limits<float>::max()) {
+        EXPECT_EQ(dx, inf) << x(i);
+      } else if (want < std::numeric_limits<float>::min()) {
+        EXPECT_LE(dx, static_cast<float>(std::numeric_limits<float>::min())) << x(i);
+      } else {
+        EXPECT_NEAR(dx, want, 3e-7 * want) << x(i);
+      }
+    }
+  }
+}
+
 TEST(Fused, SiluEdgeValues) {
   IsaGuard guard;
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();

@@ -14,7 +14,7 @@ import shardlab.numpy as jnp
 from shardlab import P
 from shardlab.models import ModelConfig
 from shardlab.models.layers import apply_rotary, rotary_tables
-from shardlab._src.primitives.fused import RMS_NORM, SILU_VJP, SWIGLU, SWIGLU_VJP
+from shardlab._src.primitives.fused import EXP_SUM, EXP_SUM_VJP, RMS_NORM, SILU_VJP, SWIGLU, SWIGLU_VJP
 from shardlab._src.primitives.primitive import bind
 
 jax = pytest.importorskip("jax")
@@ -191,6 +191,71 @@ def test_swiglu_in_abstract_mode_records_the_same_shapes():
     assert (out.shape, out.dtype) == ((8, 6), np.float32)
     with pytest.raises(ValueError, match=r"\[swiglu\] x has local shape \(2, 5\); its last dim must hold"):
         sl.eval_shape(_on_mesh(snn.swiglu, mesh), sl.ShapeDtypeStruct((8, 5), np.float32))
+
+
+def test_core_exp_sum_kernels_match_float64_over_the_float_range():
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal((3, 5, 40)) * 30).astype(np.float32).transpose(1, 0, 2)[..., 3:]
+    shift = (x.max(-1) - rng.random(x.shape[:-1]) * 5).astype(np.float32)  # some x - shift > 0
+    ct = rng.standard_normal(x.shape[:-1]).astype(np.float32)
+    e = np.exp((x - shift[..., None]).astype(np.float64))
+    np.testing.assert_allclose(_core.exp_sum_forward(x, shift), e.sum(-1), rtol=1e-5)
+    np.testing.assert_allclose(_core.exp_sum_backward(x, shift, ct), ct[..., None] * e, rtol=2e-6, atol=1e-37)
+    edge = np.array([[-200.0, 0.0, 88.5, 89.0, np.inf]], np.float32)
+    got = _core.exp_sum_backward(edge, np.zeros(1, np.float32), np.ones(1, np.float32))
+    np.testing.assert_allclose(got[0, :3], np.exp(edge[0, :3].astype(np.float64)).astype(np.float32), rtol=3e-7)
+    assert np.isinf(got[0, 3:]).all()
+    with pytest.raises(ValueError, match=r"\[exp_sum\] x has shape \(2, 3\) and shift \(3,\); shift must be"):
+        _core.exp_sum_forward(np.ones((2, 3), np.float32), np.ones(3, np.float32))
+
+
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_logsumexp_in_shard_map_runs_exp_sum_and_matches_jax(keepdims):
+    """Values, first and second derivatives against jax.nn.logsumexp, one exp_sum and one
+    exp_sum_vjp bind, and a row of -inf gives -inf as in JAX."""
+    mesh = sl.make_mesh((4,), ("x",))
+    x = (np.random.default_rng(4).standard_normal((8, 3, 37)) * 10).astype(np.float32)
+    x[0, 1] = -np.inf
+    f = _on_mesh(lambda x: snn.logsumexp(x, axis=-1, keepdims=keepdims), mesh)
+    want = jax.nn.logsumexp(x, axis=-1, keepdims=keepdims)
+    np.testing.assert_allclose(np.asarray(f(x)), np.asarray(want), rtol=1e-6)
+    xf = x.copy()
+    xf[0, 1] = 0.0  # finite input for the gradients
+    w = np.random.default_rng(5).standard_normal(np.shape(want)).astype(np.float32)
+    calls = []
+    saved = (EXP_SUM.impl["emulated"], EXP_SUM_VJP.impl["emulated"])
+    EXP_SUM.impl["emulated"] = lambda s, m: calls.append("exp_sum") or saved[0](s, m)
+    EXP_SUM_VJP.impl["emulated"] = lambda s, m: calls.append("exp_sum_vjp") or saved[1](s, m)
+    try:
+        g = sl.grad(lambda x: jnp.sum(f(x) * w))(xf)
+    finally:
+        EXP_SUM.impl["emulated"], EXP_SUM_VJP.impl["emulated"] = saved
+    assert calls == ["exp_sum", "exp_sum_vjp"]
+    g_ref = jax.grad(lambda x: jax.numpy.sum(jax.nn.logsumexp(x, axis=-1, keepdims=keepdims) * w))(xf)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(g_ref), rtol=2e-5, atol=1e-7)
+    h = sl.grad(lambda x: jnp.sum(sl.grad(lambda x: jnp.sum(f(x) * w))(x) ** 2))(xf)
+    h_ref = jax.grad(lambda x: jax.numpy.sum(jax.grad(
+        lambda x: jax.numpy.sum(jax.nn.logsumexp(x, axis=-1, keepdims=keepdims) * w))(x) ** 2))(xf)
+    np.testing.assert_allclose(np.asarray(h), np.asarray(h_ref), rtol=2e-4, atol=1e-6)
+
+
+def test_exp_sum_gradient_in_its_shift_and_abstract_mode():
+    """d/d shift of sum(exp(x - shift)) is -sum(exp(x - shift)); eval_shape runs the rules."""
+    mesh = sl.make_mesh((2,), ("x",))
+    x = np.random.default_rng(8).standard_normal((4, 6)).astype(np.float32)
+    shift = np.random.default_rng(9).standard_normal(4).astype(np.float32)
+    f = sl.shard_map(lambda x, m: bind(EXP_SUM, [x, m], x.mesh), mesh=mesh, in_specs=(P("x"), P("x")),
+                     out_specs=P("x"))
+    gx, gm = sl.grad(lambda x, m: jnp.sum(f(x, m)), argnums=(0, 1))(x, shift)
+    jx, jm = jax.grad(lambda x, m: jax.numpy.sum(jax.numpy.exp(x - m[:, None])), argnums=(0, 1))(x, shift)
+    np.testing.assert_allclose(np.asarray(gx), np.asarray(jx), rtol=2e-6)
+    np.testing.assert_allclose(np.asarray(gm), np.asarray(jm), rtol=2e-6)
+    out = sl.eval_shape(f, sl.ShapeDtypeStruct((4, 6), np.float32), sl.ShapeDtypeStruct((4,), np.float32))
+    assert (out.shape, out.dtype) == ((4,), np.float32)
+    with pytest.raises(ValueError, match=r"\[exp_sum\] x has local shape \(2, 6\) and shift \(2, 1\)"):
+        sl.eval_shape(sl.shard_map(lambda x, m: bind(EXP_SUM, [x, m], x.mesh), mesh=mesh, in_specs=(P("x"), P("x")),
+                                   out_specs=P("x")),
+                      sl.ShapeDtypeStruct((4, 6), np.float32), sl.ShapeDtypeStruct((4, 1), np.float32))
 
 
 def _adamw_composite(p, g, m, v, lr, b1, b2, eps, wd, step):

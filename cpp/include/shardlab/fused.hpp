@@ -32,6 +32,12 @@ void swiglu_forward(const RowsView& x, std::int64_t F, float* z);
 //   dx[r, :F] = dz * u * s * (1 + g * (1 - s)),  dx[r, F:] = dz * g * s.
 void swiglu_backward(const RowsView& x, const RowsView& dz, std::int64_t F, float* dx);
 
+// s[r] = sum_c exp(x[r, c] - shift[r]) over the rows of x (C columns; shift C-contiguous
+// [rows]): the sum of a softmax (or logsumexp) without the [rows, C] exponentials in memory.
+void exp_sum_forward(const RowsView& x, const float* shift, std::int64_t C, float* s);
+// dx[r, c] = ct[r] * exp(x[r, c] - shift[r]), dx C-contiguous [rows, C]: its vjp in x.
+void exp_sum_backward(const RowsView& x, const float* shift, const float* ct, std::int64_t C, float* dx);
+
 // One AdamW step on n elements, as optax/Loshchilov & Hutter, with bias corrections c1 =
 // 1 - b1^t and c2 = 1 - b2^t given by the caller:
 //   m' = b1 m + (1 - b1) g;  v' = b2 v + (1 - b2) g^2
@@ -65,6 +71,8 @@ void silu_forward_reference(const float* x, float* y, std::int64_t n);
 void silu_backward_reference(const float* x, const float* dy, float* dx, std::int64_t n);
 void swiglu_forward_reference(const RowsView& x, std::int64_t F, float* z);
 void swiglu_backward_reference(const RowsView& x, const RowsView& dz, std::int64_t F, float* dx);
+void exp_sum_forward_reference(const RowsView& x, const float* shift, std::int64_t C, float* s);
+void exp_sum_backward_reference(const RowsView& x, const float* shift, const float* ct, std::int64_t C, float* dx);
 void rms_norm_forward_reference(const float* x, const float* scale, float eps, float* y, float* rstd,
                                 std::int64_t P, std::int64_t R, std::int64_t C);
 void rms_norm_backward_reference(const float* x, const float* scale, const float* rstd, const float* dy,

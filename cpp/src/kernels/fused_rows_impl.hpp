@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "shardlab/fused.hpp"
 
@@ -41,6 +42,36 @@ inline float exp_nonpositive(float x) {
   return x < -87.3f ? 0.0f : p * scale;
 }
 
+// exp(x) over the whole float range: 0 below -87.3 (under the smallest normal float), +inf
+// above 88.72 (over the largest), NaN stays NaN; within 2 ulp between. The same reduction as
+// exp_nonpositive, but 2^n (n up to 128) is built as the product of two powers of two, each
+// with an exponent field inside its range.
+inline float exp_float(float x) {
+  const float lo = x < -87.3f ? -87.3f : x;
+  const float xc = lo > 88.72f ? 88.72f : lo;
+  const float shift = 12582912.0f + 127.0f;
+  const float t = xc * kLog2e + shift;
+  const float n = t - shift;
+  const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  std::uint32_t bits;
+  std::memcpy(&bits, &t, sizeof bits);
+  // e = n + 127 in 1..255 sits in the low bits; 2^n = 2^(a - 127) 2^(b - 127), a + b = e + 127.
+  const std::uint32_t e = bits & 0x1FFu, a = (e + 127u) >> 1, b = e + 127u - a;
+  const std::uint32_t abits = a << 23, bbits = b << 23;
+  float sa, sb;
+  std::memcpy(&sa, &abits, sizeof sa);
+  std::memcpy(&sb, &bbits, sizeof sb);
+  const float y = p * sa * sb;
+  return x < -87.3f ? 0.0f : (x > 88.7228f ? std::numeric_limits<float>::infinity() : y);
+}
+
 // sigmoid(x) from e = exp(-|x|) <= 1, so nothing overflows: 1/(1+e) or e/(1+e).
 inline float sigmoid(float x) {
   const float e = exp_nonpositive(-std::fabs(x));
@@ -72,6 +103,17 @@ void swiglu_backward(const float* __restrict g, const float* __restrict u, const
     du[i] = dz[i] * gs;
     dg[i] = dz[i] * u[i] * (s + gs * (1.0f - s));
   }
+}
+
+float exp_sum_row(const float* __restrict x, float shift, std::int64_t C) {
+  float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+  for (std::int64_t c = 0; c < C; ++c) s += exp_float(x[c] - shift);
+  return s;
+}
+
+void exp_scale_row(const float* __restrict x, float shift, float ct, float* __restrict dx, std::int64_t C) {
+  for (std::int64_t c = 0; c < C; ++c) dx[c] = ct * exp_float(x[c] - shift);
 }
 
 void adamw_update(const AdamWStep& h, const float* __restrict p, const float* __restrict g,

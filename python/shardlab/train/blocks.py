@@ -249,8 +249,9 @@ class Blocks:
 
     def head_loss(self, final_norm, fn_axes, head, head_axes, x, targets, total_tokens: int):
         """Summed cross-entropy of this device's tokens / ``total_tokens``, summed over the
-        data axes. Vocab-parallel: the softmax needs B·T maxima, B·T sums and B·T target
-        logits from the model axis (three B·T collectives), never the B·T·V logits."""
+        data axes. Vocab-parallel: the softmax needs the B·T maximum and sum of the shards'
+        logsumexps and B·T target logits from the model axis (three B·T collectives), never
+        the B·T·V logits."""
         h = self._gather_seq(self._norm(final_norm, fn_axes, x))
 
         def logits_of(h, w):
@@ -259,19 +260,19 @@ class Blocks:
 
         logits = self._ckpt(logits_of)(h, head).astype(np.float32)
         t = targets.astype(np.int32)
+        lse = snn.logsumexp(logits, axis=-1)  # of this device's logits (one fused pass)
         if self.model is not None and self.s.vocab_parallel:
+            # merge the shards' logsumexps: log sum_d exp(lse_d), shifted by their max
             v_local = logits.shape[-1]
-            m = _stop(lax.pmax(jnp.max(logits, axis=-1), self.model))
-            s = lax.psum(jnp.sum(jnp.exp(logits - jnp.expand_dims(m, -1)), axis=-1), self.model)
+            m = _stop(lax.pmax(lse, self.model))
+            lse = jnp.log(lax.psum(jnp.exp(lse - m), self.model)) + m
             local = t - lax.axis_index(self.model) * np.int32(v_local)
             inside = jnp.logical_and(local >= 0, local < v_local)
             picked = jnp.take_along_axis(logits, jnp.expand_dims(jnp.clip(local, 0, v_local - 1), -1), axis=-1)[..., 0]
             target = lax.psum(jnp.where(inside, picked, jnp.zeros_like(picked)), self.model)
-            nll = jnp.log(s) + m - target
         else:
-            m = _stop(jnp.max(logits, axis=-1, keepdims=True))
-            lse = jnp.log(jnp.sum(jnp.exp(logits - m), axis=-1)) + m[..., 0]
-            nll = lse - jnp.take_along_axis(logits, jnp.expand_dims(t, -1), axis=-1)[..., 0]
+            target = jnp.take_along_axis(logits, jnp.expand_dims(t, -1), axis=-1)[..., 0]
+        nll = lse - target
         loss = jnp.sum(nll) / np.float32(total_tokens)
         over = self.s.data + ((self.context,) if self.context else ())
         return lax.psum(loss, over[0] if len(over) == 1 else over) if over else loss

@@ -47,6 +47,26 @@ def _swiglu_vjp(storages, mesh):
     return [_core.swiglu_backward(_rows(x), _rows(dz))]
 
 
+def _exp_sum(storages, mesh):
+    x, shift = _rows_and_row_values(storages, mesh)
+    return [_core.exp_sum_forward(x, shift[0])]
+
+
+def _exp_sum_vjp(storages, mesh):
+    x, (shift, ct) = _rows_and_row_values(storages, mesh)
+    return [_core.exp_sum_backward(x, shift, ct)]
+
+
+def _rows_and_row_values(storages, mesh):
+    """x (rows at any strides) and the per-row operands, C-contiguous, all broadcast to the
+    operands' common mesh dims."""
+    k = mesh.ndim
+    dims = tuple(np.broadcast_shapes(*(s.shape[:k] for s in storages)))
+    x = np.broadcast_to(storages[0], dims + storages[0].shape[k:])
+    per_row = [np.ascontiguousarray(np.broadcast_to(s, dims + s.shape[k:])) for s in storages[1:]]
+    return _rows(x), per_row
+
+
 def _per_device(storages, mesh):
     """(P, storages): each storage broadcast to the operands' common mesh dims (P devices in
     all) and made contiguous, so it reshapes to [P, ...] without a copy."""
@@ -87,6 +107,8 @@ fu.SILU.impl["emulated"] = _silu
 fu.SILU_VJP.impl["emulated"] = _silu_vjp
 fu.SWIGLU.impl["emulated"] = _swiglu
 fu.SWIGLU_VJP.impl["emulated"] = _swiglu_vjp
+fu.EXP_SUM.impl["emulated"] = _exp_sum
+fu.EXP_SUM_VJP.impl["emulated"] = _exp_sum_vjp
 fu.RMS_NORM.impl["emulated"] = _rms_norm
 fu.RMS_NORM_VJP.impl["emulated"] = _rms_norm_vjp
 fu.ROTARY_EMBEDDING.impl["emulated"] = _rotary_embedding

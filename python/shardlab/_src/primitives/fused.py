@@ -7,6 +7,8 @@ and has the same rules; the emulated backend runs the C++ kernels of ``shardlab/
 - ``swiglu(x) = silu(x[..., :F]) * x[..., F:]`` on a last dim of 2F ([gate | up], jax.nn.glu's
   layout), and its vjp ``swiglu_vjp(x, dz) -> dx`` in one buffer (under a grad of a grad the
   rule is written with split, ``silu``/``silu_vjp`` and concatenate instead);
+- ``exp_sum(x, shift) = sum(exp(x - shift[..., None]), -1)`` (logsumexp's and softmax's sum
+  without the exponentials in memory) and its vjp in x ``exp_sum_vjp(x, shift, ct)``;
 - ``rms_norm(x, scale) -> (y, rstd)`` over the last local dim, and its vjp ``rms_norm_vjp``
   from the saved rstd (under a grad of a grad the rule is written with elementwise primitives
   instead, so second derivatives work);
@@ -28,12 +30,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..arrays.local_array import LocalArray
-from ..core.context import CTX
+from ..core.context import CTX, wanted
 from .broadcasting import REDUCE_SUM, unbroadcast
 from .elementwise import PRIMS
 from .primitive import Primitive, bind
 from .shapes import broadcast_avals
-from .structural import CONCATENATE, SPLIT
+from .structural import CONCATENATE, RESHAPE, SPLIT
 
 _F32 = np.dtype(np.float32)
 
@@ -136,6 +138,53 @@ def _swiglu_vjp_shape(avals, mesh):
 
 
 SWIGLU_VJP = Primitive("swiglu_vjp", shape_rule=_swiglu_vjp_shape)
+
+
+# -- exp_sum ---------------------------------------------------------------------------------
+def _exp_sum_shape(avals, mesh):
+    _check_float32("exp_sum", avals)
+    k = mesh.ndim
+    x, shift = avals
+    xl, sl = tuple(x.shape[k:]), tuple(shift.shape[k:])
+    if not xl or sl != xl[:-1]:
+        raise ValueError(f"[exp_sum] x has local shape {xl} and shift {sl}; shift must be x's without the last dim")
+    return [(_mesh_dims(avals, k) + xl[:-1], _F32)]
+
+
+def _exp_sum_vjp(cts, ins, outs, mesh):
+    ct = cts[0]
+    if ct is None:
+        return [None, None]
+    x, shift = ins
+    if CTX.tapes:
+        # Recorded by an enclosing grad (grad of grad): elementwise primitives.
+        e = _ew("exp", _ew("subtract", x, _expand_last(shift, mesh)))
+        dx = _ew("multiply", _expand_last(ct, mesh), e)
+    else:
+        dx = bind(EXP_SUM_VJP, [x, shift, ct], mesh)
+    dshift = _ew("negative", _ew("multiply", ct, outs[0])) if wanted(shift) else None
+    return [unbroadcast(dx, x), None if dshift is None else unbroadcast(dshift, shift)]
+
+
+def _expand_last(v, mesh):
+    return bind(RESHAPE, [v], mesh, local_shape=tuple(v.shape) + (1,))
+
+
+EXP_SUM = Primitive("exp_sum", shape_rule=_exp_sum_shape, vjp=_exp_sum_vjp)
+
+
+def _exp_sum_vjp_shape(avals, mesh):
+    _check_float32("exp_sum_vjp", avals)
+    k = mesh.ndim
+    x, shift, ct = avals
+    xl, sl, cl = tuple(x.shape[k:]), tuple(shift.shape[k:]), tuple(ct.shape[k:])
+    if not xl or sl != xl[:-1] or cl != sl:
+        raise ValueError(f"[exp_sum_vjp] x has local shape {xl}, shift {sl} and ct {cl}; shift and ct must be x's "
+                         f"without the last dim")
+    return [(_mesh_dims(avals, k) + xl, _F32)]
+
+
+EXP_SUM_VJP = Primitive("exp_sum_vjp", shape_rule=_exp_sum_vjp_shape)
 
 
 # -- rms_norm --------------------------------------------------------------------------------
