@@ -43,6 +43,17 @@ const float* float32_like(const char* op, const char* name, const py::array& a, 
 
 float* out_data(py::array& a) { return static_cast<float*>(a.mutable_data()); }
 
+// x's shape without its last dim, which a per-row operand (`shift`) must have.
+shardlab::Shape row_shape(const char* op, const py::array& x, const py::array& shift) {
+  const auto shape = as_ref(x).shape;
+  const shardlab::Shape rows(shape.begin(), shape.empty() ? shape.end() : shape.end() - 1);
+  if (shape.empty() || as_ref(shift).shape != rows) {
+    throw std::invalid_argument(std::string("[") + op + "] x has shape " + shardlab::shape_str(shape) + " and shift " +
+                                shardlab::shape_str(as_ref(shift).shape) + "; shift must be x's without the last dim");
+  }
+  return rows;
+}
+
 // A float32 array whose last dim is contiguous, as rows at any strides (no copy).
 shardlab::RowsView rows_view(const char* op, const char* name, const py::array& a) {
   const auto r = as_ref(a);
@@ -129,11 +140,7 @@ void init_fused(py::module_& m) {
     const shardlab::RowsView xv = rows_view(op, "x", x);
     const float* sp = float32_data(op, "shift", shift);
     const auto shape = as_ref(x).shape;
-    const shardlab::Shape rows(shape.begin(), shape.empty() ? shape.end() : shape.end() - 1);
-    if (shape.empty() || as_ref(shift).shape != rows) {
-      throw std::invalid_argument("[exp_sum] x has shape " + shardlab::shape_str(shape) + " and shift " +
-                                  shardlab::shape_str(as_ref(shift).shape) + "; shift must be x's without the last dim");
-    }
+    const shardlab::Shape rows = row_shape(op, x, shift);
     py::array s = empty_like_dtype(x, rows);
     float* out = out_data(s);
     {
@@ -148,11 +155,7 @@ void init_fused(py::module_& m) {
     const float* sp = float32_data(op, "shift", shift);
     const float* cp = float32_like(op, "ct", ct, shift);
     const auto shape = as_ref(x).shape;
-    const shardlab::Shape rows(shape.begin(), shape.empty() ? shape.end() : shape.end() - 1);
-    if (shape.empty() || as_ref(shift).shape != rows) {
-      throw std::invalid_argument("[exp_sum_vjp] x has shape " + shardlab::shape_str(shape) + " and shift " +
-                                  shardlab::shape_str(as_ref(shift).shape) + "; shift must be x's without the last dim");
-    }
+    const shardlab::Shape rows = row_shape(op, x, shift);
     py::array dx = empty_like_dtype(x, shape);
     float* out = out_data(dx);
     {

@@ -14,15 +14,11 @@ namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-// exp(x) for x <= 0, within 2 ulp of the true value for x >= -87.3; exactly 0 below (where
-// exp(x) is under the smallest normal float); NaN stays NaN. Cody-Waite reduction
-// x = n ln2 + r with ln2 split in two (so r keeps its precision for large |x|), |r| <= ln2/2,
-// exp(r) by Cephes' expf polynomial, then 2^n by building the exponent field.
-inline float exp_nonpositive(float x) {
-  const float xc = x < -87.3f ? -87.3f : x;
-  // Adding 1.5 * 2^23 + 127 rounds x log2(e) to an integer n and leaves n + 127 (in 1..127)
-  // in the low mantissa bits, which one unsigned shift moves into the exponent field (no
-  // float-to-int conversion, which NaN would make undefined).
+// Cody-Waite reduction xc = n ln2 + r with ln2 split in two (so r keeps its precision for
+// large |xc|), |r| <= ln2/2, and exp(r) by Cephes' expf polynomial. Adding 1.5 * 2^23 + 127
+// rounds xc log2(e) to the integer n and leaves n + 127 in the low mantissa bits of `bits`
+// (no float-to-int conversion, which NaN would make undefined). Returns exp(r).
+inline float exp_reduced(float xc, std::uint32_t& bits) {
   const float shift = 12582912.0f + 127.0f;
   const float t = xc * kLog2e + shift;
   const float n = t - shift;
@@ -33,42 +29,35 @@ inline float exp_nonpositive(float x) {
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  std::uint32_t bits;
   std::memcpy(&bits, &t, sizeof bits);
-  bits <<= 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return x < -87.3f ? 0.0f : p * scale;
+  return p * r * r + r + 1.0f;
 }
 
-// exp(x) over the whole float range: 0 below -87.3 (under the smallest normal float), +inf
-// above 88.72 (over the largest), NaN stays NaN; within 2 ulp between. The same reduction as
-// exp_nonpositive, but 2^n (n up to 128) is built as the product of two powers of two, each
-// with an exponent field inside its range.
+inline float from_bits(std::uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// exp(x) for x <= 0, within 2 ulp of the true value for x >= -87.3; exactly 0 below (where
+// exp(x) is under the smallest normal float); NaN stays NaN. 2^n (n + 127 in 1..127) is one
+// unsigned shift of the reduction's bits into the exponent field.
+inline float exp_nonpositive(float x) {
+  std::uint32_t bits;
+  const float p = exp_reduced(x < -87.3f ? -87.3f : x, bits);
+  return x < -87.3f ? 0.0f : p * from_bits(bits << 23);
+}
+
+// exp(x) over the whole float range: 0 below -87.3, +inf above 88.72 (over the largest float),
+// NaN stays NaN; within 2 ulp between. 2^n, n up to 128, is the product of two powers of two,
+// each with an exponent field inside its range.
 inline float exp_float(float x) {
   const float lo = x < -87.3f ? -87.3f : x;
-  const float xc = lo > 88.72f ? 88.72f : lo;
-  const float shift = 12582912.0f + 127.0f;
-  const float t = xc * kLog2e + shift;
-  const float n = t - shift;
-  const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
   std::uint32_t bits;
-  std::memcpy(&bits, &t, sizeof bits);
-  // e = n + 127 in 1..255 sits in the low bits; 2^n = 2^(a - 127) 2^(b - 127), a + b = e + 127.
+  const float p = exp_reduced(lo > 88.72f ? 88.72f : lo, bits);
+  // e = n + 127 in 1..255; 2^n = 2^(a - 127) 2^(b - 127) with a + b = e + 127.
   const std::uint32_t e = bits & 0x1FFu, a = (e + 127u) >> 1, b = e + 127u - a;
-  const std::uint32_t abits = a << 23, bbits = b << 23;
-  float sa, sb;
-  std::memcpy(&sa, &abits, sizeof sa);
-  std::memcpy(&sb, &bbits, sizeof sb);
-  const float y = p * sa * sb;
+  const float y = p * from_bits(a << 23) * from_bits(b << 23);
   return x < -87.3f ? 0.0f : (x > 88.7228f ? std::numeric_limits<float>::infinity() : y);
 }
 

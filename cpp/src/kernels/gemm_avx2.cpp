@@ -12,6 +12,20 @@ namespace {
 constexpr int kMr = 6;
 constexpr int kNr = 16;
 
+// Writes the 6 x 16 accumulator tile to C (adding C's values first when accumulating).
+inline void store_tile(__m256 (&acc0)[kMr], __m256 (&acc1)[kMr], float* c, int64_t ldc, bool accumulate) {
+#pragma GCC unroll 8
+  for (int r = 0; r < kMr; ++r) {
+    float* cr = c + r * ldc;
+    if (accumulate) {
+      acc0[r] = _mm256_add_ps(acc0[r], _mm256_loadu_ps(cr));
+      acc1[r] = _mm256_add_ps(acc1[r], _mm256_loadu_ps(cr + 8));
+    }
+    _mm256_storeu_ps(cr, acc0[r]);
+    _mm256_storeu_ps(cr + 8, acc1[r]);
+  }
+}
+
 void kernel_f32(int64_t kc, const void* a_, const void* b_, float* c, int64_t ldc, bool accumulate) {
   const float* a = static_cast<const float*>(a_);
   const float* b = static_cast<const float*>(b_);
@@ -39,16 +53,7 @@ void kernel_f32(int64_t kc, const void* a_, const void* b_, float* c, int64_t ld
     a += kMr;
     b += kNr;
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < kMr; ++r) {
-    float* cr = c + r * ldc;
-    if (accumulate) {
-      acc0[r] = _mm256_add_ps(acc0[r], _mm256_loadu_ps(cr));
-      acc1[r] = _mm256_add_ps(acc1[r], _mm256_loadu_ps(cr + 8));
-    }
-    _mm256_storeu_ps(cr, acc0[r]);
-    _mm256_storeu_ps(cr + 8, acc1[r]);
-  }
+  store_tile(acc0, acc1, c, ldc, accumulate);
 }
 
 // kernel_f32 with A read in place from row-major rows lda floats apart: six broadcasts per k
@@ -81,16 +86,7 @@ void kernel_f32_rows_a(int64_t kc, const float* a, int64_t lda, const void* b_, 
     }
     b += kNr;
   }
-#pragma GCC unroll 8
-  for (int r = 0; r < kMr; ++r) {
-    float* cr = c + r * ldc;
-    if (accumulate) {
-      acc0[r] = _mm256_add_ps(acc0[r], _mm256_loadu_ps(cr));
-      acc1[r] = _mm256_add_ps(acc1[r], _mm256_loadu_ps(cr + 8));
-    }
-    _mm256_storeu_ps(cr, acc0[r]);
-    _mm256_storeu_ps(cr + 8, acc1[r]);
-  }
+  store_tile(acc0, acc1, c, ldc, accumulate);
 }
 
 }  // namespace
