@@ -10,9 +10,11 @@ NamedSharding on 8 host CPU devices (XLA_FLAGS=--xla_force_host_platform_device_
 
 Each side runs in its own child process (so peak RSS is its own): time per step (median of the
 timed steps after one warm-up, which for JAX includes compilation), peak RSS and peak RSS above
-the baseline taken after imports and parameter placement.
+the baseline taken after imports and parameter placement. ``--rounds N`` alternates the two
+sides N times and reports each round's step times and the medians over the rounds (JAX's own
+step varies by up to 30% between processes on a 2-core machine).
 
-    python benchmarks/bench_train.py [--steps 5] [--json out.json]
+    python benchmarks/bench_train.py [--steps 5] [--rounds 3] [--json out.json]
 """
 
 from __future__ import annotations
@@ -162,15 +164,26 @@ def _child(which: str, steps: int) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=1, help="alternate the two sides this many times; "
+                    "report each round and the medians (JAX's step varies between processes)")
     ap.add_argument("--json")
     ap.add_argument("--child", choices=("shardlab", "jax"))
     a = ap.parse_args()
     if a.child:
         print(json.dumps((run_shardlab if a.child == "shardlab" else run_jax)(a.steps)))
         return 0
-    ours, jax_ = _child("shardlab", a.steps), _child("jax", a.steps)
-    print(f"CPU: {_cpu()} ({os.cpu_count()} logical cores)")
+    load_before = os.getloadavg()[0]
+    rounds = [(_child("shardlab", a.steps), _child("jax", a.steps)) for _ in range(a.rounds)]
+    print(f"CPU: {_cpu()} ({os.cpu_count()} logical cores); load {load_before:.2f} before, "
+          f"{os.getloadavg()[0]:.2f} after")
     print(f"model: {L} layers, D={D}, F={F}, {NH} heads, V={V}; batch {B}x{T}; FSDP+TP on data=2 x model=4")
+    if a.rounds > 1:
+        for i, (o, j) in enumerate(rounds):
+            print(f"round {i + 1}: step shardlab {o['step_s']:.3f} s, JAX {j['step_s']:.3f} s, "
+                  f"JAX/ours {j['step_s'] / o['step_s']:.2f}")
+        print(f"median over the {a.rounds} rounds, each side alternating in its own process:")
+    ours = {k: statistics.median(o[k] for o, _ in rounds) for k in rounds[0][0]}
+    jax_ = {k: statistics.median(j[k] for _, j in rounds) for k in rounds[0][1]}
     print(f"{'':26s}{'shardlab':>12s}{'JAX':>12s}{'JAX/ours':>10s}")
     rows = [("step time (s, median)", "step_s"), ("first step (s)", "first_s"), ("peak RSS (MB)", "peak_rss_mb")]
     for label, k in rows:
@@ -180,7 +193,7 @@ def main() -> int:
     print(f"loss after the steps: shardlab {ours['loss']:.4f}, JAX {jax_['loss']:.4f}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"cpu": _cpu(), "shardlab": ours, "jax": jax_}, f, indent=1)
+            json.dump({"cpu": _cpu(), "shardlab": ours, "jax": jax_, "rounds": rounds}, f, indent=1)
     return 0
 
 
