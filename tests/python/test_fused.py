@@ -184,12 +184,21 @@ def test_swiglu_runs_the_fused_primitives_forward_and_backward():
     assert snn.swiglu(np.array([1.0, 2.0], np.float32)).dtype == np.float32
 
 
+def test_swiglu_names_an_odd_or_missing_axis():
+    with pytest.raises(ValueError, match=r"\[swiglu\] x has local shape \(3,\); its axis -1 must hold"):
+        snn.swiglu(np.ones(3, np.float32))
+    with pytest.raises(ValueError, match=r"\[swiglu\] x has local shape \(2, 4\); its axis 2 must hold"):
+        snn.swiglu(np.ones((2, 4), np.float32), axis=2)
+    with pytest.raises(ValueError, match=r"\[swiglu\] x has local shape \(2, 3\); its axis -1"):
+        _on_mesh(snn.swiglu, sl.make_mesh((2,), ("x",)))(np.ones((4, 3), np.float32))
+
+
 def test_swiglu_in_abstract_mode_records_the_same_shapes():
     mesh = sl.make_mesh((4,), ("x",))
     f = _on_mesh(lambda x: sl.grad(lambda x: jnp.sum(snn.swiglu(x)))(x), mesh)
     out = sl.eval_shape(f, sl.ShapeDtypeStruct((8, 6), np.float32))
     assert (out.shape, out.dtype) == ((8, 6), np.float32)
-    with pytest.raises(ValueError, match=r"\[swiglu\] x has local shape \(2, 5\); its last dim must hold"):
+    with pytest.raises(ValueError, match=r"\[swiglu\] x has local shape \(2, 5\); its axis -1 must hold"):
         sl.eval_shape(_on_mesh(snn.swiglu, mesh), sl.ShapeDtypeStruct((8, 5), np.float32))
 
 

@@ -28,6 +28,14 @@ def test_five_steps_equal_the_single_device_run(name):
     assert steps_error(CFG, name, sl.make_mesh(*MESHES[name]), tok, tgt) <= 1e-5
 
 
+@pytest.mark.parametrize("extra", [{"activation": "gelu_tanh"}, {"qkv_bias": True, "mlp_bias": True}])
+def test_grouped_projections_with_another_gate_or_biases_equal_the_single_device_run(extra):
+    """The blocks run Q/K/V and gate/up as one matmul each (biases concatenated too); a GELU
+    gate takes the split-and-multiply path instead of the fused swiglu."""
+    tok, tgt = _batch(B=16)
+    assert steps_error(CFG.replace(**extra), "fsdp_tp", sl.make_mesh(*MESHES["fsdp_tp"]), tok, tgt) <= 1e-5
+
+
 @pytest.mark.parametrize("name", ["dp", "fsdp_tp"])
 def test_adamw_and_full_remat_follow_the_reference(name):
     tok, tgt = _batch(2)

@@ -51,7 +51,15 @@ def activation(name: str, x):
 def gated_activation(name: str, x):
     """act(gate) * up for ``x = [gate | up]`` on its last axis (one projection by the
     concatenated weights): the gated MLP's hidden value. SwiGLU (``name == "silu"``) is one
-    fused ``shardlab.nn.swiglu`` pass."""
+    fused ``shardlab.nn.swiglu`` pass.
+
+    Example:
+        >>> import numpy as np
+        >>> from shardlab.models import ops
+        >>> x = np.array([[1.0, -2.0, 3.0, 0.5]], np.float32)  # gate [1, -2], up [3, 0.5]
+        >>> ops.gated_activation("relu", x).tolist()
+        [[3.0, 0.0]]
+    """
     if name == "silu":
         return snn.swiglu(x)
     gate, up = jnp.split(x, 2, axis=-1)

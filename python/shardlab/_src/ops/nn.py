@@ -74,6 +74,9 @@ def swiglu(x, axis: int = -1):
         >>> [round(float(v), 4) for v in snn.swiglu(np.array([-1.0, 2.0, 2.0, 0.5], np.float32))]
         [-0.5379, 0.8808]
     """
+    shape = tuple(np.shape(x))
+    if not shape or not -len(shape) <= axis < len(shape) or shape[axis] % 2:
+        raise ValueError(f"[swiglu] x has local shape {shape}; its axis {axis} must hold [gate | up], an even size")
     if _fusable(x) and axis in (-1, x.ndim - 1):
         return bind(fu.SWIGLU, [x], x.mesh)
     a, b = jnp.split(x, 2, axis=axis)
