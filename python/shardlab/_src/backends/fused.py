@@ -14,7 +14,7 @@ import shardlab._core as _core
 from ..primitives import fused as fu
 
 
-def _common(storages):
+def _full_shape_contiguous(storages):
     """The storages broadcast to one shape, each C-contiguous (the kernels' layout)."""
     shape = np.broadcast_shapes(*(s.shape for s in storages))
     return [np.ascontiguousarray(np.broadcast_to(s, shape)) for s in storages]
@@ -25,7 +25,7 @@ def _silu(storages, mesh):
 
 
 def _silu_vjp(storages, mesh):
-    x, dy = _common(storages)
+    x, dy = _full_shape_contiguous(storages)
     return [_core.silu_backward(x, dy)]
 
 
@@ -39,40 +39,33 @@ def _swiglu(storages, mesh):
 
 
 def _swiglu_vjp(storages, mesh):
-    x, dz = storages
-    k = mesh.ndim
-    dims = tuple(np.broadcast_shapes(x.shape[:k], dz.shape[:k]))
-    x = np.broadcast_to(x, dims + x.shape[k:])
-    dz = np.broadcast_to(dz, dims + dz.shape[k:])
+    _, (x, dz) = _common_dims(storages, mesh)
     return [_core.swiglu_backward(_rows(x), _rows(dz))]
 
 
 def _exp_sum(storages, mesh):
-    x, shift = _rows_and_row_values(storages, mesh)
-    return [_core.exp_sum_forward(x, shift[0])]
+    _, (x, shift) = _common_dims(storages, mesh)
+    return [_core.exp_sum_forward(_rows(x), np.ascontiguousarray(shift))]
 
 
 def _exp_sum_vjp(storages, mesh):
-    x, (shift, ct) = _rows_and_row_values(storages, mesh)
-    return [_core.exp_sum_backward(x, shift, ct)]
+    _, (x, shift, ct) = _common_dims(storages, mesh)
+    return [_core.exp_sum_backward(_rows(x), np.ascontiguousarray(shift), np.ascontiguousarray(ct))]
 
 
-def _rows_and_row_values(storages, mesh):
-    """x (rows at any strides) and the per-row operands, C-contiguous, all broadcast to the
-    operands' common mesh dims."""
+def _common_dims(storages, mesh):
+    """(dims, views): each storage broadcast, without a copy, to the operands' common mesh
+    dims."""
     k = mesh.ndim
     dims = tuple(np.broadcast_shapes(*(s.shape[:k] for s in storages)))
-    x = np.broadcast_to(storages[0], dims + storages[0].shape[k:])
-    per_row = [np.ascontiguousarray(np.broadcast_to(s, dims + s.shape[k:])) for s in storages[1:]]
-    return _rows(x), per_row
+    return dims, [np.broadcast_to(s, dims + s.shape[k:]) for s in storages]
 
 
 def _per_device(storages, mesh):
     """(P, storages): each storage broadcast to the operands' common mesh dims (P devices in
     all) and made contiguous, so it reshapes to [P, ...] without a copy."""
-    k = mesh.ndim
-    dims = tuple(np.broadcast_shapes(*(s.shape[:k] for s in storages)))
-    return int(np.prod(dims)), [np.ascontiguousarray(np.broadcast_to(s, dims + s.shape[k:])) for s in storages]
+    dims, views = _common_dims(storages, mesh)
+    return int(np.prod(dims)), [np.ascontiguousarray(v) for v in views]
 
 
 def _rms_norm(storages, mesh, *, eps):
@@ -98,7 +91,7 @@ def _rotary_embedding(storages, mesh, *, inverse):
 
 
 def _adamw_update(storages, mesh, *, lr, b1, b2, eps, weight_decay, step):
-    p, g, m, v = _common(storages)
+    p, g, m, v = _full_shape_contiguous(storages)
     return list(_core.adamw_update(p, g, m, v, lr=lr, b1=b1, b2=b2, eps=eps, weight_decay=weight_decay,
                                    c1=1.0 - b1 ** step, c2=1.0 - b2 ** step))
 

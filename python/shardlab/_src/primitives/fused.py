@@ -56,6 +56,10 @@ def _same_local_shapes(op: str, avals, mesh) -> tuple:
     return broadcast_avals(avals, k)
 
 
+def _mesh_dims(avals, k: int) -> tuple:
+    return tuple(np.broadcast_shapes(*(tuple(a.shape[:k]) for a in avals)))
+
+
 def _ew(name, *args):
     mesh = next(a.mesh for a in args if isinstance(a, LocalArray))
     return bind(PRIMS[name], list(args), mesh)
@@ -188,10 +192,6 @@ EXP_SUM_VJP = Primitive("exp_sum_vjp", shape_rule=_exp_sum_vjp_shape)
 
 
 # -- rms_norm --------------------------------------------------------------------------------
-def _mesh_dims(avals, k: int) -> tuple:
-    return tuple(np.broadcast_shapes(*(tuple(a.shape[:k]) for a in avals)))
-
-
 def _rms_norm_shape(avals, mesh, *, eps):
     _check_float32("rms_norm", avals)
     k = mesh.ndim
