@@ -458,3 +458,12 @@ def test_split_is_one_primitive_whose_transpose_concatenates(idx):
     want = jax.grad(lambda x: f(jax.numpy.split, jax.numpy.sum, x[:2]) + f(jax.numpy.split, jax.numpy.sum, x[2:]))(x)
     np.testing.assert_allclose(np.asarray(g), np.asarray(want), rtol=1e-6)
     assert calls == ["split", "concatenate"]
+
+
+def test_split_refuses_decreasing_indices_as_jax_does():
+    mesh = sl.make_mesh((2,), ("x",))
+    f = sl.shard_map(lambda x: jnp.split(x, [5, 2], axis=1)[0], mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+    with pytest.raises(ValueError, match=r"\[split\] indices \[5, 2\] along local axis 1 of size 9 decrease"):
+        f(np.ones((4, 9), np.float32))
+    with pytest.raises(ValueError):
+        jax.numpy.split(np.ones((4, 9), np.float32), [5, 2], axis=1)

@@ -498,8 +498,8 @@ def split(x, indices_or_sections, axis=0):
     else:
         bounds = [0] + [builtins.min(int(i), n) for i in indices_or_sections] + [n]
     if builtins.any(a > b for a, b in zip(bounds[:-1], bounds[1:])):
-        # decreasing indices: numpy's (overlapping or empty) slices, one getitem each
-        return [x[(slice(None),) * ax + (slice(a, b),)] for a, b in zip(bounds[:-1], bounds[1:])]
+        raise ValueError(f"[split] indices {list(indices_or_sections)} along local axis {ax} of size {n} decrease; "
+                         f"give increasing split points (JAX refuses them too)")
     return bind(st.SPLIT, [x], x.mesh, axis=ax, sizes=tuple(b - a for a, b in zip(bounds[:-1], bounds[1:])))
 
 
