@@ -14,6 +14,12 @@ the baseline taken after imports and parameter placement. ``--rounds N`` alterna
 sides N times and reports each round's step times and the medians over the rounds (JAX's own
 step varies by up to 30% between processes on a 2-core machine).
 
+Both sides start from the same params (shardlab's ``init_params(cfg, seed=0)``, drawn the same
+way on the JAX side) and the same tokens: the losses after the steps must agree to 1e-4
+relative (exit status 1 otherwise). The model FLOPs per step (``models.flops_per_token``) over
+the step time, as a fraction of the cores' FMA peak measured before and after the rounds,
+shows how much of the machine each side uses: the GEMMs alone cannot run faster than that peak.
+
     python benchmarks/bench_train.py [--steps 5] [--rounds 3] [--json out.json]
 """
 
@@ -75,10 +81,12 @@ def run_jax(steps: int) -> dict:
 
     mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Auto, AxisType.Auto))  # GSPMD propagation
     H = D // NH
+    # The same initial params as shardlab's ``transformer.init_params(cfg, seed=0)`` (same draws
+    # in the same order) and the same tokens, so the two sides train the same model on the same
+    # data: main() checks that their losses agree.
     rng = np.random.default_rng(0)
-    w = lambda *s: (rng.standard_normal(s) * 0.02).astype(np.float32)  # noqa: E731
-    params = {"embed": (w(V, D), P("model", "data")), "head": (w(D, V), P("data", "model")),
-              "final": (np.ones(D, np.float32), P()), "layers": []}
+    w = lambda *s: rng.standard_normal(s, dtype=np.float32) * 0.02  # noqa: E731
+    params = {"embed": (w(V, D), P("model", "data")), "final": (np.ones(D, np.float32), P()), "layers": []}
     for _ in range(L):
         params["layers"].append({
             "n1": (np.ones(D, np.float32), P()), "n2": (np.ones(D, np.float32), P()),
@@ -86,6 +94,7 @@ def run_jax(steps: int) -> dict:
             "wv": (w(D, D), P("data", "model")), "wo": (w(D, D), P("model", "data")),
             "wg": (w(D, F), P("data", "model")), "wu": (w(D, F), P("data", "model")),
             "wd": (w(F, D), P("model", "data"))})
+    params["head"] = (w(D, V), P("data", "model"))
     is_leaf = lambda x: isinstance(x, tuple)  # noqa: E731
     params = jax.tree.map(lambda x: jax.device_put(x[0], NamedSharding(mesh, x[1])), params, is_leaf=is_leaf)
     zeros = jax.tree.map(jnp.zeros_like, params)
@@ -94,13 +103,13 @@ def run_jax(steps: int) -> dict:
     def rms(x, s):
         return x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-5) * s
 
+    half = H // 2
+    ang = np.outer(np.arange(T, dtype=np.float64), 1.0 / 10000.0 ** (np.arange(half) / half))  # as shardlab: float64
+    cos, sin = (jnp.asarray(f(ang).astype(np.float32))[None, :, None] for f in (np.cos, np.sin))
+
     def rope(x):
-        half = H // 2
-        freq = 1.0 / (10000.0 ** (jnp.arange(half) / half))
-        ang = jnp.arange(T)[:, None] * freq[None]
-        c, s = jnp.cos(ang)[None, :, None], jnp.sin(ang)[None, :, None]
         x1, x2 = x[..., :half], x[..., half:]
-        return jnp.concatenate([x1 * c - x2 * s, x1 * s + x2 * c], -1)
+        return jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], -1)
 
     def loss_fn(p, tok, tgt):
         x = p["embed"][tok]
@@ -128,6 +137,7 @@ def run_jax(steps: int) -> dict:
         return p, (m, v), loss
 
     bs = NamedSharding(mesh, P("data", None))
+    rng = np.random.default_rng(0)  # the tokens run_shardlab draws
     tok = jax.device_put(rng.integers(0, V, (B, T)).astype(np.int32), bs)
     tgt = jax.device_put(rng.integers(0, V, (B, T)).astype(np.int32), bs)
     base = _rss_mb()
@@ -172,8 +182,13 @@ def main() -> int:
     if a.child:
         print(json.dumps((run_shardlab if a.child == "shardlab" else run_jax)(a.steps)))
         return 0
+    from shardlab import _core
+    from shardlab.models import ModelConfig, flops_per_token
+
     load_before = os.getloadavg()[0]
+    peaks = [_core.measure_fma_peak_gflops(os.cpu_count() or 1)]
     rounds = [(_child("shardlab", a.steps), _child("jax", a.steps)) for _ in range(a.rounds)]
+    peaks.append(_core.measure_fma_peak_gflops(os.cpu_count() or 1))
     print(f"CPU: {_cpu()} ({os.cpu_count()} logical cores); load {load_before:.2f} before, "
           f"{os.getloadavg()[0]:.2f} after")
     print(f"model: {L} layers, D={D}, F={F}, {NH} heads, V={V}; batch {B}x{T}; FSDP+TP on data=2 x model=4")
@@ -190,10 +205,23 @@ def main() -> int:
         print(f"{label:26s}{ours[k]:12.3f}{jax_[k]:12.3f}{jax_[k] / ours[k]:10.2f}")
     d_o, d_j = ours["peak_rss_mb"] - ours["base_rss_mb"], jax_["peak_rss_mb"] - jax_["base_rss_mb"]
     print(f"{'peak RSS above baseline':26s}{d_o:12.1f}{d_j:12.1f}{d_j / d_o if d_o else float('nan'):10.2f}")
-    print(f"loss after the steps: shardlab {ours['loss']:.4f}, JAX {jax_['loss']:.4f}")
+    cfg = ModelConfig(num_layers=L, d_model=D, ffw_dim=F, num_heads=NH, vocab_size=V, max_seq_len=T)
+    gflop = flops_per_token(cfg, T).total * B * T / 1e9
+    peak = max(peaks)
+    print(f"model FLOPs per step {gflop:.1f} GFLOP; FMA peak of the {os.cpu_count()} cores "
+          f"{peaks[0]:.0f} GFLOP/s before, {peaks[1]:.0f} after; fraction of the peak: shardlab "
+          f"{gflop / ours['step_s'] / peak:.2f}, JAX {gflop / jax_['step_s'] / peak:.2f}")
+    # Both sides start from the same params and data: a loss that differs means they do not
+    # run the same program, and the times above compare nothing.
+    rel = abs(ours["loss"] - jax_["loss"]) / abs(jax_["loss"])
+    print(f"loss after the steps: shardlab {ours['loss']:.6f}, JAX {jax_['loss']:.6f} (relative difference {rel:.1e})")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"cpu": _cpu(), "shardlab": ours, "jax": jax_, "rounds": rounds}, f, indent=1)
+            json.dump({"cpu": _cpu(), "shardlab": ours, "jax": jax_, "rounds": rounds, "gflop_per_step": gflop,
+                       "fma_peak_gflops": peaks}, f, indent=1)
+    if rel > 1e-4:
+        print("the two sides' losses differ: they did not train the same model", file=sys.stderr)
+        return 1
     return 0
 
 
