@@ -113,7 +113,7 @@ void init_collectives(py::module_& m) {
     py::gil_scoped_release release;
     scatter_add_rows(d, i, s);
   });
-  // numpy.concatenate of views at any strides into a new pool array, with OpenMP.
+  // numpy.concatenate of views at any strides into a new pool array, on the core's threads.
   m.def("concatenate", [](const std::vector<py::array>& xs, int axis) {
     if (xs.empty()) throw std::invalid_argument("[concatenate] needs at least one array");
     std::vector<ArrayRef> refs;
@@ -133,7 +133,7 @@ void init_collectives(py::module_& m) {
     }
     return out;
   }, py::arg("arrays"), py::arg("axis"));
-  // Materialize any strided view (device_put, reading a ShardedArray back) with OpenMP.
+  // Materialize any strided view (device_put, reading a ShardedArray back) on the core's threads.
   m.def("copy", [](const py::array& x) {
     const ArrayRef in = as_ref(x);
     py::array out = empty_like_dtype(x, in.shape);

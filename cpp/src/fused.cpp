@@ -1,13 +1,12 @@
-// Fused elementwise kernels: ISA dispatch, OpenMP chunking, and the references.
+// Fused elementwise kernels: ISA dispatch, chunking over the thread pool, and the references.
 #include "shardlab/fused.hpp"
-
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "shardlab/cpu_features.hpp"
+#include "shardlab/thread_pool.hpp"
 
 namespace shardlab {
 
@@ -41,27 +40,25 @@ constexpr std::int64_t kChunk = 1 << 14;
 template <class Body>
 void for_chunks(std::int64_t n, Body&& body) {
   const std::int64_t chunks = (n + kChunk - 1) / kChunk;
-  if (chunks <= 1) {
-    if (n > 0) body(0, n);
-    return;
-  }
-#pragma omp parallel for schedule(static)
-  for (std::int64_t c = 0; c < chunks; ++c) {
+  parallel_for(chunks, max_threads(), [&](std::int64_t c) {
     const std::int64_t lo = c * kChunk;
     body(lo, std::min(n, lo + kChunk));
-  }
+  });
+}
+
+// Rows per chunk of for_row_chunks: about kChunk elements.
+std::int64_t rows_per_chunk(std::int64_t cols) {
+  return std::max<std::int64_t>(1, kChunk / std::max<std::int64_t>(cols, 1));
 }
 
 // body(r) for each of `rows` rows of `cols` elements, in chunks of about kChunk elements over
 // the threads (one thread for small arrays).
 template <class Body>
 void for_row_chunks(std::int64_t rows, std::int64_t cols, Body&& body) {
-  const std::int64_t per = std::max<std::int64_t>(1, kChunk / std::max<std::int64_t>(cols, 1));
-  const std::int64_t chunks = (rows + per - 1) / per;
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (std::int64_t c = 0; c < chunks; ++c) {
+  const std::int64_t per = rows_per_chunk(cols);
+  parallel_for((rows + per - 1) / per, max_threads(), [&](std::int64_t c) {
     for (std::int64_t r = c * per; r < std::min(rows, (c + 1) * per); ++r) body(r);
-  }
+  });
 }
 
 // The build of a loop for the active ISA: one of its scalar, AVX2 and AVX-512 builds.
@@ -76,8 +73,6 @@ Fn for_isa(Fn scalar, Fn avx2, Fn avx512) {
   return scalar;
 }
 #define SHARDLAB_FOR_ISA(FN) for_isa(&fused_detail::scalar::FN, &fused_detail::avx2::FN, &fused_detail::avx512::FN)
-
-bool parallel_rows(std::int64_t P, std::int64_t R, std::int64_t C) { return P * R * C >= kChunk; }
 
 float sigmoid_reference(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
@@ -146,54 +141,48 @@ void adamw_update(const AdamWStep& h, const float* p, const float* g, const floa
 void rms_norm_forward(const float* x, const float* scale, float eps, float* y, float* rstd, std::int64_t P,
                       std::int64_t R, std::int64_t C) {
   const auto row = SHARDLAB_FOR_ISA(rms_norm_row);
-  const std::int64_t rows = P * R;
-#pragma omp parallel for schedule(static) if (parallel_rows(P, R, C))
-  for (std::int64_t i = 0; i < rows; ++i) {
-    rstd[i] = row(x + i * C, scale + (i / R) * C, eps, y + i * C, C);
-  }
+  for_row_chunks(P * R, C, [&](std::int64_t i) { rstd[i] = row(x + i * C, scale + (i / R) * C, eps, y + i * C, C); });
 }
 
 void rotary_embedding(const float* x, const float* cos, const float* sin, float* out, bool inverse, std::int64_t P,
                       std::int64_t B, std::int64_t T, std::int64_t N, std::int64_t H, std::int64_t half) {
   const auto row = SHARDLAB_FOR_ISA(rotary_row);
-  const std::int64_t rows = P * B * T;  // each with N head vectors of H
-#pragma omp parallel if (parallel_rows(rows, N, H))
-  {
-    std::vector<float> neg(static_cast<std::size_t>(half));
-#pragma omp for schedule(static)
-    for (std::int64_t i = 0; i < rows; ++i) {
-      const std::int64_t p = i / (B * T), t = i % T;
-      const float* c = cos + (p * T + t) * half;
-      const float* s = sin + (p * T + t) * half;
-      if (inverse) {
-        for (std::int64_t j = 0; j < half; ++j) neg[static_cast<std::size_t>(j)] = -s[j];
-        s = neg.data();
-      }
-      for (std::int64_t n = 0; n < N; ++n) row(x + (i * N + n) * H, c, s, out + (i * N + n) * H, H, half);
+  for_row_chunks(P * B * T, N * H, [&](std::int64_t i) {  // row i holds N head vectors of H
+    static thread_local std::vector<float> neg;
+    const std::int64_t p = i / (B * T), t = i % T;
+    const float* c = cos + (p * T + t) * half;
+    const float* s = sin + (p * T + t) * half;
+    if (inverse) {
+      neg.resize(static_cast<std::size_t>(half));
+      for (std::int64_t j = 0; j < half; ++j) neg[static_cast<std::size_t>(j)] = -s[j];
+      s = neg.data();
     }
-  }
+    for (std::int64_t n = 0; n < N; ++n) row(x + (i * N + n) * H, c, s, out + (i * N + n) * H, H, half);
+  });
 }
 
 void rms_norm_backward(const float* x, const float* scale, const float* rstd, const float* dy, float* dx,
                        float* dscale, std::int64_t P, std::int64_t R, std::int64_t C) {
   const auto row = SHARDLAB_FOR_ISA(rms_norm_backward_row);
-  std::fill(dscale, dscale + P * C, 0.0f);
-  const std::int64_t rows = P * R;
-  // One parallel region over every row (a region per group would pay a barrier each): each
-  // thread sums its rows' dscale privately, then adds its [P, C] partial in.
-#pragma omp parallel if (parallel_rows(P, R, C))
-  {
-    std::vector<float> part(static_cast<std::size_t>(P * C), 0.0f);
-    std::int64_t lo_p = P, hi_p = -1;
-#pragma omp for schedule(static)
-    for (std::int64_t i = 0; i < rows; ++i) {
+  // Each chunk of rows sums its rows' dscale into its own partial over the groups p it covers;
+  // the partials are added in chunk order afterwards, so the result does not depend on which
+  // thread ran which chunk.
+  const std::int64_t rows = P * R, per = rows_per_chunk(C), chunks = (rows + per - 1) / per;
+  std::vector<std::vector<float>> parts(static_cast<std::size_t>(chunks));
+  parallel_for(chunks, max_threads(), [&](std::int64_t c) {
+    const std::int64_t r0 = c * per, r1 = std::min(rows, r0 + per), p0 = r0 / R;
+    std::vector<float>& part = parts[static_cast<std::size_t>(c)];
+    part.assign(static_cast<std::size_t>(((r1 - 1) / R - p0 + 1) * C), 0.0f);
+    for (std::int64_t i = r0; i < r1; ++i) {
       const std::int64_t p = i / R;
-      lo_p = std::min(lo_p, p);
-      hi_p = std::max(hi_p, p);
-      row(x + i * C, scale + p * C, rstd[i], dy + i * C, dx + i * C, part.data() + p * C, C);
+      row(x + i * C, scale + p * C, rstd[i], dy + i * C, dx + i * C, part.data() + (p - p0) * C, C);
     }
-#pragma omp critical
-    for (std::int64_t j = lo_p * C; j < (hi_p + 1) * C; ++j) dscale[j] += part[static_cast<std::size_t>(j)];
+  });
+  std::fill(dscale, dscale + P * C, 0.0f);
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    const std::vector<float>& part = parts[static_cast<std::size_t>(c)];
+    float* d = dscale + (c * per / R) * C;
+    for (std::size_t j = 0; j < part.size(); ++j) d[j] += part[j];
   }
 }
 

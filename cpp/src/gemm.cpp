@@ -1,12 +1,9 @@
 // GEMM driver: ISA dispatch, the GotoBLAS loop nest around the packed micro-kernels, work
-// splitting across OpenMP threads, and the naive reference.
+// splitting across the thread pool (thread_pool.hpp), and the naive reference.
 #include "shardlab/gemm.hpp"
-
-#include <omp.h>
 
 #include <algorithm>
 #include <cstdlib>
-#include <exception>
 #include <memory>
 #include <numeric>
 #include <stdexcept>
@@ -14,6 +11,7 @@
 
 #include "kernels/gemm_microkernel.hpp"
 #include "shardlab/cpu_features.hpp"
+#include "shardlab/thread_pool.hpp"
 
 namespace shardlab {
 namespace gemm_detail {
@@ -233,7 +231,7 @@ void gemm(const GemmProblem& p) {
   // splits in two for two threads; three batched GEMMs split in two each), so threads finish
   // together; large batches are not split, as splitting repeats the packing of one operand.
   const double flops = 2.0 * static_cast<double>(batch) * m * n * k;
-  const int threads = flops < 2e5 ? 1 : omp_get_max_threads();
+  const int threads = flops < 2e5 ? 1 : max_threads();
   int64_t parts = 1;
   if (threads > 1 && batch < 8 * threads) parts = threads / std::gcd<int64_t>(batch, threads);
   // Split the larger of M and N: that repeats the packing of the smaller operand.
@@ -244,9 +242,7 @@ void gemm(const GemmProblem& p) {
   parts = (extent + slab - 1) / slab;
   const int64_t tasks = batch * parts;
 
-  std::exception_ptr error;  // an exception may not leave an OpenMP region (bad_alloc of a buffer)
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1 && tasks > 1)
-  for (int64_t t = 0; t < tasks; ++t) {
+  parallel_for(tasks, threads, [&](int64_t t) {
     const BatchOffsets o = batch_offsets(p, t / parts);
     const int64_t lo = (t % parts) * slab, len = std::min(slab, extent - lo);
     GemmOperand a = offset(p.a, o.a, p.type), b = offset(p.b, o.b, p.type);
@@ -260,14 +256,8 @@ void gemm(const GemmProblem& p) {
       b.cols = len;
       c += lo;
     }
-    try {
-      gemm_block(ks, a, b, c, p.c_row_stride);
-    } catch (...) {
-#pragma omp critical(shardlab_gemm_error)
-      if (!error) error = std::current_exception();
-    }
-  }
-  if (error) std::rethrow_exception(error);
+    gemm_block(ks, a, b, c, p.c_row_stride);
+  });
 }
 
 void gemm_reference(const GemmProblem& p) {

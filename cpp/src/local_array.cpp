@@ -1,8 +1,7 @@
 #include "shardlab/local_array.hpp"
 
 #include "shardlab/cpu_features.hpp"
-
-#include <omp.h>
+#include "shardlab/thread_pool.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -22,20 +21,23 @@ void reduce_rows_avx512(DType, ReduceOp, const char* const*, std::int64_t, std::
 
 namespace {
 
-// Below this many bytes a copy or reduction runs on the calling thread: waking the OpenMP
-// team costs more than it saves (the per-collective overhead budget is ~20 us).
+// Below this many bytes a copy or reduction runs on the calling thread: waking a worker
+// costs more than it saves (the per-collective overhead budget is ~20 us).
 constexpr std::int64_t kParallelBytes = 1 << 18;
 
-// body(w) for w in [0, work): on the OpenMP team when `parallel`, else on the calling thread
-// outside any OpenMP construct (even a team of one costs microseconds per collective).
+// Pieces of work per thread when parallel: enough that a thread the OS deschedules holds
+// up little of a copy (the others take the rest, see thread_pool.hpp).
+constexpr std::int64_t kPiecesPerThread = 8;
+
+// body(w) for w in [0, work): over the thread pool in up to kPiecesPerThread runs of w per
+// thread when `parallel`, else on the calling thread.
 template <class Body>
 void for_each_work(bool parallel, std::int64_t work, Body&& body) {
-  if (!parallel) {
-    for (std::int64_t w = 0; w < work; ++w) body(w);
-    return;
-  }
-#pragma omp parallel for schedule(static)
-  for (std::int64_t w = 0; w < work; ++w) body(w);
+  const int threads = parallel ? max_threads() : 1;
+  const std::int64_t runs = std::min(work, kPiecesPerThread * threads);
+  parallel_for(runs, threads, [&](std::int64_t r) {
+    for (std::int64_t w = work * r / runs; w < work * (r + 1) / runs; ++w) body(w);
+  });
 }
 
 // A loop nest over a shared shape with one stride list per operand, simplified by dropping
@@ -241,10 +243,10 @@ void copy_strided(const ArrayRef& dst, const ArrayRef& src) {
   std::int64_t outer_count = 1;
   for (int d = 0; d < outer; ++d) outer_count *= nest.shape[d];
   // Split long inner runs so that one big contiguous copy also uses every thread.
-  const int threads = omp_get_max_threads();
+  const std::int64_t wanted = kPiecesPerThread * max_threads();
   const bool parallel = dst.nbytes() >= kParallelBytes;
   std::int64_t pieces = 1;
-  if (parallel && outer_count < threads) pieces = (threads + outer_count - 1) / outer_count;
+  if (parallel && outer_count < wanted) pieces = (wanted + outer_count - 1) / outer_count;
   const std::int64_t piece = (inner + pieces - 1) / pieces;
   const std::int64_t work = outer_count * pieces;
   for_each_work(parallel, work, [&](std::int64_t w) {
@@ -423,7 +425,7 @@ void reduce_strided(const ArrayRef& dst, const ArrayRef& src, int reduce_dims, R
   const bool parallel = src.nbytes() >= kParallelBytes && work > 1;
   const ReduceRowsFn rows = reduce_rows_for(active_isa());
 
-  // One scratch row (8 bytes per element covers every accumulator) and source list per thread.
+  // One scratch row (8 bytes per element covers every accumulator) and source list per run.
   auto run_range = [&](std::int64_t w0, std::int64_t w1) {
     std::vector<double> scratch(static_cast<std::size_t>(chunk));
     std::vector<const char*> srcs(static_cast<std::size_t>(red_count));
@@ -437,15 +439,9 @@ void reduce_strided(const ArrayRef& dst, const ArrayRef& src, int reduce_dims, R
            std::min(chunk, inner - c0), scratch.data());
     }
   };
-  if (!parallel) {
-    run_range(0, work);
-    return;
-  }
-#pragma omp parallel
-  {
-    const std::int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    run_range(work * t / nt, work * (t + 1) / nt);
-  }
+  const int threads = parallel ? max_threads() : 1;
+  const std::int64_t runs = std::min(work, kPiecesPerThread * threads);
+  parallel_for(runs, threads, [&](std::int64_t r) { run_range(work * r / runs, work * (r + 1) / runs); });
 }
 
 }  // namespace shardlab

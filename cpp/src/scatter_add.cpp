@@ -1,11 +1,12 @@
 // Row scatter-add, parallel over destination rows.
 #include "shardlab/scatter_add.hpp"
 
-#include <omp.h>
-
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+
+#include "shardlab/thread_pool.hpp"
 
 namespace shardlab {
 namespace {
@@ -67,13 +68,13 @@ void run(const ArrayRef& dst, const ArrayRef& index, const ArrayRef& src) {
   const std::int64_t P = dst.shape[0], R = dst.shape[1], C = dst.shape[2], N = index.shape[1];
   T* out = static_cast<T*>(dst.data);
   const char* in = static_cast<const char*>(src.data);
-  // Each thread owns a band of destination rows of every p and scans all N indices: no two
-  // threads touch one row, and a row's additions happen in the order of n.
-  const int threads = P * N * C >= (1 << 16) ? omp_get_max_threads() : 1;
-#pragma omp parallel num_threads(threads)
-  {
-    const std::int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
-    const std::int64_t lo = R * t / nt, hi = R * (t + 1) / nt;
+  // Each band of destination rows (of every p) is one piece of work that scans all N indices:
+  // no two pieces touch one row, and a row's additions happen in the order of n. Four bands per
+  // thread, so a descheduled thread holds up a quarter of its share (thread_pool.hpp).
+  const int threads = P * N * C >= (1 << 16) ? max_threads() : 1;
+  const std::int64_t bands = std::min<std::int64_t>(R, 4 * threads);
+  parallel_for(bands, threads, [&](std::int64_t band) {
+    const std::int64_t lo = R * band / bands, hi = R * (band + 1) / bands;
     for (std::int64_t p = 0; p < P; ++p) {
       for (std::int64_t n = 0; n < N; ++n) {
         const std::int64_t r = index_at(index, p, n);
@@ -81,7 +82,7 @@ void run(const ArrayRef& dst, const ArrayRef& index, const ArrayRef& src) {
         add_row(out + (p * R + r) * C, in + p * src.strides[0] + n * src.strides[1], src.strides[2], C);
       }
     }
-  }
+  });
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
 // Fused elementwise kernels: one pass over memory where the composite numpy expression makes
 // several (the training step's activation and optimizer update). float32, contiguous, any
-// length; parallel over OpenMP threads for long arrays, vectorized per ISA (scalar, AVX2,
-// AVX-512 builds of one loop). Each has an element-at-a-time reference beside it.
+// length; parallel over the thread pool (thread_pool.hpp) for long arrays, vectorized per ISA
+// (scalar, AVX2, AVX-512 builds of one loop). Each has an element-at-a-time reference beside it.
 #pragma once
 
 #include <cstdint>

@@ -14,8 +14,6 @@
 // micro-kernels never handle column tails; row tails are handled by smaller MR instances.
 #pragma once
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -31,6 +29,7 @@
 #endif
 
 #include "shardlab/attention.hpp"
+#include "shardlab/thread_pool.hpp"
 #include "transpose8x8.hpp"
 
 namespace shardlab::detail {
@@ -59,27 +58,12 @@ inline int64_t pad16(int64_t n) { return (n + 15) / 16 * 16; }
 // the block missed L1 (the forward's P V and four of the backward's five products).
 inline int64_t row_ld(int64_t Dp) { return Dp / 16 % 2 ? Dp : Dp + 16; }
 
-// A per-thread tile buffer aligned to a cache line: with every tile a multiple of 16 floats
-// long, no 32-byte load of a row straddles two lines (std::vector's 16-byte alignment made
-// every other AVX2 load of a panel split, costing a tenth of the micro-kernel's speed).
-class TileBuffer {
- public:
-  explicit TileBuffer(int64_t floats)
-      : data_(static_cast<float*>(std::aligned_alloc(64, pad16(floats) * sizeof(float)))) {
-    if (!data_) throw std::bad_alloc();
-  }
-  ~TileBuffer() { std::free(data_); }
-  TileBuffer(const TileBuffer&) = delete;
-  TileBuffer& operator=(const TileBuffer&) = delete;
-  float* data() { return data_; }
-
- private:
-  float* data_;
-};
-
-// A cache-line aligned buffer kept between calls by the calling thread: the head-major copies
-// of K and V (or Q and dO) are megabytes, and fresh pages cost a page fault and a zero-fill
-// each, a few percent of a causal forward. trim() after a call gives back anything above
+// A cache-line aligned buffer kept between calls by its thread: the head-major copies of K and
+// V (or Q and dO) are megabytes, and fresh pages cost a page fault and a zero-fill each, a few
+// percent of a causal forward. Each thread's tiles live in one too: aligned to a cache line,
+// so with every tile a multiple of 16 floats long no 32-byte load of a row straddles two lines
+// (std::vector's 16-byte alignment made every other AVX2 load of a panel split, costing a
+// tenth of the micro-kernel's speed). trim() after a call gives back anything above
 // kKeepBytes, so a huge call does not pin its copies for the life of the thread.
 class Scratch {
  public:
@@ -333,9 +317,7 @@ inline void pack_cols(const T* src, int64_t ld, int64_t rows, int64_t cols, floa
 // head_major_buffer returns the destination (from `scratch`), or nullptr when x already has
 // that layout (fp32, one head, D a multiple of 16) and is read in place (as_f32(x)), with
 // row stride D instead.
-// pack_heads_team fills it from inside a parallel region (an orphaned `omp for nowait`, so
-// the copies of K and V (or Q and dO) share the kernel's one fork/join: on a shared machine each extra
-// join can wait a scheduler tick for a descheduled thread); the caller puts the barrier.
+// pack_heads fills the buffers of two tensors (K and V, or Q and dO) in one parallel loop.
 template <class T>
 float* head_major_buffer(const T*, int64_t B, int64_t Tn, int64_t H, int64_t D,
                          Scratch& scratch) {
@@ -351,16 +333,26 @@ const float* as_f32(const T* x) {
   return nullptr;
 }
 
+// Regroups x (see head_major_buffer) into xdst and y into ydst (either may be nullptr: read in
+// place), in chunks of token rows over the thread pool.
 template <class T>
-void pack_heads_team(const T* x, int64_t B, int64_t Tn, int64_t H, int64_t D, float* dst) {
-  const int64_t ld = row_ld(pad16(D));
-#pragma omp for schedule(static) nowait
-  for (int64_t r = 0; r < B * Tn; ++r) {
-    const int64_t b = r / Tn, t = r % Tn;
-    for (int64_t h = 0; h < H; ++h) {
-      pack_rows(x + (r * H + h) * D, D, 1, D, dst + ((b * H + h) * Tn + t) * ld, ld);
+void pack_heads(const T* x, float* xdst, const T* y, float* ydst, int64_t B, int64_t Tn, int64_t H,
+                int64_t D) {
+  const int64_t ld = row_ld(pad16(D)), rows = B * Tn;
+  const int64_t per = std::max<int64_t>(1, 16384 / std::max<int64_t>(H * D, 1));
+  const int64_t chunks = (rows + per - 1) / per;
+  const int64_t nx = xdst ? chunks : 0, ny = ydst ? chunks : 0;
+  parallel_for(nx + ny, rows * H * D >= 16384 ? max_threads() : 1, [&](int64_t c) {
+    const T* src = c < nx ? x : y;
+    float* dst = c < nx ? xdst : ydst;
+    const int64_t r0 = (c < nx ? c : c - nx) * per;
+    for (int64_t r = r0; r < std::min(rows, r0 + per); ++r) {
+      const int64_t b = r / Tn, t = r % Tn;
+      for (int64_t h = 0; h < H; ++h) {
+        pack_rows(src + (r * H + h) * D, D, 1, D, dst + ((b * H + h) * Tn + t) * ld, ld);
+      }
     }
-  }
+  });
 }
 
 inline bool mask_keep(const AttentionProblem& p, int64_t b, int64_t h, int64_t i, int64_t j) {
@@ -391,13 +383,10 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
   const float* vh = vdst ? vdst : as_f32(v);
   const int64_t ldkv = kdst ? row_ld(Dp) : Dp;  // row stride of kh and vh
 
-#pragma omp parallel
-  {
-    if (kdst) pack_heads_team(k, B, Tk, Hkv, D, kdst);
-    if (vdst) pack_heads_team(v, B, Tk, Hkv, D, vdst);
-#pragma omp barrier
-    TileBuffer buf(Dp * kBq + kBk * kBq + kBq * Dp + 6 * kBq);
-    float* Qt = buf.data();       // [D][kBq], pre-scaled
+  pack_heads(k, kdst, v, vdst, B, Tk, Hkv, D);
+  parallel_for(ntasks, max_threads(), [&](int64_t task) {
+    static thread_local Scratch tiles;
+    float* Qt = tiles.get(Dp * kBq + kBk * kBq + kBq * Dp + 6 * kBq);  // [D][kBq], pre-scaled
     float* St = Qt + Dp * kBq;    // [kBk][kBq]
     float* O = St + kBk * kBq;    // [kBq][Dp]
     float* m = O + kBq * Dp;      // running max (log2 units)
@@ -407,8 +396,7 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
     float* msub = tmax + kBq;     // the max subtracted before exp2 (0 where it is -inf)
     float* rsum = msub + kBq;     // the step's per-query sum of probabilities
 
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < ntasks; ++task) {
+    {
       // Causal tiles near the end of the sequence do the most work: hand them out first.
       const int64_t qb = p.causal ? nqb - 1 - task % nqb : task % nqb;
       const int64_t b = task / nqb / Hq, h = task / nqb % Hq, hk = h / G;
@@ -505,7 +493,7 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
         lse[(b * Hq + h) * Tq + i0 + i] = l[i] == 0.0f ? -kInf : (m[i] + std::log2(l[i])) * kLn2;
       }
     }
-  }
+  });
   kbuf.trim();
   vbuf.trim();
 }
@@ -530,7 +518,7 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
 
   // delta[b, h, i] = dout_i . out_i, and lse in log2 units with -inf turned into +inf so a
   // fully masked row recomputes P = exp2(s - inf) = 0.
-  // Q and dO are regrouped head-major (see head_major_buffer) in the same parallel region.
+  // Q and dO are regrouped head-major first (see head_major_buffer).
   std::vector<float> delta(B * Hq * Tq), lse2(B * Hq * Tq);
   static thread_local Scratch qbuf, dobuf;
   float* const qdst = head_major_buffer(q, B, Tq, Hq, D, qbuf);  // [B][Hq][Tq][ldqh]
@@ -539,12 +527,10 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
   const float* doh = dodst ? dodst : as_f32(dout);
   const int64_t ldqh = qdst ? row_ld(Dp) : Dp;  // row stride of qh and doh
   const int64_t Lk = row_ld(Dp);                // row stride of the Kr, dK, dV tiles
-#pragma omp parallel
-  {
-    if (qdst) pack_heads_team(q, B, Tq, Hq, D, qdst);
-    if (dodst) pack_heads_team(dout, B, Tq, Hq, D, dodst);
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < B * Hq * Tq; ++r) {
+  pack_heads(q, qdst, dout, dodst, B, Tq, Hq, D);
+  const int64_t delta_per = std::max<int64_t>(1, 4096 / std::max<int64_t>(D, 1));  // rows per piece
+  parallel_for((B * Hq * Tq + delta_per - 1) / delta_per, max_threads(), [&](int64_t c) {
+    for (int64_t r = c * delta_per; r < std::min(B * Hq * Tq, (c + 1) * delta_per); ++r) {
       const int64_t b = r / (Hq * Tq), h = r / Tq % Hq, i = r % Tq;
       const T* o = out + (b * Tq + i) * ldq + h * D;
       const T* g = dout + (b * Tq + i) * ldq + h * D;
@@ -561,9 +547,9 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
       delta[r] = s;
       lse2[r] = lse[r] == -kInf ? kInf : lse[r] * kLog2e;
     }
-  }
+  });
 
-  const int64_t nthreads = omp_get_max_threads();
+  const int64_t nthreads = max_threads();
   const int64_t heads = B * Hkv;
   const int64_t nchunks = heads >= nthreads ? 1 : std::min(nkb, (nthreads + heads - 1) / heads);
   const int64_t ntasks = heads * nchunks;
@@ -571,10 +557,9 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
   std::vector<float> partial(nchunks > 1 ? ntasks * G * Tq * Dp : 0, 0.0f);
   static thread_local Scratch dqbuf;  // [G][Tq][Dp] of the task (nchunks == 1)
 
-#pragma omp parallel
-  {
-    TileBuffer buf(3 * kBk * Lk + 2 * Dp * kBk + 2 * kBq * kBk);
-    float* Kr = buf.data();     // [kBk][Lk]
+  parallel_for(ntasks, max_threads(), [&](int64_t task) {
+    static thread_local Scratch tiles;
+    float* Kr = tiles.get(3 * kBk * Lk + 2 * Dp * kBk + 2 * kBq * kBk);  // [kBk][Lk]
     float* dK = Kr + kBk * Lk;  // [kBk][Lk]
     float* dV = dK + kBk * Lk;  // [kBk][Lk]
     float* Kt = dV + kBk * Lk;  // [D][kBk]
@@ -583,8 +568,7 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
     float* dP = S + kBq * kBk;  // [kBq][kBk], becomes dS
     float* const dqh = nchunks == 1 ? dqbuf.get(G * Tq * Dp) : nullptr;
 
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t task = 0; task < ntasks; ++task) {
+    {
       const int64_t chunk = task % nchunks, b = task / nchunks / Hkv, hk = task / nchunks % Hkv;
       float* const dqt = nchunks > 1 ? partial.data() + task * G * Tq * Dp : dqh;
       if (dqh) std::fill(dqh, dqh + G * Tq * Dp, 0.0f);
@@ -678,19 +662,21 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
       }
     }
     dqbuf.trim();
-  }
+  });
 
   if (nchunks > 1) {
-#pragma omp parallel for schedule(static)
-    for (int64_t r = 0; r < B * Tq * Hq; ++r) {
-      const int64_t b = r / (Tq * Hq), i = r / Hq % Tq, h = r % Hq, hk = h / G, g = h % G;
-      float* d = dq + r * D;
-      std::fill(d, d + D, 0.0f);
-      for (int64_t c = 0; c < nchunks; ++c) {
-        const float* s = partial.data() + (((b * Hkv + hk) * nchunks + c) * G + g) * Tq * Dp + i * Dp;
-        for (int64_t x = 0; x < D; ++x) d[x] += s[x];
+    const int64_t rows = B * Tq * Hq, per = std::max<int64_t>(1, 4096 / (D * nchunks));
+    parallel_for((rows + per - 1) / per, max_threads(), [&](int64_t piece) {
+      for (int64_t r = piece * per; r < std::min(rows, (piece + 1) * per); ++r) {
+        const int64_t b = r / (Tq * Hq), i = r / Hq % Tq, h = r % Hq, hk = h / G, g = h % G;
+        float* d = dq + r * D;
+        std::fill(d, d + D, 0.0f);
+        for (int64_t c = 0; c < nchunks; ++c) {
+          const float* s = partial.data() + (((b * Hkv + hk) * nchunks + c) * G + g) * Tq * Dp + i * Dp;
+          for (int64_t x = 0; x < D; ++x) d[x] += s[x];
+        }
       }
-    }
+    });
   }
   qbuf.trim();
   dobuf.trim();

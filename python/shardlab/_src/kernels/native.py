@@ -54,5 +54,5 @@ def narrow(x: np.ndarray, dtype) -> np.ndarray:
 
 
 def copy(x: np.ndarray) -> np.ndarray:
-    """A contiguous copy of any strided view, by the core's OpenMP copy."""
+    """A contiguous copy of any strided view, by the core's parallel copy."""
     return _core.copy(as_bits(x)).view(x.dtype)
