@@ -2,12 +2,9 @@
 
 #include <gtest/gtest.h>
 #include <omp.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <chrono>
-#include <thread>
+#include "child_process.hpp"
 
 namespace {
 
@@ -30,17 +27,6 @@ TEST(ForkSafety, AChildForkedAfterAParallelRegionRunsOpenMP) {
   const pid_t pid = fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) _exit(parallel_sum(1000) == 499500 ? 0 : 1);
-  int status = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      FAIL() << "the forked child hung in its OpenMP region";
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_TRUE(shardlab_test::ChildExitsCleanly(pid, "its OpenMP region"));
   EXPECT_EQ(parallel_sum(1000), 499500);
 }

@@ -1,7 +1,6 @@
 #include "shardlab/thread_pool.hpp"
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -9,6 +8,8 @@
 #include <stdexcept>
 #include <thread>
 #include <vector>
+
+#include "child_process.hpp"
 
 namespace {
 
@@ -117,16 +118,5 @@ TEST(ThreadPool, AForkedChildStartsItsOwnWorkers) {
     parallel_for(1000, 2, [&](std::int64_t i) { sum.fetch_add(i); });
     _exit(sum.load() == 499500 ? 0 : 1);
   }
-  int status = 0;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      FAIL() << "the forked child hung in parallel_for";
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  EXPECT_TRUE(shardlab_test::ChildExitsCleanly(pid, "parallel_for"));
 }
