@@ -6,7 +6,9 @@
 Both run on the CPU with the same number of threads (torch.set_num_threads = the OpenMP
 thread count shardlab uses), in the same process, interleaved (ours, torch, ours, ...), best of
 --reps after a warm-up, each timed call after a --settle pause (a library's idle OpenMP threads
-spin for a while after a call and would take a core from the other's next call). torch gets its native [B, H, T, D] contiguous layout; shardlab gets
+spin for a while after a call and would take a core from the other's next call) and one untimed
+call of the same function (common.settled_seconds: a call straight after an idle pause waits for
+the idle cores to wake). torch gets its native [B, H, T, D] contiguous layout; shardlab gets
 JAX's [B, T, H, D]. The backward times only the backward: shardlab's flash_attention_backward
 from (out, lse), torch's autograd backward of SDPA with the graph retained.
 
@@ -25,14 +27,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 
 import numpy as np
 import threadpoolctl
 from rich.console import Console
 from rich.table import Table
 
-from common import cpu_model
+from common import cpu_model, settled_seconds
 from shardlab import _core
 from shardlab.kernels import flash_attention, flash_attention_backward
 
@@ -53,10 +54,7 @@ SETTLE = 0.15
 
 
 def timed(fn) -> float:
-    time.sleep(SETTLE)
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
+    return settled_seconds(fn, SETTLE)
 
 
 def best_pair(ours, theirs, reps: int) -> tuple[float, float]:

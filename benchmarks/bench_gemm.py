@@ -16,7 +16,8 @@ Each figure is the best of several timed runs (at least --reps, more while they 
 --budget seconds) after one warm-up; numpy and ours alternate run by run for each size and
 thread count, so load from other processes hits both alike, each timed call after a --settle
 pause (OpenBLAS's and libgomp's idle threads spin after a call and would take a core from the
-other library's next call). The whole table is repeated
+other library's next call) and one untimed call of the same function (a call straight after an
+idle pause waits for the idle cores to wake: common.settled_seconds). The whole table is repeated
 --runs times and the spread of each ratio is printed (the machine may be shared).
 """
 
@@ -25,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import time
 
 import ml_dtypes
 import numpy as np
@@ -33,7 +33,7 @@ import threadpoolctl
 from rich.console import Console
 from rich.table import Table
 
-from common import cpu_model
+from common import cpu_model, settled_seconds
 from shardlab import _core
 from shardlab.kernels import gemm
 
@@ -53,10 +53,7 @@ def best_seconds(fn, reps: int, budget: float) -> float:
 
 
 def timed(fn) -> float:
-    time.sleep(SETTLE)
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
+    return settled_seconds(fn, SETTLE)
 
 
 def best_interleaved(fns, reps: int, budget: float) -> list[float]:

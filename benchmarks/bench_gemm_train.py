@@ -24,14 +24,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 
 import numpy as np
 import threadpoolctl
 from rich.console import Console
 from rich.table import Table
 
-from common import cpu_model
+from common import cpu_model, settled_seconds
 from shardlab import _core
 from shardlab.kernels import gemm
 
@@ -78,11 +77,7 @@ def main() -> None:
                   f"load average {os.getloadavg()[0]:.2f}")
 
     def timed(fn) -> float:
-        time.sleep(args.settle)
-        fn()  # wakes the idle cores; see the module docstring
-        t0 = time.perf_counter()
-        fn()
-        return time.perf_counter() - t0
+        return settled_seconds(fn, args.settle)
 
     rng = np.random.default_rng(0)
     operands = [(name, fa(rng), fb(rng)) for name, fa, fb in CASES]

@@ -25,6 +25,22 @@ def cpu_model() -> str:
     return f"{fields.get('model name', '?')} (family {fields.get('cpu family', '?')}, model {fields.get('model', '?')})"
 
 
+def settled_seconds(fn, settle: float) -> float:
+    """Seconds of one call of `fn`, timed after a `settle` pause and one untimed call of `fn`.
+
+    The pause lets the other library's idle threads stop spinning (OpenBLAS's and libgomp's spin
+    for up to 0.1 s after a call and would share the cores with this one). The untimed call then
+    wakes the cores again: on the 2-vCPU VM of docs/benchmarks.md a call right after an idle
+    pause ran 2-4x slower (a 1.5 ms GEMM took 3.7-6.5 ms after 0.15 s idle, its second thread
+    waiting for its vCPU to be scheduled), which would swamp the libraries' difference.
+    """
+    time.sleep(settle)
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
 def best(fn, repeat: int = 5, number: int = 1, clock=time.perf_counter) -> float:
     """Seconds per call of `fn`: the best of `repeat` timings of `number` calls, after a warm-up.
     ``clock=time.process_time`` times single-threaded work by the CPU it used, so time the
