@@ -14,6 +14,7 @@
 #include <omp.h>
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -64,6 +65,20 @@ struct Job {
 
 thread_local bool t_in_loop = false;  // running indices of a loop: nested loops run serially
 
+// The loop on the calling thread alone, with the pool's contract: every index runs, then the
+// first exception is rethrown.
+void run_serial(std::int64_t n, IndexFn fn, void* body) {
+  std::exception_ptr error;
+  for (std::int64_t i = 0; i < n; ++i) {
+    try {
+      fn(body, i);
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+  }
+  if (error) std::rethrow_exception(error);
+}
+
 class Pool {
  public:
   Pool() { pthread_atfork(nullptr, nullptr, [] { instance()->reset_in_child(); }); }
@@ -76,10 +91,7 @@ class Pool {
 
   void run(std::int64_t n, int threads, IndexFn fn, void* body) {
     std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
-    if (t_in_loop || !busy.owns_lock()) {
-      for (std::int64_t i = 0; i < n; ++i) fn(body, i);
-      return;
-    }
+    if (t_in_loop || !busy.owns_lock()) return run_serial(n, fn, body);
     const int workers = static_cast<int>(std::min<std::int64_t>(threads, n)) - 1;
     start_workers(workers);
     auto job = std::make_shared<Job>(fn, body, n, workers);
@@ -170,10 +182,7 @@ class Pool {
 }  // namespace
 
 void run(std::int64_t n, int threads, IndexFn fn, void* body) {
-  if (threads <= 1 || n == 1) {
-    for (std::int64_t i = 0; i < n; ++i) fn(body, i);
-    return;
-  }
+  if (threads <= 1 || n == 1) return run_serial(n, fn, body);
   Pool::instance()->run(n, threads, fn, body);
 }
 

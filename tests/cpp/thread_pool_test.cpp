@@ -67,14 +67,16 @@ TEST(ThreadPool, UsesMoreThanOneThreadWhenAsked) {
 }
 
 TEST(ThreadPool, TheFirstExceptionIsRethrownAfterEveryIndexRan) {
-  std::atomic<int> ran{0};
-  EXPECT_THROW(parallel_for(100, 2,
-                            [&](std::int64_t i) {
-                              ran.fetch_add(1);
-                              if (i % 10 == 3) throw std::runtime_error("index " + std::to_string(i));
-                            }),
-               std::runtime_error);
-  EXPECT_EQ(ran.load(), 100);
+  for (int threads : {1, 2}) {
+    std::atomic<int> ran{0};
+    EXPECT_THROW(parallel_for(100, threads,
+                              [&](std::int64_t i) {
+                                ran.fetch_add(1);
+                                if (i % 10 == 3) throw std::runtime_error("index " + std::to_string(i));
+                              }),
+                 std::runtime_error);
+    EXPECT_EQ(ran.load(), 100) << threads << " threads";
+  }
   // The pool still works afterwards.
   EXPECT_EQ(run_counts(50, 2), std::vector<int>(50, 1));
 }
