@@ -20,7 +20,10 @@ relative (exit status 1 otherwise). The model FLOPs per step (``models.flops_per
 the step time, as a fraction of the cores' FMA peak measured before and after the rounds,
 shows how much of the machine each side uses: the GEMMs alone cannot run faster than that peak.
 
-    python benchmarks/bench_train.py [--steps 5] [--rounds 3] [--json out.json]
+    python benchmarks/bench_train.py [--steps 5] [--rounds 3] [--busy-core] [--json out.json]
+
+``--busy-core`` runs both sides while another process spins on the last CPU, the way a shared
+machine is: each side keeps the cores it can get (docs/kernels.md, "Threads under load").
 """
 
 from __future__ import annotations
@@ -162,12 +165,24 @@ def _cpu() -> str:
     return platform.processor() or platform.machine()
 
 
-def _child(which: str, steps: int) -> dict:
+# A process that keeps the last CPU busy (--busy-core): another program sharing the machine.
+_SPIN = "import os, sys; os.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True: pass"
+
+
+def _child(which: str, steps: int, busy_core: bool = False) -> dict:
     env = dict(os.environ)
     if which == "jax":
         env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8").strip()
-    out = subprocess.run([sys.executable, __file__, "--child", which, "--steps", str(steps)], env=env,
-                         capture_output=True, text=True, check=True)
+    spinner = None
+    if busy_core:
+        spinner = subprocess.Popen([sys.executable, "-c", _SPIN, str(max(os.sched_getaffinity(0)))])
+    try:
+        out = subprocess.run([sys.executable, __file__, "--child", which, "--steps", str(steps)], env=env,
+                             capture_output=True, text=True, check=True)
+    finally:
+        if spinner is not None:
+            spinner.kill()
+            spinner.wait()
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -176,6 +191,8 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=1, help="alternate the two sides this many times; "
                     "report each round and the medians (JAX's step varies between processes)")
+    ap.add_argument("--busy-core", action="store_true", help="run each side while another process keeps "
+                    "the last CPU busy (a spinning loop pinned to it), as when the machine is shared")
     ap.add_argument("--json")
     ap.add_argument("--child", choices=("shardlab", "jax"))
     a = ap.parse_args()
@@ -187,11 +204,14 @@ def main() -> int:
 
     load_before = os.getloadavg()[0]
     peaks = [_core.measure_fma_peak_gflops(os.cpu_count() or 1)]
-    rounds = [(_child("shardlab", a.steps), _child("jax", a.steps)) for _ in range(a.rounds)]
+    rounds = [(_child("shardlab", a.steps, a.busy_core), _child("jax", a.steps, a.busy_core))
+              for _ in range(a.rounds)]
     peaks.append(_core.measure_fma_peak_gflops(os.cpu_count() or 1))
     print(f"CPU: {_cpu()} ({os.cpu_count()} logical cores); load {load_before:.2f} before, "
           f"{os.getloadavg()[0]:.2f} after")
     print(f"model: {L} layers, D={D}, F={F}, {NH} heads, V={V}; batch {B}x{T}; FSDP+TP on data=2 x model=4")
+    if a.busy_core:
+        print(f"one core busy: a spinning process pinned to CPU {max(os.sched_getaffinity(0))} during each side's run")
     if a.rounds > 1:
         for i, (o, j) in enumerate(rounds):
             print(f"round {i + 1}: step shardlab {o['step_s']:.3f} s, JAX {j['step_s']:.3f} s, "
