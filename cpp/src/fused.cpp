@@ -39,11 +39,7 @@ constexpr std::int64_t kChunk = 1 << 14;
 
 template <class Body>
 void for_chunks(std::int64_t n, Body&& body) {
-  const std::int64_t chunks = (n + kChunk - 1) / kChunk;
-  parallel_for(chunks, max_threads(), [&](std::int64_t c) {
-    const std::int64_t lo = c * kChunk;
-    body(lo, std::min(n, lo + kChunk));
-  });
+  parallel_for_runs(n, kChunk, max_threads(), body);
 }
 
 // Rows per chunk of for_row_chunks: about kChunk elements.
@@ -55,9 +51,8 @@ std::int64_t rows_per_chunk(std::int64_t cols) {
 // the threads (one thread for small arrays).
 template <class Body>
 void for_row_chunks(std::int64_t rows, std::int64_t cols, Body&& body) {
-  const std::int64_t per = rows_per_chunk(cols);
-  parallel_for((rows + per - 1) / per, max_threads(), [&](std::int64_t c) {
-    for (std::int64_t r = c * per; r < std::min(rows, (c + 1) * per); ++r) body(r);
+  parallel_for_runs(rows, rows_per_chunk(cols), max_threads(), [&](std::int64_t lo, std::int64_t hi) {
+    for (std::int64_t r = lo; r < hi; ++r) body(r);
   });
 }
 
@@ -169,9 +164,9 @@ void rms_norm_backward(const float* x, const float* scale, const float* rstd, co
   // thread ran which chunk.
   const std::int64_t rows = P * R, per = rows_per_chunk(C), chunks = (rows + per - 1) / per;
   std::vector<std::vector<float>> parts(static_cast<std::size_t>(chunks));
-  parallel_for(chunks, max_threads(), [&](std::int64_t c) {
-    const std::int64_t r0 = c * per, r1 = std::min(rows, r0 + per), p0 = r0 / R;
-    std::vector<float>& part = parts[static_cast<std::size_t>(c)];
+  parallel_for_runs(rows, per, max_threads(), [&](std::int64_t r0, std::int64_t r1) {
+    const std::int64_t p0 = r0 / R;
+    std::vector<float>& part = parts[static_cast<std::size_t>(r0 / per)];
     part.assign(static_cast<std::size_t>(((r1 - 1) / R - p0 + 1) * C), 0.0f);
     for (std::int64_t i = r0; i < r1; ++i) {
       const std::int64_t p = i / R;

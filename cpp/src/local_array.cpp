@@ -29,14 +29,20 @@ constexpr std::int64_t kParallelBytes = 1 << 18;
 // up little of a copy (the others take the rest, see thread_pool.hpp).
 constexpr std::int64_t kPiecesPerThread = 8;
 
-// body(w) for w in [0, work): over the thread pool in up to kPiecesPerThread runs of w per
-// thread when `parallel`, else on the calling thread.
+// body(w0, w1) for runs of [0, work): over the thread pool, up to kPiecesPerThread runs per
+// thread, when `parallel`, else on the calling thread.
+template <class Body>
+void for_each_run(bool parallel, std::int64_t work, Body&& body) {
+  const int threads = parallel ? max_threads() : 1;
+  const std::int64_t runs = std::max<std::int64_t>(1, std::min(work, kPiecesPerThread * threads));
+  parallel_for_runs(work, (work + runs - 1) / runs, threads, body);
+}
+
+// body(w) for w in [0, work), as for_each_run.
 template <class Body>
 void for_each_work(bool parallel, std::int64_t work, Body&& body) {
-  const int threads = parallel ? max_threads() : 1;
-  const std::int64_t runs = std::min(work, kPiecesPerThread * threads);
-  parallel_for(runs, threads, [&](std::int64_t r) {
-    for (std::int64_t w = work * r / runs; w < work * (r + 1) / runs; ++w) body(w);
+  for_each_run(parallel, work, [&](std::int64_t w0, std::int64_t w1) {
+    for (std::int64_t w = w0; w < w1; ++w) body(w);
   });
 }
 
@@ -439,9 +445,7 @@ void reduce_strided(const ArrayRef& dst, const ArrayRef& src, int reduce_dims, R
            std::min(chunk, inner - c0), scratch.data());
     }
   };
-  const int threads = parallel ? max_threads() : 1;
-  const std::int64_t runs = std::min(work, kPiecesPerThread * threads);
-  parallel_for(runs, threads, [&](std::int64_t r) { run_range(work * r / runs, work * (r + 1) / runs); });
+  for_each_run(parallel, work, run_range);
 }
 
 }  // namespace shardlab

@@ -1,6 +1,7 @@
 #include "shardlab/fused.hpp"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <limits>
@@ -251,6 +252,30 @@ TEST(Fused, RmsNormMatchesReferenceOnEveryIsa) {
       expect_close(ds, ds_ref, 1e-5f * static_cast<float>(R) + 1e-5f * xt::abs(ds_ref));
     }
   }
+}
+
+TEST(Fused, RmsNormBackwardDscaleDoesNotDependOnTheThreadCount) {
+  // dscale sums many rows per group: the partial sums are added in row order, so one thread
+  // and several give the same bits (they used to be added in the order threads finished).
+  const std::int64_t P = 3, R = 2000, C = 96;  // ~35 chunks of rows, several per group
+  xt::random::seed(7);
+  const auto P_ = static_cast<std::size_t>(P), R_ = static_cast<std::size_t>(R), C_ = static_cast<std::size_t>(C);
+  xt::xarray<float> x = xt::random::randn<float>({P_, R_, C_}), scale = xt::random::randn<float>({P_, C_});
+  xt::xarray<float> dy = xt::random::randn<float>({P_, R_, C_}), y(x.shape()), dx(x.shape());
+  auto r = xt::xarray<float>::from_shape({P_, R_});
+  rms_norm_forward(x.data(), scale.data(), 1e-6f, y.data(), r.data(), P, R, C);
+  const int saved = omp_get_max_threads();
+  std::vector<xt::xarray<float>> results;
+  for (int threads : {1, 2, 3}) {
+    omp_set_num_threads(threads);
+    auto ds = xt::xarray<float>::from_shape({P_, C_});
+    for (int rep = 0; rep < 5; ++rep) {
+      rms_norm_backward(x.data(), scale.data(), r.data(), dy.data(), dx.data(), ds.data(), P, R, C);
+      results.push_back(ds);
+    }
+  }
+  omp_set_num_threads(saved);
+  for (const auto& ds : results) EXPECT_EQ(ds, results.front());
 }
 
 TEST(Fused, RmsNormOfAConstantRowIsTheScale) {

@@ -12,6 +12,7 @@
 //   shardlab::parallel_for(chunks, shardlab::max_threads(), [&](std::int64_t c) { ... });
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -37,6 +38,16 @@ void parallel_for(std::int64_t n, int threads, Body&& body) {
   using B = std::remove_reference_t<Body>;
   pool_detail::run(n, threads, [](void* b, std::int64_t i) { (*static_cast<B*>(b))(i); },
                    const_cast<void*>(static_cast<const void*>(&body)));
+}
+
+// body(lo, hi) for the runs [0, per), [per, 2 per), ... that cover [0, n), the last one shorter:
+// parallel_for over runs of `per` indices (per < 1 counts as 1).
+template <class Body>
+void parallel_for_runs(std::int64_t n, std::int64_t per, int threads, Body&& body) {
+  if (n <= 0) return;
+  per = std::max<std::int64_t>(per, 1);
+  parallel_for((n + per - 1) / per, threads,
+               [&](std::int64_t r) { body(r * per, std::min(n, (r + 1) * per)); });
 }
 
 }  // namespace shardlab

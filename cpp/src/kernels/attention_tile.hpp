@@ -528,9 +528,9 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
   const int64_t ldqh = qdst ? row_ld(Dp) : Dp;  // row stride of qh and doh
   const int64_t Lk = row_ld(Dp);                // row stride of the Kr, dK, dV tiles
   pack_heads(q, qdst, dout, dodst, B, Tq, Hq, D);
-  const int64_t delta_per = std::max<int64_t>(1, 4096 / std::max<int64_t>(D, 1));  // rows per piece
-  parallel_for((B * Hq * Tq + delta_per - 1) / delta_per, max_threads(), [&](int64_t c) {
-    for (int64_t r = c * delta_per; r < std::min(B * Hq * Tq, (c + 1) * delta_per); ++r) {
+  const int64_t delta_per = 4096 / std::max<int64_t>(D, 1);  // rows per run
+  parallel_for_runs(B * Hq * Tq, delta_per, max_threads(), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
       const int64_t b = r / (Hq * Tq), h = r / Tq % Hq, i = r % Tq;
       const T* o = out + (b * Tq + i) * ldq + h * D;
       const T* g = dout + (b * Tq + i) * ldq + h * D;
@@ -665,9 +665,8 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
   });
 
   if (nchunks > 1) {
-    const int64_t rows = B * Tq * Hq, per = std::max<int64_t>(1, 4096 / (D * nchunks));
-    parallel_for((rows + per - 1) / per, max_threads(), [&](int64_t piece) {
-      for (int64_t r = piece * per; r < std::min(rows, (piece + 1) * per); ++r) {
+    parallel_for_runs(B * Tq * Hq, 4096 / (D * nchunks), max_threads(), [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
         const int64_t b = r / (Tq * Hq), i = r / Hq % Tq, h = r % Hq, hk = h / G, g = h % G;
         float* d = dq + r * D;
         std::fill(d, d + D, 0.0f);
