@@ -199,6 +199,8 @@ def main() -> int:
     if a.child:
         print(json.dumps((run_shardlab if a.child == "shardlab" else run_jax)(a.steps)))
         return 0
+    # Imported here, not at the top: each child runs this file too, and the JAX child must not
+    # carry shardlab in its memory figures.
     from shardlab import _core
     from shardlab.models import ModelConfig, flops_per_token
 
