@@ -16,9 +16,11 @@ Each figure is the best of several timed runs (at least --reps, more while they 
 --budget seconds) after one warm-up; numpy and ours alternate run by run for each size and
 thread count, so load from other processes hits both alike, each timed call after a --settle
 pause (OpenBLAS's and libgomp's idle threads spin after a call and would take a core from the
-other library's next call) and one untimed call of the same function (a call straight after an
-idle pause waits for the idle cores to wake: common.settled_seconds). The whole table is repeated
---runs times and the spread of each ratio is printed (the machine may be shared).
+other library's next call), then untimed calls of the same function for 20 ms, and the figure is
+the median of the calls timed over the next 10 ms (a call straight after an idle pause waits for
+the idle cores to wake; a single untimed call was not enough for a 1.3 ms GEMM:
+common.settled_seconds). The whole table is repeated --runs times and the spread of each ratio
+is printed (the machine may be shared).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import threadpoolctl
 from rich.console import Console
 from rich.table import Table
 
-from common import cpu_model, settled_seconds
+from common import cpu_model, openblas_info, settled_seconds
 from shardlab import _core
 from shardlab.kernels import gemm
 
@@ -66,14 +68,6 @@ def best_interleaved(fns, reps: int, budget: float) -> list[float]:
         for i, fn in enumerate(fns):
             best[i] = min(best[i], timed(fn))
     return best
-
-
-def openblas_info() -> str:
-    infos = [i for i in threadpoolctl.threadpool_info() if i["internal_api"] == "openblas"]
-    if not infos:
-        return "numpy is not linked to OpenBLAS"
-    i = infos[0]
-    return f"OpenBLAS {i['version']}, kernel/architecture {i['architecture']}, {i['threading_layer']}"
 
 
 def main() -> None:

@@ -14,10 +14,12 @@ columns differ only by the packing of the transposed operand), the ratio ours / 
 ours as a fraction of the FMA peak measured in the same invocation. Each figure is the best of
 several calls, the three functions called in turn. Before each timed call: a --settle pause
 (OpenBLAS's idle threads spin for about 0.1 s after a call and would take a core from the next
-library's call), then one untimed call of the same function. On this 2-vCPU VM a call right
-after an idle pause runs 10-20% slower (the idle cores wake and ramp up; a 15 ms GEMM timed
-straight after the pause scattered by +-15% between identical calls), which would swamp
-the differences between these cases; the untimed call takes that hit for both libraries.
+library's call), then untimed calls of the same function for 20 ms (at least one), and the
+figure is the median of the calls timed over the next 10 ms (common.settled_seconds). On this
+2-vCPU VM a call right after an idle pause runs 10-20% slower (the idle cores wake and ramp up;
+a 15 ms GEMM timed straight after the pause scattered by +-15% between identical calls), which
+would swamp the differences between these cases; the untimed calls take that hit for both
+libraries.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import threadpoolctl
 from rich.console import Console
 from rich.table import Table
 
-from common import cpu_model, settled_seconds
+from common import cpu_model, openblas_info, settled_seconds
 from shardlab import _core
 from shardlab.kernels import gemm
 
@@ -68,9 +70,7 @@ def main() -> None:
 
     console = Console(width=200)
     np.ones((64, 64), np.float32) @ np.ones((64, 64), np.float32)  # load OpenBLAS for threadpoolctl
-    infos = [i for i in threadpoolctl.threadpool_info() if i["internal_api"] == "openblas"]
-    blas = (f"OpenBLAS {infos[0]['version']}, kernel {infos[0]['architecture']}, {infos[0]['threading_layer']}"
-            if infos else "numpy is not linked to OpenBLAS")
+    blas = openblas_info()
     pinned = [v for v in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if v in os.environ]
     console.print(f"numpy {np.__version__}: {blas}" + (f" [yellow](warning: {', '.join(pinned)} set)[/]" if pinned else ""))
     console.print(f"CPU: {cpu_model()}; shardlab ISA {_core.active_isa()}; {args.threads} threads; "

@@ -174,11 +174,11 @@ TEST(Attention, BlockBoundariesCausalGqa) {
   for (const Case& c : {Case{1, 129, 129, 4, 2, 64, true, 0}, Case{2, 65, 257, 2, 1, 16, true, 0},
                         Case{1, 257, 63, 3, 1, 33, true, 2}, Case{1, 128, 128, 2, 2, 128, false, 1},
                         Case{1, 1, 257, 1, 1, 7, true, 0},
-                        // Around the AVX2 path's 96-row tiles: one past, one short, two tiles with
-                        // a GQA group (the next-head prefetch), a masked uneven pair.
-                        Case{1, 97, 97, 2, 1, 128, true, 0}, Case{1, 193, 193, 4, 2, 32, true, 0},
-                        Case{2, 96, 191, 2, 1, 16, false, 1}, Case{1, 95, 193, 2, 2, 48, true, 2},
-                        Case{1, 191, 97, 2, 1, 24, false, 0}}) {
+                        // Around the AVX2 path's 144-row tiles: one past, one short, two tiles
+                        // with a GQA group (the next-head prefetch), a masked uneven pair.
+                        Case{1, 145, 145, 2, 1, 128, true, 0}, Case{1, 289, 289, 4, 2, 32, true, 0},
+                        Case{2, 144, 287, 2, 1, 16, false, 1}, Case{1, 143, 289, 2, 2, 48, true, 2},
+                        Case{1, 287, 145, 2, 1, 24, false, 0}}) {
     check_case(c, rng);
   }
 }

@@ -10,7 +10,7 @@ from shardlab.kernels import flash_attention, flash_attention_backward
 from shardlab.kernels.attention import attention_reference, attention_reference_backward
 
 BF16 = ml_dtypes.bfloat16
-SIZES = [1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 65, 95, 97, 127, 129, 191, 193, 257]  # 64/96-row tiles
+SIZES = [1, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 65, 127, 129, 143, 145, 257, 287, 289]  # 64/144-row tiles
 
 
 # ---- float64 numpy reference (the definition) -------------------------------------------------
