@@ -159,10 +159,10 @@ inline void micro_tile(int64_t kc, const float* A, int64_t rsa, int64_t csa, con
   }
 }
 
-// A block to prefetch into L2 a few lines per micro-tile while a GEMM runs (the next step's
-// head-major K or V tile: it streams from L3, and a GEMM touching it cold stalls). Contiguous
-// by default; with row_lines > 0, rows of row_lines lines row_stride bytes apart (the rows
-// of the caller's output, H * D elements apart).
+// A block to prefetch into L2 a few lines per micro-tile while a GEMM runs (the backward's next
+// query tile, or rows the task writes next: a GEMM touching them cold stalls). Contiguous by
+// default; with row_lines > 0, rows of row_lines lines row_stride bytes apart (the rows of the
+// caller's output, H * D elements apart).
 struct Prefetch {
   const char* p = nullptr;
   int64_t lines = 0;
@@ -410,12 +410,13 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
         const int64_t nk = std::min(kBk, kend - j0);
         const float* Kr = kh + ((b * Hkv + hk) * Tk + j0) * ldkv;  // [nk][ldkv]
         const float* Vr = vh + ((b * Hkv + hk) * Tk + j0) * ldkv;  // [nk][ldkv]
-        // The next step's keys load into L2 during this score GEMM, its values during the PV.
-        const int64_t next_lines = std::max<int64_t>(0, std::min(kBk, kend - j0 - kBk)) * ldkv / 16;
-        Prefetch pk{reinterpret_cast<const char*>(Kr + kBk * ldkv), next_lines};
-        Prefetch pv{reinterpret_cast<const char*>(Vr + kBk * ldkv), next_lines};
+        // The key and value tiles are not prefetched by hand: contiguous in the head-major
+        // copies, the hardware prefetcher streams them, and prefetching the next step's tiles
+        // during this step's GEMMs made the 144 x 144 forward 1-2% slower at T >= 1024 (more
+        // than the L2's 512 KiB live at once on Zen 3). The last step's P V loads the output
+        // rows the task writes next (cold, H * D elements apart) instead.
+        Prefetch pv;
         if (j0 + kBk >= kend) {
-          // The last step: the output rows, written next, cold and 4 KiB apart, load instead.
           const int64_t row_lines = (D * int64_t(sizeof(T)) + 63) / 64;
           pv = {reinterpret_cast<const char*>(out + (b * Tq + i0) * ldq + h * D), mq * row_lines,
                 row_lines, ldq * int64_t(sizeof(T))};
@@ -429,7 +430,7 @@ void forward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* v
         const Causal qk_c{diag ? Causal::skip_rows_after_cols : Causal::none, i0 - j0};
         const Causal pv_c{diag ? Causal::k_end : Causal::none, i0 - j0};
         gemm<V>(nk, mqp, D, Kr, ldkv, 1, Qt, kBq, St, kBq, false, nullptr, masked ? nullptr : tmax,
-                &pk, qk_c);
+                nullptr, qk_c);
         if (p.causal && j0 + nk - 1 > i0) {
           for (int64_t j = 0; j < nk; ++j) {
             const int64_t hide = std::min(mqp, j0 + j - i0);  // queries i < j0 + j - i0
