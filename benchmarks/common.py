@@ -1,4 +1,4 @@
-"""What every benchmark script shares: the CPU's name and a best-of-N timer."""
+"""What every benchmark script shares: the CPU's name, numpy's OpenBLAS, and the timers."""
 
 from __future__ import annotations
 
