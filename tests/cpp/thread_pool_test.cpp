@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -14,6 +16,7 @@
 namespace {
 
 using shardlab::parallel_for;
+using shardlab::parallel_for_runs;
 
 // Runs a loop of n indices on `threads` threads and returns how often each index ran.
 std::vector<int> run_counts(std::int64_t n, int threads) {
@@ -64,6 +67,29 @@ TEST(ThreadPool, UsesMoreThanOneThreadWhenAsked) {
     }
   });
   EXPECT_FALSE(timed_out.load()) << "the second index never ran beside the first";
+}
+
+TEST(ThreadPool, RunsCoverTheRangeOnceInRunsOfPerWithAShorterLast) {
+  for (int threads : {1, 2, 3}) {
+    for (std::int64_t n : {0, 1, 5, 64, 1001}) {
+      for (std::int64_t per : {-3, 0, 1, 7, 64, 5000}) {
+        std::vector<std::atomic<int>> counts(static_cast<std::size_t>(n));
+        std::atomic<int> runs{0}, bad{0};
+        const std::int64_t step = std::max<std::int64_t>(per, 1);
+        parallel_for_runs(n, per, threads, [&](std::int64_t lo, std::int64_t hi) {
+          runs.fetch_add(1);
+          // Each run starts on a multiple of the run length and is that long, except the last.
+          if (lo % step != 0 || hi <= lo || hi != std::min(n, lo + step)) bad.fetch_add(1);
+          for (std::int64_t i = lo; i < hi; ++i) counts[static_cast<std::size_t>(i)].fetch_add(1);
+        });
+        const std::string what = "n " + std::to_string(n) + ", per " + std::to_string(per) + ", threads " +
+                                 std::to_string(threads);
+        EXPECT_EQ(bad.load(), 0) << what;
+        EXPECT_EQ(runs.load(), (n + step - 1) / step) << what;
+        for (auto& c : counts) ASSERT_EQ(c.load(), 1) << what;
+      }
+    }
+  }
 }
 
 TEST(ThreadPool, TheFirstExceptionIsRethrownAfterEveryIndexRan) {

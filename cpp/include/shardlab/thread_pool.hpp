@@ -10,6 +10,8 @@
 // descheduled worker costs at most the index it holds.
 //
 //   shardlab::parallel_for(chunks, shardlab::max_threads(), [&](std::int64_t c) { ... });
+//   shardlab::parallel_for_runs(n, 4096, shardlab::max_threads(),
+//                               [&](std::int64_t lo, std::int64_t hi) { ... });  // [lo, hi) runs
 #pragma once
 
 #include <algorithm>
