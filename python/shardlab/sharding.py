@@ -1,6 +1,7 @@
-"""``shardlab.sharding``, as ``jax.sharding``: Mesh, PartitionSpec, NamedSharding."""
+"""``shardlab.sharding``, as ``jax.sharding``: Mesh, AxisType, PartitionSpec, NamedSharding."""
 
-from ._src.core.mesh import Mesh  # noqa: F401
+from ._src.core.errors import ShardingTypeError  # noqa: F401
+from ._src.core.mesh import AxisType, Mesh, get_mesh, set_mesh  # noqa: F401
 from ._src.core.sharding import NamedSharding, PartitionSpec  # noqa: F401
 
-__all__ = ["Mesh", "NamedSharding", "PartitionSpec"]
+__all__ = ["AxisType", "Mesh", "NamedSharding", "PartitionSpec", "ShardingTypeError", "get_mesh", "set_mesh"]

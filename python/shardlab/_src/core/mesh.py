@@ -12,6 +12,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import enum
 import math
 from typing import Sequence
 
@@ -28,6 +29,46 @@ from .context import CTX, LEDGER_FACTORY
 # cannot fit anyway. Abstract meshes (no data) go up to MAX_ABSTRACT_DEVICES.
 MAX_DEVICES = 1 << 20
 MAX_ABSTRACT_DEVICES = (1 << 31) - 1
+
+
+class AxisType(enum.Enum):
+    """How the sharding along a mesh axis is decided, as ``jax.sharding.AxisType``.
+
+    ``Explicit``: the sharding is part of each value's type and every op's output sharding
+    follows JAX's sharding rules (ambiguous cases raise ShardingTypeError). ``Auto``: the
+    compiler (here: shardlab's planner) is free to choose. ``Manual``: inside ``shard_map``,
+    the program sees per-device values. ``make_mesh`` defaults to ``Explicit`` (JAX >= 0.8);
+    ``Mesh(...)`` defaults to ``Auto``, as JAX's.
+
+    Example:
+        >>> import shardlab as sl
+        >>> from shardlab.sharding import AxisType
+        >>> sl.make_mesh((2, 4), ("x", "y"), (AxisType.Explicit, AxisType.Auto)).axis_types
+        (Explicit, Auto)
+    """
+
+    Auto = enum.auto()
+    Explicit = enum.auto()
+    Manual = enum.auto()
+
+    def __repr__(self):
+        return self.name
+
+
+def normalize_axis_types(axis_names: tuple, axis_types, default: AxisType, op: str) -> tuple:
+    """One AxisType per axis name (``default`` for each when None), checked as JAX checks them."""
+    if axis_types is None:
+        return (default,) * len(axis_names)
+    if not isinstance(axis_types, (tuple, list)):
+        axis_types = (axis_types,)
+    axis_types = tuple(axis_types)
+    if not all(isinstance(a, AxisType) for a in axis_types):
+        raise TypeError(f"[{op}] axis_types must be jax.sharding.AxisType entries (shardlab.sharding.AxisType), "
+                        f"got {axis_types}")
+    if len(axis_types) != len(axis_names):
+        raise ValueError(f"[{op}] {len(axis_types)} axis_types {axis_types} for {len(axis_names)} axis names "
+                         f"{axis_names}; give one AxisType per axis")
+    return axis_types
 
 
 class Device:
@@ -93,7 +134,7 @@ class Mesh:
         (8, ('data', 'model'))
     """
 
-    def __init__(self, devices, axis_names, *, axis_types=None, hardware=None, physical_axes=None,
+    def __init__(self, devices, axis_names, axis_types=None, *, hardware=None, physical_axes=None,
                  abstract: bool = False):
         if isinstance(axis_names, str):
             axis_names = (axis_names,)
@@ -123,7 +164,7 @@ class Mesh:
         # The unit mesh (no axes) runs no collectives, so it needs no core mesh.
         self._core = _core.Mesh(list(axis_names), [int(s) for s in shape]) if axis_names else None
         self.axis_names = axis_names
-        self.axis_types = axis_types
+        self.axis_types = normalize_axis_types(axis_names, axis_types, AxisType.Auto, "Mesh")
         self.shape = dict(zip(axis_names, (int(s) for s in shape)))
         self.axis_sizes = tuple(self.shape.values())
         self.ndim = len(axis_names)
@@ -224,8 +265,8 @@ def _as_device(d) -> Device:
     raise TypeError(f"[Mesh] expected Device objects or non-negative ints, got {d!r}")
 
 
-def make_mesh(axis_shapes: Sequence[int], axis_names: Sequence[str], *, devices=None,
-              axis_types=None, hardware=None, physical_axes=None, abstract: bool = False) -> Mesh:
+def make_mesh(axis_shapes: Sequence[int], axis_names: Sequence[str], axis_types=None, *, devices=None,
+              hardware=None, physical_axes=None, abstract: bool = False) -> Mesh:
     """Creates a mesh of ``prod(axis_shapes)`` virtual devices, row-major, as ``jax.make_mesh``.
 
     ``abstract=True`` makes a mesh for shape-only programs (no data; any size up to 2**31-1
@@ -251,6 +292,7 @@ def make_mesh(axis_shapes: Sequence[int], axis_names: Sequence[str], *, devices=
                          f"axis names {tuple(axis_names)}; give one name per axis")
     n = math.prod(int(s) for s in shape)
     _check_count(n, "make_mesh", abstract=abstract)
+    axis_types = normalize_axis_types(tuple(axis_names), axis_types, AxisType.Explicit, "make_mesh")
     if devices is None:
         return Mesh(_RowMajor(shape), axis_names, axis_types=axis_types, hardware=hardware,
                     physical_axes=physical_axes, abstract=abstract)
