@@ -30,6 +30,7 @@ class _Context(threading.local):
         self.remat_replay = None        # (saveable primitives, saved outputs to hand back)
         self.mesh_stack: list = []      # `with mesh:` blocks
         self.global_mesh = None         # set_mesh(...)
+        self.recorders: list = []       # jit(f).trace/lower program recorders: each sees every bind
 
 
 CTX = _Context()
@@ -48,6 +49,9 @@ def current_shard_map_mesh(op: str, axis_name=None):
 def shard_map_frame(mesh):
     """Binds `mesh`'s axis names while a shard_map body runs."""
     CTX.meshes.append(mesh)
+    if CTX.recorders:  # a jit trace marks where the shard_map body's program starts
+        for r in CTX.recorders:
+            r.begin_shard_map(mesh)
     try:
         yield mesh
     finally:

@@ -80,11 +80,15 @@ def bind(prim: Primitive, args, mesh, **params):
         return results if prim.multiple_results else results[0]
     outs = impl(storages, mesh, **params)
     cost = prim.cost
+    event = None
     if cost is not None:
         event = cost(storages, outs, mesh, **params)
         if event is not None:
             record(event, mesh)
     results = [wrap(o, mesh) for o in outs]
+    if ctx.recorders:  # jit(f).trace / lower: the program being recorded (transforms/lowered.py)
+        for r in ctx.recorders:
+            r.bind(prim, params, args, results, mesh, event)
     saving = ctx.remat_saving
     if saving is not None and prim in saving[0]:
         saving[1].append(results)

@@ -84,6 +84,8 @@ def shard_map(f=None, /, *, mesh: Mesh | None = None, in_specs=None, out_specs=N
         out_leaves, out_def = tree.flatten(out, _is_value)
         out_spec_leaves = tree.broadcast_prefix(out_specs, out, _is_spec, "out_specs")
         results = [_exit(x, s, m, i, check_vma) for i, (x, s) in enumerate(zip(out_leaves, out_spec_leaves))]
+        for r in CTX.recorders:  # jit(f).trace / lower (transforms/lowered.py)
+            r.end_shard_map(m, leaves, specs, local, out_leaves, out_spec_leaves, results)
         return tree.unflatten(out_def, results)
 
     return wrapped
