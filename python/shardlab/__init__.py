@@ -40,6 +40,8 @@ from ._src.transforms.eval_shape import ShapeDtypeStruct, eval_shape  # noqa: E4
 from ._src.transforms.jit import block_until_ready, jit  # noqa: E402
 from ._src.transforms.shard_map import shard_map  # noqa: E402
 from . import cost, debug, dtypes, hardware, kernels, lax, nn, numpy, sharding, units  # noqa: E402
+from . import tree, tree_util  # noqa: E402
+from ._src.transforms.vmap import vmap  # noqa: E402
 
 remat = checkpoint
 
@@ -52,6 +54,7 @@ __all__ = [
     "PartitionSpec", "Plan", "plan_einsum", "plan_reshard", "remat", "reshard", "run_plan", "set_mesh", "Shard",
     "shard_map", "ShapeDtypeStruct", "ShardedArray", "sharding", "units", "value_and_grad", "vjp",
 ]
+__all__ += ["tree", "tree_util", "vmap"]
 
 # Pictures last: shardlab.viz draws with the public face above and is registered as the HTML
 # view (and, for the C++ classes, the text view) of the library's objects.
