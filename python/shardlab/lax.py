@@ -6,8 +6,11 @@ from ._src.ops.lax import (  # noqa: F401
     dynamic_update_slice, dynamic_update_slice_in_dim, fori_loop, gather, pcast, pmax, pmean, pmin, ppermute,
     pshuffle, psum, psum_scatter, pvary, reduce, scatter, top_k,
 )
+from ._src.ops.lax import pbroadcast, precv, psend, pswapaxes, ragged_all_to_all  # noqa: F401
+from ._src.ops.control_flow import cond, map, scan, switch, while_loop  # noqa: F401,A004
 
 __all__ = ["all_gather", "all_to_all", "axis_index", "axis_size", "broadcast", "dynamic_slice",
            "dynamic_slice_in_dim", "dynamic_update_slice", "dynamic_update_slice_in_dim", "fori_loop", "gather",
-           "pcast", "pmax", "pmean", "pmin", "ppermute", "pshuffle", "psum", "psum_scatter", "pvary", "reduce",
-           "scatter", "top_k"]
+           "pbroadcast", "pcast", "pmax", "pmean", "pmin", "ppermute", "precv", "psend", "pshuffle", "psum", "psum_scatter",
+           "pswapaxes", "pvary", "ragged_all_to_all", "reduce", "scatter", "top_k"]
+__all__ += ["cond", "map", "scan", "switch", "while_loop"]

@@ -284,9 +284,9 @@ def test_integers_that_do_not_fit_int32():
 def test_bad_shard_map_arguments():
     with raises(TypeError, "shard_map", "callable", "int"):
         sl.shard_map(3, mesh=MESH, in_specs=P(), out_specs=P())
-    with raises(TypeError, "shard_map", "in_specs and out_specs"):
+    with pytest.raises(TypeError, match="required keyword-only argument: 'out_specs'"):  # as JAX
         sl.shard_map(lambda a: a, mesh=MESH, in_specs=P())
-    with raises(ValueError, "shard_map", "in_specs", "str"):
+    with raises(TypeError, "shard_map", "in_specs", "str"):  # JAX's TypeError: not a PartitionSpec
         smap(lambda a: a, "x", P())(X)
     with raises(ValueError, "shard_map", "out_specs"):
         smap(lambda a: (a, a), P(), (P(),))(X)
@@ -303,7 +303,7 @@ def test_bad_shard_map_arguments():
 
 def test_shard_map_does_not_nest():
     inner = smap(lambda a: a, P(), P())
-    with raises((NotImplementedError, TypeError), "shard_map"):
+    with raises(ValueError, "shard_map", "already manual"):  # nothing left to map over
         smap(lambda a: inner(a), P(), P())(X)
 
 

@@ -138,7 +138,7 @@ def rotary_zigzag(xs, cfg, axis_name) -> list:
     over ``axis_name``: the values ``shardlab.models.layers.rotary`` gives the whole sequence."""
     t = xs[0].shape[1]
     pos = zigzag_positions(axis_name, t)
-    cos, sin = (jnp.take(lax.pvary(tab, axis_name), pos, axis=0)
+    cos, sin = (jnp.take(lax.pcast(tab, axis_name, to="varying"), pos, axis=0)
                 for tab in rotary_tables(cfg, np.arange(t * lax.axis_size(axis_name))))
     return [apply_rotary(x, cos, sin, cfg) for x in xs]
 

@@ -202,7 +202,7 @@ class Trainer:
         """ZeRO-1/2: each device's own copy of the replicated params as a [X, ...] array, so
         the backward pass leaves per-device gradients for an explicit reduce-scatter."""
         def view(w, sp):
-            f = self._smap(lambda a: jnp.expand_dims(lax.pvary(a, self._data), 0), sp, _spec_with_lead(sp, self._data))
+            f = self._smap(lambda a: jnp.expand_dims(lax.pcast(a, self._data, to="varying"), 0), sp, _spec_with_lead(sp, self._data))
             return f(w)
         return tree_map(view, params, self._param_specs())
 

@@ -103,9 +103,28 @@ class LocalArray(np.lib.mixins.NDArrayOperatorsMixin):
         return self.shape[0]
 
     def __repr__(self):
-        kind = "abstract, " if self.is_abstract else ""
-        return (f"LocalArray(shape={self.shape}, dtype={self.dtype}, {kind}"
-                f"varying={self.varying_axes})")
+        """Each device's block, as JAX prints a value inside an eager shard_map body::
+
+            On cpu:0 at mesh coordinates (x,) = (0,):
+            [0. 1.]
+
+        (an abstract value, which has no data, prints its shape, dtype and varying axes)."""
+        if self.is_abstract or self.mesh.ndim == 0:
+            if not self.is_abstract:
+                return str(np.asarray(self.storage))
+            return (f"LocalArray(shape={self.shape}, dtype={self.dtype}, abstract, "
+                    f"varying={self.varying_axes})")
+        mesh, s = self.mesh, self.storage
+        names = f"({', '.join(map(str, mesh.axis_names))},)"
+        blocks = []
+        for idx, device in np.ndenumerate(mesh.devices):
+            src = tuple(i if s.shape[a] != 1 else 0 for a, i in enumerate(idx))
+            idx = tuple(int(i) for i in idx)
+            blocks.append(f"On {device.platform}:{device.id} at mesh coordinates {names} = {idx}:\n"
+                          f"{np.asarray(s[src])}\n")
+        return "\n".join(blocks)
+
+    __str__ = __repr__  # as JAX: print(x) and repr(x) show the same blocks
 
     def __bool__(self):
         raise TypeError("[LocalArray] the truth value of a per-device value is ambiguous inside "

@@ -3,4 +3,5 @@
 
 from . import emulated  # noqa: F401
 from . import fused  # noqa: F401
+from . import grouped  # noqa: F401
 from . import abstract  # noqa: F401

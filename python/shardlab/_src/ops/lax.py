@@ -16,8 +16,10 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import operator
+import warnings
 
 import numpy as np
 
@@ -26,20 +28,43 @@ from ..core import tree
 from ..core.context import CTX, current_shard_map_mesh
 from ..core.dtypes import bfloat16, canonicalize
 from ..primitives import collectives as col
+from ..primitives import grouped as gp
 from ..primitives import structural as st
 from ..primitives.primitive import bind
 from . import numpy as jnp
 from .numpy_more import top_k  # noqa: F401  (jax.lax.top_k)
 
 
-_AXES: dict = {}  # (mesh axis names, axis_name) -> the validated tuple of names
+_AXES: dict = {}  # (mesh axis names, axis_name, manual axes) -> the validated tuple of names
+
+# The manual axes of each running shard_map body, innermost last (pushed by shard_map beside
+# its mesh frame; a partially manual shard_map binds only its `axis_names`).
+MANUAL: list = []
+
+
+def _manual():
+    """The manual axes of the innermost shard_map, or None when all of its mesh's axes are."""
+    if MANUAL and len(MANUAL) == len(CTX.meshes):
+        return MANUAL[-1]
+    return None
+
+
+@contextlib.contextmanager
+def manual_axes(axes):
+    """Marks `axes` as the manual axes while a shard_map body runs (inside its mesh frame)."""
+    MANUAL.append(frozenset(axes) if axes is not None else None)
+    try:
+        yield
+    finally:
+        MANUAL.pop()
 
 
 def _axes(axis_name, op: str):
     meshes = CTX.meshes
     mesh = meshes[-1] if meshes else None
+    manual = _manual()
     if mesh is not None and type(axis_name) is str:
-        names = _AXES.get((mesh.axis_names, axis_name))
+        names = _AXES.get((mesh.axis_names, axis_name, manual))
         if names is not None:
             return mesh, names
     names = tuple(axis_name) if isinstance(axis_name, (tuple, list)) else (axis_name,)
@@ -51,10 +76,14 @@ def _axes(axis_name, op: str):
             raise TypeError(f"[{op}] axis names must be strings, got {n!r}")
         if n not in mesh.shape:
             raise NameError(f"unbound axis name: {n!r}. [{op}] the mesh has axes {mesh.axis_names}")
+        if manual is not None and n not in manual:
+            raise NameError(f"Found an unbound axis name: {n}. [{op}] {n!r} is not a manual axis of this "
+                            f"shard_map (axis_names={sorted(manual)}): add it to axis_names, or nest a "
+                            f"shard_map over it")
     if len(set(names)) != len(names):
         raise ValueError(f"[{op}] axis name repeated in {names}")
     if type(axis_name) is str:
-        _AXES[(mesh.axis_names, axis_name)] = names
+        _AXES[(mesh.axis_names, axis_name, manual)] = names
     return mesh, names
 
 
@@ -63,9 +92,23 @@ _NATIVE_OK = frozenset(np.dtype(t) for t in (np.float32, np.float16, np.int32, n
                                              np.uint32, np.bool_)) | {bfloat16}
 
 
-def _no_groups(axis_index_groups, op):
-    if axis_index_groups is not None:
-        raise NotImplementedError(f"[{op}] axis_index_groups is not supported; use a mesh axis")
+def _groups(axis_index_groups, mesh, names, op: str, *, equal: bool = True):
+    """`axis_index_groups` as a tuple of tuples of ints covering the devices along `names`
+    exactly once (None stays None)."""
+    if axis_index_groups is None:
+        return None
+    n = math.prod(mesh.shape[a] for a in names)
+    try:
+        groups = tuple(tuple(_int(i, "an axis index", op) for i in grp) for grp in axis_index_groups)
+    except TypeError:
+        raise TypeError(f"[{op}] axis_index_groups must be a list of lists of axis indices, got "
+                        f"{axis_index_groups!r}") from None
+    if not groups or sorted(i for grp in groups for i in grp) != list(range(n)):
+        raise ValueError(f"axis_index_groups must cover all indices exactly once. [{op}] got {axis_index_groups!r} "
+                         f"for the {n} devices along {names}")
+    if equal and len({len(grp) for grp in groups}) != 1:
+        raise ValueError(f"[{op}] axis_index_groups {axis_index_groups!r} must all have the same size")
+    return groups
 
 
 def _int(value, name: str, op: str) -> int:
@@ -122,8 +165,12 @@ def axis_index(axis_name) -> LocalArray:
     return bind(col.AXIS_INDEX, [], mesh, axes=names)
 
 
-def _reduce_collective(x, axis_name, op: str, reduction: str):
+def _reduce_collective(x, axis_name, op: str, reduction: str, axis_index_groups=None):
     mesh, names = _axes(axis_name, op)
+    groups = _groups(axis_index_groups, mesh, names, op, equal=False)
+    if groups is not None:
+        return _tree_map(lambda v: bind(gp.GROUPED_PSUM, [_lift(v, mesh, op)], mesh, axes=names, groups=groups,
+                                        reduction=reduction), x)
     if type(x) is LocalArray:  # the common case, without the pytree walk
         return bind(col.PSUM, [_lift(x, mesh, op)], mesh, axes=names, reduction=reduction)
     n = math.prod(mesh.shape[a] for a in names)
@@ -138,34 +185,47 @@ def _reduce_collective(x, axis_name, op: str, reduction: str):
 
 
 def psum(x, axis_name, *, axis_index_groups=None):
-    """All-reduce sum over `axis_name`: every device gets the sum of all devices' values."""
-    _no_groups(axis_index_groups, "psum")
-    return _reduce_collective(x, axis_name, "psum", "sum")
+    """All-reduce sum over `axis_name`: every device gets the sum of all devices' values
+    (of the devices of its group, with ``axis_index_groups``)."""
+    return _reduce_collective(x, axis_name, "psum", "sum", axis_index_groups)
 
 
 def pmean(x, axis_name, *, axis_index_groups=None):
     """All-reduce mean over `axis_name` (integers give float32, as JAX)."""
-    _no_groups(axis_index_groups, "pmean")
-    return _reduce_collective(x, axis_name, "pmean", "mean")
+    return _reduce_collective(x, axis_name, "pmean", "mean", axis_index_groups)
 
 
 def pmax(x, axis_name, *, axis_index_groups=None):
     """All-reduce max over `axis_name`."""
-    _no_groups(axis_index_groups, "pmax")
-    return _reduce_collective(x, axis_name, "pmax", "max")
+    return _reduce_collective(x, axis_name, "pmax", "max", axis_index_groups)
 
 
 def pmin(x, axis_name, *, axis_index_groups=None):
     """All-reduce min over `axis_name`."""
-    _no_groups(axis_index_groups, "pmin")
-    return _reduce_collective(x, axis_name, "pmin", "min")
+    return _reduce_collective(x, axis_name, "pmin", "min", axis_index_groups)
 
 
-def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False):
-    """Gathers every device's value along `axis` (a new dim of the axis size unless tiled)."""
-    _no_groups(axis_index_groups, "all_gather")
+_AG_TO = ("varying", "reduced", "invarying")
+
+
+def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False, to="varying"):
+    """Gathers every device's value along `axis` (a new dim of the axis size unless tiled).
+
+    ``to`` is JAX's output type along the axes: 'varying' (the default), 'invarying' or
+    'reduced'. The values are the same for all three (every device holds the gathered array).
+    """
+    if to not in _AG_TO:
+        raise ValueError(f"Got unexpected `to` value for `jax.lax.all_gather`. Allowed `to` values are: "
+                         f"{set(_AG_TO)}")
     mesh, names = _axes(axis_name, "all_gather")
+    groups = _groups(axis_index_groups, mesh, names, "all_gather")
+    if groups is not None and to != "varying":
+        raise NotImplementedError(f"[all_gather] axis_index_groups with to={to!r} is not supported (as in JAX); "
+                                  f"use to='varying'")
     axis = _int(axis, "axis", "all_gather")
+    if groups is not None:
+        return _tree_map(lambda v: bind(gp.GROUPED_ALL_GATHER, [_lift(v, mesh, "all_gather")], mesh, axes=names,
+                                        groups=groups, axis=axis, tiled=bool(tiled)), x)
     return _tree_map(lambda v: bind(col.ALL_GATHER, [_lift(v, mesh, "all_gather")], mesh, axes=names,
                                     axis=axis, tiled=bool(tiled)), x)
 
@@ -173,9 +233,12 @@ def all_gather(x, axis_name, *, axis_index_groups=None, axis=0, tiled=False):
 def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, tiled=False):
     """Reduce-scatter: sums over `axis_name` and leaves device i with chunk i of
     `scatter_dimension` (which must equal the axis size unless tiled)."""
-    _no_groups(axis_index_groups, "psum_scatter")
     mesh, names = _axes(axis_name, "psum_scatter")
+    groups = _groups(axis_index_groups, mesh, names, "psum_scatter")
     dim = _int(scatter_dimension, "scatter_dimension", "psum_scatter")
+    if groups is not None:
+        return _tree_map(lambda v: bind(gp.GROUPED_PSUM_SCATTER, [_lift(v, mesh, "psum_scatter")], mesh,
+                                        axes=names, groups=groups, dim=dim, tiled=bool(tiled)), x)
     return _tree_map(lambda v: bind(col.PSUM_SCATTER, [_lift(v, mesh, "psum_scatter")], mesh, axes=names,
                                     dim=dim, tiled=bool(tiled)), x)
 
@@ -183,12 +246,21 @@ def psum_scatter(x, axis_name, *, scatter_dimension=0, axis_index_groups=None, t
 def all_to_all(x, axis_name, split_axis, concat_axis, *, axis_index_groups=None, tiled=False):
     """Splits `split_axis` into axis-size chunks, sends chunk j to device j, and concatenates
     the received chunks along `concat_axis` (shapes exactly as ``jax.lax.all_to_all``)."""
-    _no_groups(axis_index_groups, "all_to_all")
     mesh, names = _axes(axis_name, "all_to_all")
+    groups = _groups(axis_index_groups, mesh, names, "all_to_all")
     split = _int(split_axis, "split_axis", "all_to_all")
     concat = _int(concat_axis, "concat_axis", "all_to_all")
+    if groups is not None:
+        return _tree_map(lambda v: bind(gp.GROUPED_ALL_TO_ALL, [_lift(v, mesh, "all_to_all")], mesh, axes=names,
+                                        groups=groups, split=split, concat=concat, tiled=bool(tiled)), x)
     return _tree_map(lambda v: bind(col.ALL_TO_ALL, [_lift(v, mesh, "all_to_all")], mesh, axes=names,
                                     split=split, concat=concat, tiled=bool(tiled)), x)
+
+
+def pswapaxes(x, axis_name, axis, *, axis_index_groups=None):
+    """Swaps the mapped axis `axis_name` with the local axis `axis` (whose size must be the
+    axis size): ``all_to_all(x, axis_name, axis, axis)``, as ``jax.lax.pswapaxes``."""
+    return all_to_all(x, axis_name, axis, axis, axis_index_groups=axis_index_groups)
 
 
 def ppermute(x, axis_name, perm):
@@ -222,18 +294,128 @@ def pshuffle(x, axis_name, perm):
     return ppermute(x, axis_name, [(src, dst) for dst, src in enumerate(perm)])
 
 
+_PVARY_MSG = ("jax.lax.pvary was deprecated in JAX v0.8.2 and removed in JAX v0.10.0; "
+              "use `jax.lax.pcast(..., to='varying')")
+
+
 def pvary(x, axis_name):
-    """Marks `x` as varying along `axis_name` (no data moves; the values are unchanged)."""
+    """Deprecated (removed from JAX in v0.10.0): ``pcast(x, axis_name, to='varying')``."""
+    warnings.warn(_PVARY_MSG, DeprecationWarning, stacklevel=2)
     return pcast(x, axis_name, to="varying")
 
 
-def pcast(x, axis_name, *, to="varying"):
-    """Changes how `x` is typed along `axis_name`: to="varying" (as pvary) or "invariant"
-    (which requires the value to already be the same on every device along the axes)."""
+_PCAST_TO = ("varying", "reduced", "unreduced")
+
+
+def pcast(x, axis_name, *, to):
+    """Changes how `x` is typed along `axis_name`, as ``jax.lax.pcast``; no data moves.
+
+    - ``to='varying'``: an invariant value becomes per-device (its transpose is a psum);
+    - ``to='reduced'``: an invariant value stays replicated; its cotangent is left unreduced
+      (per-device partial sums) instead of being summed;
+    - ``to='unreduced'``: each device's value is taken as a partial sum of the global value
+      (a later psum adds them up).
+
+    Example:
+        >>> import numpy as np, shardlab as sl
+        >>> from shardlab import P
+        >>> mesh = sl.make_mesh((2,), ("x",))
+        >>> f = sl.shard_map(lambda a: sl.lax.pcast(a, "x", to="varying") * sl.lax.axis_index("x"),
+        ...                  mesh=mesh, in_specs=P(), out_specs=P("x"))
+        >>> np.asarray(f(np.ones(2, np.float32))).tolist()
+        [0.0, 0.0, 1.0, 1.0]
+    """
+    if isinstance(axis_name, (set, frozenset)):
+        raise TypeError(f"axis_name={axis_name!r} must be a tuple or a str. Got {axis_name}")
+    if not axis_name:
+        return x
+    if to not in _PCAST_TO:
+        raise ValueError(f"Got unexpected `to` value. Allowed `to` values are: {set(_PCAST_TO)}")
     mesh, names = _axes(axis_name, "pcast")
-    if to not in ("varying", "invariant"):
-        raise ValueError(f"[pcast] to={to!r}; use 'varying' or 'invariant'")
-    return _tree_map(lambda v: bind(col.PCAST, [_lift(v, mesh, "pcast")], mesh, axes=names, to=to), x)
+    if to == "reduced":  # from invariant only: a value that differs between devices cannot be reduced
+        def one(v):
+            v = _lift(v, mesh, "pcast")
+            if not any(a in v.varying_axes for a in names):
+                return v
+            return bind(col.PCAST, [v], mesh, axes=names, to="invariant")  # checks the values agree
+        return _tree_map(one, x)
+    return _tree_map(lambda v: bind(col.PCAST, [_lift(v, mesh, "pcast")], mesh, axes=names, to="varying"), x)
+
+
+def pbroadcast(x, axis_name, source):
+    """Every device along `axis_name` gets the value of device `source` (JAX's
+    CollectiveBroadcast, ``jax.lax.pbroadcast``)."""
+    mesh, names = _axes(axis_name, "pbroadcast")
+    source = _root(source, mesh, names, "pbroadcast")
+    return _tree_map(lambda v: bind(col.PBROADCAST, [_lift(v, mesh, "pbroadcast")], mesh, axes=names,
+                                    root=source), x)
+
+
+class _Token:
+    """What psend returns: the values sent and where to (``precv`` receives them)."""
+
+    __slots__ = ("value", "axes", "perm")
+
+    def __init__(self, value, axes, perm):
+        self.value, self.axes, self.perm = value, axes, perm
+
+    def __repr__(self):
+        return f"Token(psend over {self.axes}, perm={self.perm})"
+
+
+def psend(x, axis_name, perm):
+    """Sends `x` along `perm` ((source, destination) pairs); returns a token for ``precv``.
+    The data moves (and is recorded as a ppermute) when the matching ``precv`` runs."""
+    mesh, names = _axes(axis_name, "psend")
+    return _Token(_tree_map(lambda v: _lift(v, mesh, "psend"), x), names, tuple(tuple(p) for p in perm))
+
+
+def precv(token, out_shape, axis_name, perm):
+    """Receives what the matching ``psend`` sent (zeros on devices that receive nothing),
+    with the shape and dtype of `out_shape` (a ShapeDtypeStruct)."""
+    mesh, names = _axes(axis_name, "precv")
+    shape, dtype = tuple(out_shape.shape), np.dtype(out_shape.dtype)
+    perm = tuple(tuple(p) for p in perm)
+    if not isinstance(token, _Token):  # a token from create_token: nothing was sent
+        return lift(np.zeros(shape, dtype), mesh)
+    if token.axes != names or token.perm != perm:
+        raise ValueError(f"[precv] axis_name {names} and perm {perm} do not match the psend's "
+                         f"{token.axes} and {token.perm}")
+    value = token.value
+    if not isinstance(value, LocalArray) or tuple(value.shape) != shape or value.dtype != dtype:
+        raise ValueError(f"[precv] out_shape {dtype}{list(shape)} does not match what psend sent")
+    return ppermute(value, axis_name, perm)
+
+
+def ragged_all_to_all(operand, output, input_offsets, send_sizes, output_offsets, recv_sizes, *, axis_name,
+                      axis_index_groups=None):
+    """Sends ragged slices between devices, as ``jax.lax.ragged_all_to_all``.
+
+    Slice i of a device's `operand` (rows ``input_offsets[i]`` to ``+ send_sizes[i]``) goes to
+    device ``i // (len(input_offsets) / axis_size)`` along `axis_name`, which writes it at the
+    sender's ``output_offsets[i]``. The result is `output` with the received rows written in.
+
+    Example:
+        >>> import numpy as np, shardlab as sl
+        >>> from shardlab import P
+        >>> mesh = sl.make_mesh((2,), ("x",))
+        >>> def f(operand, output, in_off, send, out_off, recv):
+        ...     return sl.lax.ragged_all_to_all(operand, output, in_off, send, out_off, recv, axis_name="x")
+        >>> args = (np.array([1, 2, 2, 3, 4, 0], np.int32), np.zeros(8, np.int32),
+        ...         np.array([0, 1, 0, 1], np.int32), np.array([1, 2, 1, 1], np.int32),
+        ...         np.array([0, 0, 1, 2], np.int32), np.array([1, 1, 2, 1], np.int32))
+        >>> np.asarray(sl.shard_map(f, mesh=mesh, in_specs=P("x"), out_specs=P("x"))(*args)).tolist()
+        [1, 3, 0, 0, 2, 2, 4, 0]
+    """
+    mesh, names = _axes(axis_name, "ragged_all_to_all")
+    groups = _groups(axis_index_groups, mesh, names, "ragged_all_to_all")
+    if groups is None:
+        groups = (tuple(range(math.prod(mesh.shape[a] for a in names))),)
+    args = [_lift(v, mesh, "ragged_all_to_all") for v in (operand, output)]
+    for v in (input_offsets, send_sizes, output_offsets, recv_sizes):
+        v = v if isinstance(v, LocalArray) else lift(np.asarray(v), mesh)
+        args.append(v)
+    return bind(gp.RAGGED_ALL_TO_ALL, args, mesh, axes=names, groups=groups)
 
 
 # -- MPI-style rooted collectives ------------------------------------------------------------
@@ -363,9 +545,10 @@ def dynamic_update_slice_in_dim(operand, update, start_index, axis):
     return dynamic_update_slice(x, update, starts)
 
 
-def fori_loop(lower, upper, body_fun, init_val):
+def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
     """``for i in range(lower, upper): val = body_fun(i, val)``, as jax.lax.fori_loop (values
-    are concrete here, so this is a Python loop; every collective inside is still recorded)."""
+    are concrete here, so this is a Python loop; every collective inside is still recorded).
+    ``unroll`` (an int or bool, as JAX) changes nothing here: the loop always runs unrolled."""
     val = init_val
     for i in range(operator.index(lower), operator.index(upper)):
         val = body_fun(i, val)

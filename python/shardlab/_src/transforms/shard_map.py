@@ -19,6 +19,8 @@ Example:
 from __future__ import annotations
 
 import functools
+import math
+import warnings
 
 import numpy as np
 
@@ -29,66 +31,222 @@ from ..arrays.storage import AbstractStorage, is_abstract
 from ..core import tree
 from ..core.context import CTX, shard_map_frame
 from ..core.dtypes import bfloat16, canonicalize
-from ..core.mesh import UNIT_MESH, Mesh, get_mesh
+from ..core.mesh import UNIT_MESH, AxisType, Mesh, get_mesh
 from ..core.sharding import NamedSharding, PartitionSpec
+from ..ops import lax as lax_ops
+from ..ops.lax import manual_axes
 from ..primitives import collectives as col
-from ..primitives.primitive import bind, push_entry
+from ..primitives.primitive import Primitive, avals_shape_rule, bind, push_entry
 from .eval_shape import ShapeDtypeStruct
+
+
+class InferFromArgs:
+    """The default of ``in_specs``: each argument enters with its own sharding (restricted to
+    the manual axes), as ``jax.sharding.Infer``. Host data (numpy arrays, numbers) enters
+    replicated."""
+
+    def __repr__(self):
+        return "jax.sharding.Infer"
+
+    def __reduce__(self):
+        return (_get_default_infer, ())
+
+
+Infer = InferFromArgs()
+
+
+def _get_default_infer():
+    return Infer
 
 
 def _is_spec(x) -> bool:
     return isinstance(x, PartitionSpec)
 
 
-def shard_map(f=None, /, *, mesh: Mesh | None = None, in_specs=None, out_specs=None,
-              check_vma: bool = True, axis_names=None, check_rep=None):
+def _is_spec_leaf(x) -> bool:
+    return isinstance(x, PartitionSpec) or x is None or x is Infer
+
+
+_CHECK_REP_MSG = ("shard_map's check_rep was renamed check_vma in JAX 0.6.1 and is no longer accepted by "
+                  "jax.shard_map; pass check_vma= instead")
+
+
+def shard_map(f=None, /, *, out_specs, in_specs=Infer, mesh: Mesh | None = None, axis_names=frozenset(),
+              check_vma: bool = True, **deprecated):
     """Maps `f` over the devices of `mesh`, as ``jax.shard_map``.
 
     Args:
         f: function of per-device values (LocalArrays with LOCAL shapes).
-        mesh: the mesh (default: the one set by ``set_mesh`` / ``with mesh:``).
-        in_specs: PartitionSpecs, a pytree prefix of the arguments.
         out_specs: PartitionSpecs, a pytree prefix of the outputs. Leaving a mesh axis out
             claims the output is the same on every device along it.
+        in_specs: PartitionSpecs, a pytree prefix of the arguments. The default, ``Infer``,
+            takes each ShardedArray argument's own spec (the mesh axes must be Explicit, as
+            in JAX; host data enters replicated); a ``None`` leaf passes its argument
+            through unchanged (static).
+        mesh: the mesh (default: the one set by ``set_mesh``; inside a shard_map, its mesh).
+        axis_names: the mesh axes that are manual inside `f` (a set; default: all). The
+            other axes stay global: along them each value is the whole array, and
+            collectives over them are not bound (nest a shard_map over them instead).
         check_vma: reject out_specs that claim replication for a value that varies.
+            (``check_rep=``, its old name, is accepted with a DeprecationWarning.)
 
     Returns:
         A function of global arrays (numpy, ShardedArray or ShapeDtypeStruct-made abstract
         arrays) returning ShardedArrays. Without `f`, a decorator.
+
+    Example:
+        >>> import numpy as np, shardlab as sl
+        >>> from shardlab import P
+        >>> mesh = sl.make_mesh((4,), ("x",))
+        >>> x = sl.device_put(np.arange(8.0, dtype=np.float32), sl.NamedSharding(mesh, P("x")))
+        >>> f = sl.shard_map(lambda a: a * 2, mesh=mesh, out_specs=P("x"))   # in_specs inferred: P('x')
+        >>> np.asarray(f(x)).tolist()
+        [0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0, 14.0]
     """
-    if check_rep is not None:
-        check_vma = check_rep
-    if in_specs is None or out_specs is None:
-        raise TypeError("[shard_map] in_specs and out_specs are required keyword arguments")
+    if deprecated:
+        extra = set(deprecated) - {"check_rep"}
+        if extra:
+            raise TypeError(f"shard_map() got an unexpected keyword argument {sorted(extra)[0]!r}")
+        warnings.warn(_CHECK_REP_MSG, DeprecationWarning, stacklevel=2)
+        check_vma = bool(deprecated["check_rep"])
+    kwargs = dict(out_specs=out_specs, in_specs=in_specs, mesh=mesh, axis_names=axis_names, check_vma=check_vma)
     if f is None:
-        return lambda g: shard_map(g, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
-                                   check_vma=check_vma, axis_names=axis_names)
+        return lambda g: _shard_map(g, **kwargs)
+    return _shard_map(f, **kwargs)
+
+
+def _spec_names(spec) -> list:
+    return [n for n in spec.mesh_axes()]
+
+
+def _check_specs(specs, manual, prefix: str, mesh_axes) -> None:
+    """JAX's _check_specs: every leaf a PartitionSpec naming only manual axes (a name the mesh
+    lacks is left to NamedSharding's error)."""
+    leaves, _ = tree.flatten(specs, _is_spec)
+    bad = [f"  {prefix}_specs[{i}] is {x!r} of type {type(x).__name__}, " for i, x in enumerate(leaves)
+           if not isinstance(x, PartitionSpec) and not (prefix == "in" and x is None)]
+    if bad:
+        raise TypeError(f"[shard_map] shard_map {prefix}_specs argument must be a pytree of `jax.sharding.PartitionSpec` "
+                        f"instances, but:\n\n" + "\n\n".join(bad) + f"\n\nCheck the {prefix}_specs values passed "
+                        f"to shard_map.")
+    msgs = [f"  {prefix}_specs[{i}] refers to {name!r}" for i, x in enumerate(leaves) if isinstance(x, PartitionSpec)
+            for name in _spec_names(x) if name not in manual and name in mesh_axes]
+    if msgs:
+        raise ValueError(f"[shard_map] shard_map {prefix}_specs argument must refer to an axis marked as manual "
+                         f"({set(manual)}), but:\n\n" + "\n\n".join(msgs) + f"\n\nCheck the {prefix}_specs values "
+                         f"passed to shard_map.")
+
+
+def _manual_spec(manual, spec: PartitionSpec) -> PartitionSpec:
+    """JAX's _manual_spec: `spec` with the non-manual axes dropped (inferred in_specs)."""
+    out = []
+    for entry in spec:
+        if entry is None:
+            out.append(None)
+        elif isinstance(entry, tuple):
+            kept = [a if a in manual else None for a in entry]
+            while kept and kept[-1] is None:
+                kept.pop()
+            if None in kept:
+                raise ValueError(f"Invalid spec: {spec}")
+            out.append(tuple(kept) if len(kept) > 1 else (kept[0] if kept else None))
+        else:
+            out.append(entry if entry in manual else None)
+    return PartitionSpec(*out)
+
+
+def _shard_map(f, *, out_specs, in_specs, mesh, axis_names, check_vma):
     if not callable(f):
-        raise TypeError(f"[shard_map] f must be callable, got {type(f).__name__}")
+        raise TypeError(f"[shard_map] shard_map requires a callable for its first argument, but got {f!r} of type {type(f)}.")
 
     @functools.wraps(f)
     def wrapped(*args):
-        m = mesh if mesh is not None else get_mesh()
-        if m is None:
-            raise ValueError("[shard_map] no mesh: pass mesh= or call shardlab.set_mesh(mesh)")
-        if axis_names is not None and set(axis_names) != set(m.axis_names):
-            raise NotImplementedError(f"[shard_map] axis_names={set(axis_names)}: partially-manual "
-                                      f"shard_map is not supported; map over all of {m.axis_names}")
-        if CTX.meshes:
-            raise NotImplementedError("[shard_map] nested shard_map is not supported")
+        outer = _outer_manual()
+        m = _mesh(mesh, outer)
+        manual = _axis_names(axis_names, m, outer)
+        if in_specs is Infer:
+            not_explicit = [a for a in sorted(manual, key=m.axis_names.index) if m.axis_types[m.axis_names.index(a)]
+                            != AxisType.Explicit]
+            if not_explicit:
+                types = ", ".join(str(m.axis_types[m.axis_names.index(a)]) for a in sorted(manual, key=m.axis_names.index))
+                raise TypeError(f"[shard_map] shard_map in_specs argument must be a pytree of `jax.sharding.PartitionSpec` "
+                                f"instances, but it was `None` when axis_names={frozenset(manual)} are of type "
+                                f"{types}. Pass in_specs=, or make the mesh's axes Explicit "
+                                f"(make_mesh(..., axis_types=(AxisType.Explicit, ...)))")
+        elif in_specs is not None:
+            _check_specs(in_specs, manual, "in", m.axis_names)
+        _check_specs(out_specs, manual, "out", m.axis_names)
         leaves, treedef = tree.flatten(args, _is_value)
-        specs = tree.broadcast_prefix(in_specs, args, _is_spec, "in_specs")
-        local = [_enter(x, s, m, i) for i, (x, s) in enumerate(zip(leaves, specs))]
-        with shard_map_frame(m):
+        if in_specs is Infer:
+            specs = [_inferred(x, manual) for x in leaves]
+        elif in_specs is None:
+            specs = [None] * len(leaves)
+        else:
+            specs = tree.broadcast_prefix(in_specs, args, _is_spec_leaf, "in_specs")
+        nested = outer is not None
+        local = [x if s is None else (_enter_nested(x, s, m, i, manual) if nested else _enter(x, s, m, i))
+                 for i, (x, s) in enumerate(zip(leaves, specs))]
+        inside = manual | (outer or frozenset())
+        with shard_map_frame(m), manual_axes(None if len(inside) == m.ndim else inside):
             out = f(*tree.unflatten(treedef, local))
         out_leaves, out_def = tree.flatten(out, _is_value)
         out_spec_leaves = tree.broadcast_prefix(out_specs, out, _is_spec, "out_specs")
-        results = [_exit(x, s, m, i, check_vma) for i, (x, s) in enumerate(zip(out_leaves, out_spec_leaves))]
-        for r in CTX.recorders:  # jit(f).trace / lower (transforms/lowered.py)
-            r.end_shard_map(m, leaves, specs, local, out_leaves, out_spec_leaves, results)
+        name = getattr(f, "__name__", repr(f))
+        results = [_exit_nested(x, s, m, i, check_vma, manual, name) if nested else _exit(x, s, m, i, check_vma, name)
+                   for i, (x, s) in enumerate(zip(out_leaves, out_spec_leaves))]
         return tree.unflatten(out_def, results)
 
     return wrapped
+
+
+def _outer_manual():
+    """The manual axes of the shard_map this one runs inside (None at the top level)."""
+    if not CTX.meshes:
+        return None
+    manual = lax_ops.MANUAL[-1] if lax_ops.MANUAL and len(lax_ops.MANUAL) == len(CTX.meshes) else None
+    return frozenset(CTX.meshes[-1].axis_names) if manual is None else manual
+
+
+def _mesh(mesh, outer) -> Mesh:
+    if outer is not None:
+        inner = CTX.meshes[-1]
+        if mesh is not None and mesh != inner:
+            raise ValueError(f"[shard_map] The context mesh {inner!r} should match the mesh passed to shard_map "
+                             f"{mesh!r}: a shard_map nested in another runs on the outer one's mesh; leave "
+                             f"mesh= out")
+        return inner
+    m = mesh if mesh is not None else get_mesh()
+    if m is None:
+        raise ValueError("[shard_map] no mesh: the context mesh cannot be empty. Use `jax.set_mesh(mesh)` to enter "
+                         "into a mesh context, or pass mesh=")
+    if not isinstance(m, Mesh):
+        raise TypeError(f"[shard_map] shard_map requires a `jax.sharding.Mesh` or a `jax.sharding.AbstractMesh` instance for "
+                        f"its second argument, but got {m!r} of type {type(m)}.")
+    return m
+
+
+def _axis_names(axis_names, m: Mesh, outer) -> frozenset:
+    if not isinstance(axis_names, (set, frozenset)):
+        raise TypeError(f"[shard_map] `axis_names` argument of shard_map should be of type `frozenset` or `set`. Got type: "
+                        f"{type(axis_names)}")
+    free = frozenset(m.axis_names) - (outer or frozenset())
+    names = frozenset(axis_names) or free
+    if not names <= frozenset(m.axis_names):
+        raise ValueError(f"[shard_map] jax.shard_map requires axis_names={names} to be a subset of "
+                         f"mesh.axis_names={frozenset(m.axis_names)}")
+    if outer is not None:
+        if not names - outer:
+            raise ValueError(f"[shard_map] axis_names={set(names)}: every one of them is already manual in the "
+                             f"enclosing shard_map; a nested shard_map maps over the remaining axes "
+                             f"{sorted(free, key=m.axis_names.index)}")
+        names = names - outer
+    return names
+
+
+def _inferred(x, manual) -> PartitionSpec:
+    if isinstance(x, ShardedArray):
+        return _manual_spec(manual, x.sharding.spec)
+    return PartitionSpec()
 
 
 def _is_value(x) -> bool:
@@ -197,7 +355,7 @@ def _enter(x, spec, mesh: Mesh, i: int) -> LocalArray:
     return local
 
 
-def _exit(x, spec, mesh: Mesh, i: int, check_vma: bool) -> ShardedArray:
+def _exit(x, spec, mesh: Mesh, i: int, check_vma: bool, fname: str = "f") -> ShardedArray:
     spec = _check_spec(spec, f"out_specs for output {i}")
     if not isinstance(x, LocalArray):
         arr = np.asarray(x) if isinstance(x, (bool, int, float, np.generic, np.ndarray)) else None
@@ -221,11 +379,7 @@ def _exit(x, spec, mesh: Mesh, i: int, check_vma: bool) -> ShardedArray:
         if name in mentioned or storage.shape[a] == 1:
             continue
         if check_vma:
-            raise ValueError(
-                f"[shard_map] out_specs {spec!r} for output {i} leave out mesh axis {name!r}, "
-                f"claiming the output is the same on every device along it, but it varies "
-                f"along {name!r}; add {name!r} to the out_spec, reduce over it first "
-                f"(psum / all_gather), or pass check_vma=False")
+            raise ValueError(_vma_message(fname, mesh, spec, i, name))
         storage = _first(storage, a)  # device 0's value, as unchecked JAX
     target = tuple(mesh.axis_sizes[a] if n in mentioned else 1 for a, n in enumerate(mesh.axis_names))
     local = tuple(storage.shape[k:])
@@ -246,3 +400,135 @@ def _first(storage, a: int):
         shape[a] = 1
         return AbstractStorage(shape, storage.dtype)
     return storage[(slice(None),) * a + (slice(0, 1),)]
+
+
+def _vma_message(fname, mesh, spec, i, name) -> str:
+    return (f"[shard_map] shard_map applied to the function {fname!r} was given out_specs which require replication which "
+            f"can't be statically inferred given the mesh:\n\nThe mesh given has shape {tuple(mesh.axis_sizes)} "
+            f"with corresponding axis names {mesh.axis_names}.\n\nout_specs[{i}] is {spec!r} which implies that the "
+            f"corresponding output value is replicated across mesh axis {name!r}, but it varies along {name!r}\n\n"
+            f"Add {name!r} to the out_spec, reduce over it first (psum / all_gather), or pass "
+            f"check_vma=False")
+
+
+# -- nested shard_map: splitting a per-device value further, and merging it back ---------------
+def _dims_of(spec: PartitionSpec, rank: int) -> tuple:
+    return tuple(tuple(spec.axes_of(d)) for d in range(rank))
+
+
+def _split_shape(avals, mesh, *, dims, manual):
+    x = avals[0]
+    k = mesh.ndim
+    mesh_dims = list(x.shape[:k])
+    local = list(x.shape[k:])
+    for d, names in enumerate(dims):
+        for a in names:
+            mesh_dims[mesh.axis_names.index(a)] = mesh.shape[a]
+        local[d] //= math.prod(mesh.shape[a] for a in names)
+    return [(tuple(mesh_dims) + tuple(local), x.dtype)]
+
+
+def _split_impl(storages, mesh, *, dims, manual):
+    s = storages[0]
+    k = mesh.ndim
+    shape, pos, local_pos = list(s.shape[:k]), {}, []
+    for d, names in enumerate(dims):
+        for a in names:
+            pos[mesh.axis_names.index(a)] = len(shape)
+            shape.append(mesh.shape[a])
+        local_pos.append(len(shape))
+        shape.append(s.shape[k + d] // math.prod(mesh.shape[a] for a in names))
+    v = s.reshape(shape)
+    perm = [pos.get(a, a) for a in range(k)] + local_pos
+    v = v.transpose(perm + sorted(pos))  # the split axes' old dims (size 1) go last and are dropped
+    return [np.ascontiguousarray(v.reshape(v.shape[:len(perm)]))]
+
+
+def _merge_shape(avals, mesh, *, dims, manual):
+    x = avals[0]
+    k = mesh.ndim
+    mesh_dims = list(x.shape[:k])
+    local = list(x.shape[k:])
+    for d, names in enumerate(dims):
+        for a in names:
+            mesh_dims[mesh.axis_names.index(a)] = 1
+        local[d] *= math.prod(mesh.shape[a] for a in names)
+    return [(tuple(mesh_dims) + tuple(local), x.dtype)]
+
+
+def _merge_impl(storages, mesh, *, dims, manual):
+    s = storages[0]
+    k = mesh.ndim
+    merged = sorted(mesh.axis_names.index(a) for names in dims for a in names)
+    full = list(s.shape)
+    for a in merged:
+        full[a] = mesh.axis_sizes[a]
+    s = np.broadcast_to(s, full)  # an invariant value concatenated along an axis: copies
+    other = [a for a in range(k) if a not in merged]
+    order, shape = [], [s.shape[a] for a in other]
+    for d, names in enumerate(dims):
+        ids = [mesh.axis_names.index(a) for a in names]
+        order += ids + [k + d]
+        shape.append(math.prod(s.shape[a] for a in ids) * s.shape[k + d])
+    v = s.transpose(other + order).reshape(shape)
+    return [np.ascontiguousarray(np.expand_dims(v, tuple(merged)) if merged else v)]
+
+
+def _split_vjp(cts, ins, outs, mesh, *, dims, manual):
+    ct = cts[0]
+    named = {a for names in dims for a in names}
+    partial = tuple(a for a in mesh.axis_names if a in manual and a not in named and a in ct.varying_axes)
+    if partial:  # the entered value is the same along these axes: its cotangent is their sum
+        ct = bind(col.PSUM, [ct], mesh, axes=partial, reduction="sum")
+    return [bind(MERGE, [ct], mesh, dims=dims, manual=manual)]
+
+
+def _merge_vjp(cts, ins, outs, mesh, *, dims, manual):
+    ct = cts[0]
+    named = tuple(a for names in dims for a in names if a in ct.varying_axes)
+    if named:
+        ct = bind(col.PSUM, [ct], mesh, axes=named, reduction="sum")
+    return [bind(SPLIT, [ct], mesh, dims=dims, manual=manual)]
+
+
+SPLIT = Primitive("shard_map_split", shape_rule=_split_shape, vjp=_split_vjp)
+MERGE = Primitive("shard_map_merge", shape_rule=_merge_shape, vjp=_merge_vjp)
+for _prim, _fn in ((SPLIT, _split_impl), (MERGE, _merge_impl)):
+    _prim.impl["emulated"] = _fn
+    _prim.impl["abstract"] = functools.partial(avals_shape_rule, _prim)
+
+
+def _enter_nested(x, spec, mesh: Mesh, i: int, manual) -> LocalArray:
+    spec = _check_spec(spec, f"in_specs for argument {i}")
+    v = x if isinstance(x, LocalArray) else lift(_global_input(x, i), mesh)
+    if v.mesh != mesh:
+        raise ValueError(f"[shard_map] argument {i} is a per-device value of {v.mesh!r}, not of the enclosing "
+                         f"shard_map's {mesh!r}")
+    if len(spec) > v.ndim:
+        raise ValueError(f"[shard_map] in_specs {spec!r} for argument {i} has {len(spec)} entries but the "
+                         f"argument has rank {v.ndim} (shape {v.shape})")
+    NamedSharding(mesh, spec)  # an unknown or repeated axis name: NamedSharding's error
+    dims = _dims_of(spec, v.ndim)
+    for d, names in enumerate(dims):
+        n = math.prod(mesh.shape[a] for a in names)
+        if v.shape[d] % n:
+            raise ValueError(f"[shard_map] argument {i} of shape {v.shape}: in_specs {spec!r} maps dim {d} (of "
+                             f"size {v.shape[d]}) to mesh axes {names} (of total size {n}), which does not "
+                             f"divide it")
+    return bind(SPLIT, [v], mesh, dims=dims, manual=tuple(sorted(manual)))
+
+
+def _exit_nested(x, spec, mesh: Mesh, i: int, check_vma: bool, manual, fname: str) -> LocalArray:
+    spec = _check_spec(spec, f"out_specs for output {i}")
+    v = lift(x, mesh)
+    if len(spec) > v.ndim:
+        raise ValueError(f"[shard_map] out_specs {spec!r} for output {i} has {len(spec)} entries but the "
+                         f"output has local rank {v.ndim} (local shape {v.shape})")
+    NamedSharding(mesh, spec)
+    mentioned = set(spec.mesh_axes())
+    for a, name in enumerate(mesh.axis_names):
+        if name in manual and name not in mentioned and name in v.varying_axes:
+            if check_vma:
+                raise ValueError(_vma_message(fname, mesh, spec, i, name))
+            v = LocalArray(_first(v.storage, a), mesh)
+    return bind(MERGE, [v], mesh, dims=_dims_of(spec, v.ndim), manual=tuple(sorted(manual)))
