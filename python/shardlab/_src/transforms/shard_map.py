@@ -194,6 +194,8 @@ def _shard_map(f, *, out_specs, in_specs, mesh, axis_names, check_vma):
         name = getattr(f, "__name__", repr(f))
         results = [_exit_nested(x, s, m, i, check_vma, manual, name) if nested else _exit(x, s, m, i, check_vma, name)
                    for i, (x, s) in enumerate(zip(out_leaves, out_spec_leaves))]
+        for r in CTX.recorders:  # jit(f).trace / lower record the program (transforms/program.py)
+            r.end_shard_map(m, leaves, specs, local, out_leaves, out_spec_leaves, results)
         return tree.unflatten(out_def, results)
 
     return wrapped
