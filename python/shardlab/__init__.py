@@ -38,12 +38,15 @@ from ._src.transforms.autodiff import grad, value_and_grad, vjp  # noqa: E402
 from ._src.transforms.checkpoint import checkpoint  # noqa: E402
 from ._src.transforms.eval_shape import ShapeDtypeStruct, eval_shape  # noqa: E402
 from ._src.transforms.jit import block_until_ready, jit  # noqa: E402
+from ._src.transforms.make_jaxpr import make_jaxpr  # noqa: E402
+from ._src.transforms import jit as _jit_module  # noqa: E402
 from ._src.transforms.shard_map import shard_map  # noqa: E402
 from . import cost, debug, dtypes, hardware, kernels, lax, nn, numpy, sharding, units  # noqa: E402
 from . import tree, tree_util  # noqa: E402
 from ._src.transforms.vmap import vmap  # noqa: E402
 
 remat = checkpoint
+_jit_module.RESHARD[0] = reshard  # jit's out_shardings reshard with the planner (a layer above)
 
 __version__ = "0.2.0"
 
@@ -55,6 +58,7 @@ __all__ = [
     "shard_map", "ShapeDtypeStruct", "ShardedArray", "sharding", "units", "value_and_grad", "vjp",
 ]
 __all__ += ["tree", "tree_util", "vmap"]
+__all__ += ["make_jaxpr"]
 
 # Pictures last: shardlab.viz draws with the public face above and is registered as the HTML
 # view (and, for the C++ classes, the text view) of the library's objects.

@@ -1,0 +1,167 @@
+"""``make_jaxpr``: the recorded program printed as a jaxpr.
+
+The program is the one ``jit(f).trace`` records (``program.py``): every primitive bind in
+order, shape-only. It prints in JAX's jaxpr form, with JAX's primitive names where shardlab's
+differ (``mul`` for multiply, ``dot_general`` for einsum, ``reduce_scatter`` for
+psum_scatter). Values inside shard_map show their per-device shape and the mesh axes they
+vary along (``f32[2,4]{V:x}``), as JAX prints a shard_map body; the program is flat: a
+shard_map's body is not nested under a ``shard_map`` equation.
+
+Example:
+    >>> import numpy as np, shardlab as sl
+    >>> print(sl.make_jaxpr(lambda x: x * 2.0)(np.ones((8, 4), np.float32)))
+    { lambda ; a:f32[8,4]. let b:f32[8,4] = mul a 2.0:f32[] in (b,) }
+"""
+
+from __future__ import annotations
+
+from . import program as prog
+
+
+def _name(i: int) -> str:
+    """JAX's variable names: a..z, then ba, bb, ..."""
+    s = ""
+    while True:
+        s = chr(ord("a") + i % 26) + s
+        i //= 26
+        if i == 0:
+            return s
+
+
+def _params(eqn: prog.Eqn) -> str:
+    p = dict(eqn.params)
+    if eqn.prim == "einsum":
+        p = {"subscripts": ",".join(p["terms"]) + "->" + p["out"],
+             **{n: v for n, v in p.items() if n not in ("terms", "out", "op_name")}}
+    if not p:
+        return ""
+    return "[" + " ".join(f"{n}={prog._fmt_param(v)}" for n, v in p.items()) + "]"
+
+
+class Jaxpr:
+    """The program's variables and equations (``jax.core.Jaxpr``)."""
+
+    def __init__(self, program: prog.Program):
+        self._program = program
+
+    @property
+    def invars(self) -> list:
+        return list(self._program.invars)
+
+    @property
+    def outvars(self) -> list:
+        return list(self._program.outvars)
+
+    @property
+    def constvars(self) -> list:
+        return list(self._program.constvars)
+
+    @property
+    def eqns(self) -> list:
+        return list(self._program.eqns)
+
+    def pretty_print(self) -> str:
+        p = self._program
+        names: dict = {}
+
+        def name(v) -> str:
+            if isinstance(v, prog.Literal):
+                return repr(v)
+            r = v.resolve()
+            if id(r) not in names:
+                names[id(r)] = _name(len(names))
+            return names[id(r)]
+
+        def typed(v) -> str:
+            r = v.resolve()
+            aval = v.aval if v.aval.global_shape is not None and v.aval.mesh is not None else r.aval
+            return f"{name(v)}:{aval.str_global() if aval.sharding is not None else aval.str_short()}"
+
+        consts = " ".join(typed(v) for v in p.constvars)
+        params = " ".join(typed(v) for v in p.invars)
+        eqns = []
+        for e in p.eqns:
+            lhs = " ".join(typed(v) for v in e.outvars)
+            op = prog.JAX_NAMES.get(e.prim, e.prim)
+            if e.prim == "psum":
+                op = {"max": "pmax", "min": "pmin", "mean": "pmean"}.get(e.params.get("reduction"), "psum")
+            rhs = " ".join(name(v) for v in e.invars)
+            eqns.append(f"{lhs} = {op}{_params(e)} {rhs}".rstrip())
+        names_out = [name(v) for v in p.outvars]
+        outs = f"({names_out[0]},)" if len(names_out) == 1 else "(" + ", ".join(names_out) + ")"
+        head = f"{{ lambda {consts}; {params}. let"
+        one = f"{head} {' '.join(eqns)} in {outs} }}" if eqns else f"{head}  in {outs} }}"
+        if len(eqns) <= 1 and len(one) <= 80:
+            return one
+        return "\n".join([head] + [f"    {e}" for e in eqns] + [f"  in {outs} }}"])
+
+    __str__ = pretty_print
+
+    def __repr__(self):
+        return self.pretty_print()
+
+
+class ClosedJaxpr:
+    """A jaxpr with its constants (``jax.core.ClosedJaxpr``): ``.jaxpr``, ``.consts``,
+    ``.in_avals``, ``.out_avals``, ``.eqns``; prints as JAX prints one."""
+
+    def __init__(self, program: prog.Program):
+        self._program = program
+        self.jaxpr = Jaxpr(program)
+
+    @property
+    def consts(self) -> list:
+        return list(self._program.consts)
+
+    @property
+    def eqns(self) -> list:
+        return self.jaxpr.eqns
+
+    @property
+    def in_avals(self) -> list:
+        from .lowered import ShapedArray
+
+        return [ShapedArray.of(v.aval) for v in self._program.invars]
+
+    @property
+    def out_avals(self) -> list:
+        from .lowered import ShapedArray
+
+        return [ShapedArray.of(v.aval) for v in self._program.outvars]
+
+    @property
+    def literals(self) -> list:
+        return [v for e in self._program.eqns for v in e.invars if isinstance(v, prog.Literal)]
+
+    def pretty_print(self) -> str:
+        return self.jaxpr.pretty_print()
+
+    __str__ = pretty_print
+
+    def __repr__(self):
+        return self.jaxpr.pretty_print()
+
+    def _repr_pretty_(self, p, cycle):
+        p.text(self.pretty_print())
+
+
+def make_jaxpr(fun, static_argnums=(), axis_env=None, return_shape: bool = False):
+    """``jax.make_jaxpr``: a function returning the ClosedJaxpr of `fun` for given arguments
+    (arrays or ShapeDtypeStructs), recorded shape-only; with ``return_shape=True`` also the
+    ShapeDtypeStructs of the results. ``axis_env`` is not supported (pass a shard_map'd
+    function instead)."""
+    if axis_env:
+        raise NotImplementedError("[make_jaxpr] axis_env is not supported: trace a shard_map'd function, whose "
+                                  "mesh binds the axis names")
+    from .jit import jit
+
+    jitted = jit(fun, static_argnums=static_argnums)
+
+    def wrapped(*args, **kwargs):
+        traced = jitted.trace(*args, **kwargs)
+        cj = ClosedJaxpr(traced.program)
+        return (cj, traced.out_info) if return_shape else cj
+
+    wrapped.__name__ = f"make_jaxpr({getattr(fun, '__name__', 'fun')})"
+    return wrapped
+
