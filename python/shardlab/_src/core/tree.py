@@ -288,7 +288,7 @@ class PyTreeDef:
         >>> from shardlab._src.core import tree
         >>> d = tree.flatten((1, [2, 3]))[1]
         >>> d, d.num_leaves, d.num_nodes, d.unflatten("abc")
-        (PyTreeDef((*, [*, *])), 3, 4, ('a', ['b', 'c']))
+        (PyTreeDef((*, [*, *])), 3, 5, ('a', ['b', 'c']))
     """
 
     __slots__ = ("_node",)
