@@ -26,6 +26,12 @@ from ._src import backends as _backends  # noqa: E402,F401  (registers the primi
 from ._src import planning as _planning  # noqa: E402,F401  (registers the global-view handlers)
 from ._src.arrays.local_array import LocalArray  # noqa: E402
 from ._src.arrays.sharded_array import Shard, ShardedArray, device_put  # noqa: E402
+from ._src.arrays.array import Array  # noqa: E402
+from ._src.arrays.sharded_array import device_get  # noqa: E402
+from ._src.arrays.typeof import typeof  # noqa: E402
+from ._src.core.mesh import (  # noqa: E402
+    default_backend, device_count, local_device_count, local_devices, process_count, process_index,
+)
 from ._src.core.config import config  # noqa: E402
 from ._src.core.context import named_scope  # noqa: E402
 from ._src.core.mesh import Device, Mesh, devices, get_mesh, make_mesh, set_mesh  # noqa: E402
@@ -59,6 +65,8 @@ __all__ = [
 ]
 __all__ += ["tree", "tree_util", "vmap"]
 __all__ += ["make_jaxpr"]
+__all__ += ["Array", "default_backend", "device_count", "device_get", "local_device_count", "local_devices",
+            "process_count", "process_index", "typeof"]
 
 # Pictures last: shardlab.viz draws with the public face above and is registered as the HTML
 # view (and, for the C++ classes, the text view) of the library's objects.

@@ -1,8 +1,12 @@
-"""``shardlab.sharding``, as ``jax.sharding``: Mesh, AxisType, PartitionSpec, NamedSharding."""
+"""``shardlab.sharding``, as ``jax.sharding``: Mesh, AbstractMesh, AxisType, PartitionSpec,
+NamedSharding, SingleDeviceSharding, Sharding and the mesh context."""
 
 from ._src.core.errors import ShardingTypeError  # noqa: F401
-from ._src.core.mesh import AxisType, Mesh, get_mesh, set_mesh  # noqa: F401
-from ._src.core.sharding import NamedSharding, PartitionSpec  # noqa: F401
+from ._src.core.mesh import (  # noqa: F401
+    AbstractMesh, AxisType, Mesh, get_abstract_mesh, get_mesh, set_mesh, use_abstract_mesh,
+)
+from ._src.core.sharding import NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding  # noqa: F401
 from ._src.transforms.shard_map import Infer  # noqa: F401  (shard_map's default in_specs)
 
-__all__ = ["AxisType", "Infer", "Mesh", "NamedSharding", "PartitionSpec", "ShardingTypeError", "get_mesh", "set_mesh"]
+__all__ = ["AbstractMesh", "AxisType", "Infer", "Mesh", "NamedSharding", "PartitionSpec", "Sharding", "ShardingTypeError",
+           "SingleDeviceSharding", "get_abstract_mesh", "get_mesh", "set_mesh", "use_abstract_mesh"]

@@ -252,7 +252,7 @@ def test_check_vma_false_takes_device_zeros_value():
 def test_inputs_on_different_meshes():
     other = sl.make_mesh((2, 4), ("x", "y"))
     a = sl.device_put(X, sl.NamedSharding(other, P("x")))
-    with raises(ValueError, "shard_map", "argument 0", "Mesh({'x': 2, 'y': 4})"):
+    with raises(ValueError, "shard_map", "argument 0", "Mesh(axis_sizes=(2, 4), axis_names=('x', 'y')"):
         smap(lambda v: v, P("x"), P("x"))(a)
     with raises(ValueError, "shard_map", "argument 1"):
         smap(lambda u, v: u + v, (P("x"), P("x")), P("x"))(X, a)

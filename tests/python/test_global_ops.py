@@ -80,7 +80,7 @@ def test_unreduced_output_and_reshard():
     with sl.Ledger() as ledger:
         c = sl.einsum("ij,jk->ik", a, b, unreduced=("x",))
     assert len([e for e in ledger.events if e["op"] != "einsum"]) == 0
-    assert c.unreduced == {"x"} and c.sharding.spec == P()
+    assert c.unreduced == {"x"} and c.sharding.spec == P(unreduced={"x"})  # the type carries {U:x}
     # Each device holds a partial sum; np.asarray sums them.
     partial = a_np[:, 4:8] @ b_np[4:8]
     np.testing.assert_allclose(c.addressable_data(2), partial, rtol=1e-5)  # device (1, 0), in float32 as JAX computes float64 inputs with x64 off

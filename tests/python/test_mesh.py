@@ -100,18 +100,16 @@ def test_equality_and_hash():
 def test_current_mesh_context_and_set_mesh():
     a, b = sl.make_mesh((8,), ("x",)), sl.make_mesh((2, 4), ("x", "y"))
     assert sl.get_mesh() is None
-    with a:
-        assert sl.get_mesh() is a
-        with b:
-            assert sl.get_mesh() is b
-        assert sl.get_mesh() is a
+    with pytest.warns(DeprecationWarning, match="set_mesh"):
+        with a:  # as JAX 0.10: deprecated, and not the mesh get_mesh / device_put / shard_map use
+            assert sl.get_mesh() is None
     assert sl.get_mesh() is None
     with sl.set_mesh(b):
         assert sl.get_mesh() is b
         out = sl.shard_map(lambda v: sl.lax.psum(v, "y"), in_specs=sl.P("y"), out_specs=sl.P())(np.ones(8))
         np.testing.assert_array_equal(np.asarray(out), [4.0, 4.0])
     assert sl.get_mesh() is None
-    with pytest.raises(TypeError, match=r"^\[set_mesh\]"):
+    with pytest.raises(ValueError, match=r"^\[set_mesh\]"):  # JAX's class
         sl.set_mesh("x")
 
 

@@ -211,7 +211,7 @@ def test_identity_any_in_spec_to_any_out_spec(in_spec, out_spec):
 
 
 def test_mesh_from_context():
-    with MESH:
+    with sl.set_mesh(MESH):  # as JAX 0.10: set_mesh, not the deprecated `with mesh:`
         out = sl.shard_map(lambda v: sl.lax.psum(v, "x"), in_specs=P("x"), out_specs=P())(np.ones(4))
     np.testing.assert_array_equal(np.asarray(out), [4.0])
 

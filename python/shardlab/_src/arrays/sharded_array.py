@@ -12,16 +12,18 @@ Example:
 from __future__ import annotations
 
 import html
+import inspect
 import math
+import sys
 from dataclasses import dataclass
 
 import numpy as np
 
 
-from ..core import memory, views
+from ..core import memory, tree, views
 from ..core.dtypes import canonicalize
 from ..core.mesh import Device
-from ..core.sharding import NamedSharding, as_sharding
+from ..core.sharding import NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding, as_sharding
 from ..kernels.native import copy
 from .layout import from_storage, storage_shape, to_storage
 from .storage import AbstractStorage, host_nbytes, is_abstract
@@ -60,10 +62,16 @@ class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
                             f"{type(storage).__name__}; use shardlab.device_put(x, sharding) to make one")
         if not isinstance(sharding, NamedSharding):
             raise TypeError(f"[ShardedArray] sharding must be a NamedSharding, got {sharding!r}")
+        unreduced = frozenset(unreduced) | sharding.spec.unreduced
+        if unreduced != sharding.spec.unreduced:
+            # P(unreduced={...}) and ShardedArray.unreduced are one fact: the sharding carries it.
+            # (shardlab's planner also leaves partial sums on Auto axes, which JAX's type cannot say)
+            sharding = NamedSharding(sharding.mesh, sharding.spec.update(unreduced=unreduced),
+                                     memory_kind=sharding.memory_kind, _check_axis_types=False)
         self._storage = storage
         self.sharding = sharding
         self.shape = tuple(int(s) for s in shape)
-        self.unreduced = frozenset(unreduced)
+        self.unreduced = unreduced
         _check_storage(storage, sharding, self.shape, self.unreduced)
 
     # -- array-like ------------------------------------------------------------------------
@@ -114,8 +122,129 @@ class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
 
     def __len__(self):
         if not self.shape:
-            raise TypeError("len() of unsized ShardedArray")
+            raise TypeError("len() of unsized object")
         return self.shape[0]
+
+    # -- jax.Array behaviour -------------------------------------------------------------------
+    __hash__ = None  # jax.Array is unhashable: hash() raises TypeError
+
+    @property
+    def weak_type(self) -> bool:
+        return False
+
+    @property
+    def itemsize(self) -> int:
+        return self.dtype.itemsize
+
+    def _value(self) -> np.ndarray:
+        return np.asarray(self)
+
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d array")
+        return (self[i] for i in range(self.shape[0]))
+
+    def __bool__(self):
+        if self.size == 0:
+            raise ValueError("The truth value of an empty array is ambiguous. Use `array.size > 0` to "
+                             "check that an array is not empty.")
+        if self.size > 1:
+            raise ValueError("The truth value of an array with more than one element is ambiguous. "
+                             "Use a.any() or a.all()")
+        return bool(self._value())
+
+    def _check_scalar(self):
+        if self.ndim > 0:
+            raise TypeError(f"Only scalar arrays can be converted to Python scalars; got arr.ndim={self.ndim}")
+
+    def __float__(self):
+        self._check_scalar()
+        return float(self._value())
+
+    def __int__(self):
+        self._check_scalar()
+        return int(self._value())
+
+    def __complex__(self):
+        self._check_scalar()
+        return complex(self._value())
+
+    def __index__(self):
+        if not (self.shape == () and np.dtype(self.dtype).kind in "iu"):
+            raise TypeError("Only integer scalar arrays can be converted to a scalar index.")
+        return int(self._value())
+
+    def item(self, *args):
+        """The element as a Python scalar (``jax.Array.item``)."""
+        return self._value().item(*args)
+
+    def tolist(self):
+        return self._value().tolist()
+
+    def tobytes(self, order="C") -> bytes:
+        return self._value().tobytes(order)
+
+    def __format__(self, format_spec):
+        if self.unreduced or self.is_abstract:
+            return repr(self)
+        v = self._value()
+        return format(v if v.ndim else v[()], format_spec)
+
+    def block_until_ready(self):
+        """Returns the array: its shards are computed when the op returns."""
+        return self
+
+    def copy_to_host_async(self) -> None:
+        """Nothing to do: the shards live in host memory already."""
+
+    def is_ready(self) -> bool:
+        return True
+
+    def is_deleted(self) -> bool:
+        return False
+
+    @property
+    def is_fully_addressable(self) -> bool:
+        """True: every virtual device belongs to this one process."""
+        return True
+
+    @property
+    def is_fully_replicated(self) -> bool:
+        return self.sharding.is_fully_replicated
+
+    @property
+    def committed(self) -> bool:
+        """True: an array placed with a sharding is committed to its devices."""
+        return True
+
+    def devices(self) -> set:
+        return self.sharding.device_set
+
+    @property
+    def global_shards(self) -> list["Shard"]:
+        """Every device's shard (all addressable: one process holds every virtual device)."""
+        return self.addressable_shards
+
+    @property
+    def device_buffer(self):
+        raise AttributeError("arr.device_buffer has been deprecated. Use arr.addressable_data(0)")
+
+    @property
+    def device_buffers(self):
+        raise AttributeError("arr.device_buffers has been deprecated. Use [x.data for x in arr.addressable_shards]")
+
+    @property
+    def format(self) -> "Format":
+        """The array's layout and sharding (``jax.Array.format``); the layout is the default
+        row-major one, shown as None."""
+        return Format(None, self.sharding)
+
+    @property
+    def at(self) -> "_IndexUpdateHelper":
+        """Functional index updates, as ``jax.Array.at``: ``x.at[idx].set(v)``, ``.add``,
+        ``.multiply``, ``.divide``, ``.power``, ``.min``, ``.max``, ``.apply``, ``.get``. They
+        run ``shardlab.numpy``'s scatter for global arrays (``INDEX_UPDATE``)."""
+        return _IndexUpdateHelper(self)
 
     # -- shards ----------------------------------------------------------------------------
     def _local(self, pos: int) -> np.ndarray:
@@ -159,15 +288,219 @@ class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
         return host_nbytes(self._storage)
 
     def __repr__(self):
+        """JAX's ``Array(...)`` repr (values, dtype) followed by the sharding; an unreduced array
+        shows its shape and sharding only (as JAX); an abstract one as a ShapeDtypeStruct."""
         if is_abstract(self._storage):
             return f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype}, sharding={self.sharding!r})"
-        u = f", unreduced={set(sorted(self.unreduced))}" if self.unreduced else ""
-        return (f"ShardedArray(shape={self.shape}, dtype={self.dtype}, "
-                f"spec={self.sharding.spec!r}{u}, mesh={self.sharding.mesh!r})")
+        dtype_str = f"dtype={self.dtype.name}"
+        if self.unreduced:
+            return f"Array(shape={self.shape}, {dtype_str}, sharding={self.sharding})"
+        prefix = "Array("
+        width = np.get_printoptions()["linewidth"]
+        if self.size == 0:
+            body = f"[], shape={self.shape}"
+        else:
+            body = np.array2string(self._value(), prefix=prefix, suffix=",", separator=", ",
+                                   max_line_width=width)
+        last_line_len = len(body) - body.rfind("\n") + 1
+        sep = " " * len(prefix) if last_line_len + len(dtype_str) + 2 > width else " "
+        return f"{prefix}{body},{sep}{dtype_str}, sharding={self.sharding})"
+
+    def __str__(self):
+        """The values only, as ``str`` of a jax.Array (numpy's str)."""
+        if self.unreduced or is_abstract(self._storage):
+            return repr(self)
+        return str(self._value())
 
     def _repr_html_(self):
         view = views.html_view(self)
         return view if view is not None else f"<code>{html.escape(repr(self))}</code>"
+
+
+# -- methods that delegate to shardlab.numpy (jax.Array's methods, with JAX's signatures) ------
+def _jnp():
+    """``shardlab.numpy``, the public jax.numpy. The arrays layer may not import the ops above
+    it; the package loads shardlab.numpy before any array can exist, so it is looked up here."""
+    return sys.modules["shardlab.numpy"]
+
+
+def _forward(target: str, self, params: dict, defaults: dict, positional: tuple = ()):
+    """Calls ``shardlab.numpy.<target>(self, *positional, **kw)`` with only the keywords whose
+    values differ from the method's defaults (so a jnp function that lacks an option JAX has
+    works until the option is used)."""
+    kw = {k: v for k, v in params.items()
+          if k not in defaults or not (v is defaults[k] or (type(v) is type(defaults[k]) and v == defaults[k]))}
+    fn = getattr(_jnp(), target, None)
+    if fn is None:
+        raise NotImplementedError(f"[ShardedArray.{target}] shardlab.numpy has no {target} yet; use "
+                                  f"np.asarray(x) for the global value or run it inside shard_map")
+    return fn(self, *positional, **kw)
+
+
+# method name → (shardlab.numpy function, the parameters after self as in jax.Array)
+_DELEGATED = {
+    "sum": ("sum", "axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None, "
+                   "promote_integers=True"),
+    "prod": ("prod", "axis=None, dtype=None, out=None, keepdims=False, initial=None, where=None, "
+                     "promote_integers=True"),
+    "mean": ("mean", "axis=None, dtype=None, out=None, keepdims=False, *, where=None"),
+    "max": ("max", "axis=None, out=None, keepdims=False, initial=None, where=None"),
+    "min": ("min", "axis=None, out=None, keepdims=False, initial=None, where=None"),
+    "any": ("any", "axis=None, out=None, keepdims=False, *, where=None"),
+    "all": ("all", "axis=None, out=None, keepdims=False, *, where=None"),
+    "std": ("std", "axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, correction=None"),
+    "var": ("var", "axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=None, correction=None"),
+    "argmax": ("argmax", "axis=None, out=None, keepdims=None"),
+    "argmin": ("argmin", "axis=None, out=None, keepdims=None"),
+    "cumsum": ("cumsum", "axis=None, dtype=None, out=None"),
+    "cumprod": ("cumprod", "axis=None, dtype=None, out=None"),
+    "astype": ("astype", "dtype, copy=False, device=None"),
+    "squeeze": ("squeeze", "axis=None"),
+    "swapaxes": ("swapaxes", "axis1, axis2"),
+    "clip": ("clip", "min=None, max=None"),
+    "round": ("round", "decimals=0, out=None"),
+    "conj": ("conj", ""),
+    "conjugate": ("conjugate", ""),
+    "dot": ("dot", "b, *, precision=None, preferred_element_type=None"),
+    "nonzero": ("nonzero", "*, fill_value=None, size=None"),
+    "sort": ("sort", "axis=-1, *, kind=None, order=None, stable=True, descending=False"),
+    "argsort": ("argsort", "axis=-1, *, kind=None, order=None, stable=True, descending=False"),
+    "take": ("take", "indices, axis=None, out=None, mode=None, unique_indices=False, indices_are_sorted=False, "
+                     "fill_value=None"),
+    "repeat": ("repeat", "repeats, axis=None, *, total_repeat_length=None, out_sharding=None"),
+    "ravel": ("ravel", "order='C', *, out_sharding=None"),
+    "flatten": ("ravel", "order='C', *, out_sharding=None"),
+    "diagonal": ("diagonal", "offset=0, axis1=0, axis2=1"),
+    "trace": ("trace", "offset=0, axis1=0, axis2=1, dtype=None, out=None"),
+}
+
+
+def _delegate(name: str, target: str, params: str):
+    ns: dict = {"_forward": _forward}
+    exec(f"def {name}(self{', ' + params if params else ''}):\n"  # noqa: S102 (a fixed table above)
+         f"    return _forward({target!r}, self, {{k: v for k, v in locals().items() if k != 'self'}}, "
+         f"{name}._defaults)\n", ns)
+    fn = ns[name]
+    fn._defaults = {p.name: p.default for p in inspect.signature(fn).parameters.values()
+                    if p.default is not inspect.Parameter.empty}
+    fn.__qualname__ = f"ShardedArray.{name}"
+    fn.__doc__ = (f"``jax.Array.{name}``: ``shardlab.numpy.{target}`` on this array (JAX's signature; "
+                  f"options left at their defaults are not passed on).")
+    return fn
+
+
+for _name, (_target, _params) in _DELEGATED.items():
+    setattr(ShardedArray, _name, _delegate(_name, _target, _params))
+
+
+def _reshape(self, *args, order="C", out_sharding=None):
+    """``jax.Array.reshape``: ``x.reshape(2, 4)`` or ``x.reshape((2, 4))``."""
+    shape = args[0] if len(args) == 1 else args
+    kw = {} if order == "C" else {"order": order}
+    if out_sharding is not None:
+        kw["out_sharding"] = out_sharding
+    return _jnp().reshape(self, shape, **kw)
+
+
+def _transpose(self, *args):
+    """``jax.Array.transpose``: ``x.transpose()``, ``x.transpose(1, 0)`` or ``x.transpose((1, 0))``."""
+    axes = None if not args else args[0] if len(args) == 1 else tuple(args)
+    return _jnp().transpose(self) if axes is None else _jnp().transpose(self, tuple(axes))
+
+
+ShardedArray.reshape = _reshape
+ShardedArray.transpose = _transpose
+ShardedArray.T = property(lambda self: _jnp().transpose(self), doc="All axes reversed (``jnp.transpose``).")
+ShardedArray.mT = property(lambda self: _jnp().swapaxes(self, -1, -2),
+                           doc="The last two axes swapped (``jnp.matrix_transpose``).")
+ShardedArray.real = property(lambda self: _jnp().real(self), doc="``jnp.real`` of the array.")
+ShardedArray.imag = property(lambda self: _jnp().imag(self), doc="``jnp.imag`` of the array.")
+
+
+class Format:
+    """An array's layout and sharding, as ``jax.Array.format`` (shardlab has one layout:
+    row-major, shown as ``layout=None``)."""
+
+    def __init__(self, layout, sharding):
+        self.layout = layout
+        self.sharding = sharding
+
+    def __repr__(self):
+        return f"Format(layout={self.layout}, sharding={self.sharding})"
+
+    def __eq__(self, other):
+        return isinstance(other, Format) and (self.layout, self.sharding) == (other.layout, other.sharding)
+
+    __hash__ = None
+
+
+# [update(x, index, op, values, **kwargs)] the scatter behind ``x.at[index].<op>(values)`` on
+# global arrays, registered by the layer that implements it (ops names: "set", "add", "multiply",
+# "divide", "power", "min", "max", "apply").
+INDEX_UPDATE: list = [None]
+
+
+class _IndexUpdateHelper:
+    __slots__ = ("array",)
+
+    def __init__(self, array):
+        self.array = array
+
+    def __getitem__(self, index):
+        return _IndexUpdateRef(self.array, index)
+
+    def __repr__(self):
+        return f"_IndexUpdateHelper({self.array!r})"
+
+
+class _IndexUpdateRef:
+    """``x.at[index]``: each method returns a new array (JAX's functional update)."""
+
+    __slots__ = ("array", "index")
+
+    def __init__(self, array, index):
+        self.array = array
+        self.index = index
+
+    def get(self, **kwargs):
+        return self.array[self.index]
+
+    def _update(self, op: str, values, **kwargs):
+        fn = INDEX_UPDATE[0]
+        if fn is None:
+            raise NotImplementedError(f"[x.at[...].{op}] index updates on a global ShardedArray are not "
+                                      f"implemented yet; run the update inside shard_map, or on "
+                                      f"np.asarray(x) and device_put the result")
+        return fn(self.array, self.index, op, values, **kwargs)
+
+    def set(self, values, **kwargs):
+        return self._update("set", values, **kwargs)
+
+    def add(self, values, **kwargs):
+        return self._update("add", values, **kwargs)
+
+    def subtract(self, values, **kwargs):
+        return self._update("subtract", values, **kwargs)
+
+    def multiply(self, values, **kwargs):
+        return self._update("multiply", values, **kwargs)
+
+    mul = multiply
+
+    def divide(self, values, **kwargs):
+        return self._update("divide", values, **kwargs)
+
+    def power(self, values, **kwargs):
+        return self._update("power", values, **kwargs)
+
+    def min(self, values, **kwargs):
+        return self._update("min", values, **kwargs)
+
+    def max(self, values, **kwargs):
+        return self._update("max", values, **kwargs)
+
+    def apply(self, func, **kwargs):
+        return self._update("apply", func, **kwargs)
 
 
 def _check_storage(storage, sharding: NamedSharding, shape: tuple, unreduced: frozenset) -> None:
@@ -190,16 +523,27 @@ def _check_storage(storage, sharding: NamedSharding, shape: tuple, unreduced: fr
                          f"shardlab.device_put(x, sharding) to make one")
 
 
-def device_put(x, device=None, *, may_alias=None, donate=None) -> ShardedArray:
-    """Places `x` on the mesh with a sharding, as ``jax.device_put``.
+def _is_placement(s) -> bool:
+    return s is None or isinstance(s, (Sharding, PartitionSpec, Device))
+
+
+def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
+    """Places `x` (an array or a pytree of arrays) on devices, as ``jax.device_put``.
 
     Args:
-        x: array-like (numpy array, list, scalar) or ShardedArray.
-        device: a NamedSharding, or a PartitionSpec with a mesh set by ``set_mesh``.
+        x: array-like (numpy array, scalar, ShardedArray) or a pytree of them (lists and tuples
+            are pytrees, as in JAX).
+        device: a NamedSharding; a PartitionSpec (with a mesh set by ``set_mesh``); a Device or
+            SingleDeviceSharding (host data: a numpy array); None (an array keeps its placement,
+            host data stays a numpy array, as JAX puts it on one device); or a pytree of these,
+            a prefix of `x`'s structure.
+        src, donate, may_alias: accepted for JAX's signature; shardlab copies when it must.
+
+    Values take JAX's canonical dtypes (float64 becomes float32 unless x64 is on).
 
     Raises:
         ValueError: a dim not divisible by the product of the axes splitting it, or a spec
-            longer than the rank.
+            longer than the rank; a PartitionSpec with no mesh set.
 
     Example:
         >>> import numpy as np, shardlab as sl
@@ -207,25 +551,76 @@ def device_put(x, device=None, *, may_alias=None, donate=None) -> ShardedArray:
         >>> mesh = sl.make_mesh((2,), ("x",))
         >>> [s.data.tolist() for s in sl.device_put(np.arange(4), sl.NamedSharding(mesh, P("x"))).addressable_shards]
         [[0, 1], [2, 3]]
+        >>> with sl.set_mesh(mesh):
+        ...     out = sl.device_put({"w": np.ones((2, 2)), "b": np.zeros(2)}, {"w": P("x"), "b": P()})
+        >>> out["w"].sharding.spec, out["b"].dtype
+        (P('x',), dtype('float32'))
     """
-    if device is None:
-        raise TypeError("[device_put] pass a NamedSharding or PartitionSpec to place the array with")
-    sharding = as_sharding(device, "device_put")
-    if isinstance(x, ShardedArray):
-        if x.sharding == sharding and not x.unreduced:
-            return x
-        x = np.asarray(x)
+    if _is_placement(device):
+        if isinstance(x, (ShardedArray, np.ndarray, np.generic, int, float, complex, bool)):
+            return _put(x, device)
+        leaves, treedef = tree.flatten(x)
+        return tree.unflatten(treedef, [_put(v, device) for v in leaves])
+    leaves, treedef = tree.flatten(x)
+    targets = tree.broadcast_prefix(device, x, _is_placement, "device_put's device argument")
+    return tree.unflatten(treedef, [_put(v, d) for v, d in zip(leaves, targets)])
+
+
+def _host(x) -> np.ndarray:
     arr = np.asarray(x)
     if not arr.dtype.isnative:  # big-endian data: the core reads native byte order only
         arr = arr.astype(arr.dtype.newbyteorder("="))
-    arr = canonicalize(arr, "device_put")
+    return canonicalize(arr, "device_put")
+
+
+def _put(x, device):
+    if device is None or isinstance(device, (Device, SingleDeviceSharding)):
+        if isinstance(x, ShardedArray) and device is None:
+            return x
+        if type(x).__name__ == "LocalArray":  # inside shard_map: already on its devices
+            return x
+        return _host(x)
+    sharding = as_sharding(device, "device_put")
+    if isinstance(x, ShardedArray):
+        if x.sharding == sharding:
+            return x
+        x = np.asarray(x)
+    arr = _host(x)
     sharding.check_shape(arr.shape, "device_put")
-    view = to_storage(arr, sharding)
+    unreduced = sharding.spec.unreduced
+    if unreduced:
+        placed = sharding.with_spec(sharding.spec.update(unreduced=frozenset()))
+    else:
+        placed = sharding
+    view = to_storage(arr, placed)
     memory.check_alloc("device_put", view.size * view.dtype.itemsize,
                        f"a {arr.shape} {arr.dtype} array sharded as {sharding.spec!r} is that large on this mesh; "
                        f"shard it over more axes, or use an abstract mesh (make_mesh(..., abstract=True))")
     storage = copy(view)
+    if unreduced:
+        # Partial sums: the value on the first device along each unreduced axis, zeros elsewhere.
+        mesh = sharding.mesh
+        shape = list(storage.shape)
+        for a in unreduced:
+            shape[mesh.axis_names.index(a)] = mesh.shape[a]
+        partial = np.zeros(shape, storage.dtype)
+        partial[tuple(slice(0, 1) if a in unreduced else slice(None) for a in mesh.axis_names)] = storage
+        storage = partial
     return ShardedArray(storage, sharding, arr.shape)
+
+
+def device_get(x):
+    """The host value of `x` (an array or a pytree of arrays), as ``jax.device_get``: a numpy
+    array for each ShardedArray (partial sums added); other leaves are returned as they are.
+
+    Example:
+        >>> import numpy as np, shardlab as sl
+        >>> a = sl.device_put(np.arange(4.0), sl.NamedSharding(sl.make_mesh((2,), ("x",)), sl.P("x")))
+        >>> sl.device_get({"a": a, "n": 3})
+        {'a': array([0., 1., 2., 3.], dtype=float32), 'n': 3}
+    """
+    leaves, treedef = tree.flatten(x)
+    return tree.unflatten(treedef, [np.asarray(v) if isinstance(v, ShardedArray) else v for v in leaves])
 
 
 def abstract_array(shape, dtype, sharding: NamedSharding) -> ShardedArray:

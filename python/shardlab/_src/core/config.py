@@ -31,8 +31,15 @@ class _Config:
     jax_enable_x64 = enable_x64
 
     def update(self, name: str, value) -> None:
-        """Sets option `name`: "num_devices" (how many default virtual devices exist) or
-        "enable_x64" / "jax_enable_x64" (64-bit dtypes, as ``jax.config.update``).
+        """Sets option `name`, as ``jax.config.update``:
+
+        - "num_devices" / "jax_num_cpu_devices": how many default virtual devices exist;
+        - "enable_x64" / "jax_enable_x64": 64-bit dtypes;
+        - JAX's flags that only pick a platform or a partitioner ("jax_platforms",
+          "jax_platform_name", "jax_use_shardy_partitioner"): accepted and remembered, with
+          no effect (shardlab has one backend and one partitioner, its planner).
+
+        Any other name raises AttributeError("Unrecognized config option: ..."), as JAX.
 
         Example:
             >>> import numpy as np, shardlab as sl
@@ -40,17 +47,33 @@ class _Config:
             >>> sl.numpy.astype(np.zeros(2, np.float64), "float64").dtype, sl.config.enable_x64
             (dtype('float64'), True)
             >>> sl.config.update("enable_x64", False)
+            >>> sl.config.update("jax_platforms", "cpu"); sl.config.jax_platforms
+            'cpu'
         """
         if name in ("enable_x64", "jax_enable_x64"):
             if not isinstance(value, bool):
                 raise ValueError(f"[config.update] {name} must be True or False, got {value!r}")
             set_x64(value)
             return
+        if name in _NO_OP_FLAGS:
+            setattr(self, name, value)
+            return
         if name not in ("num_devices", "jax_num_cpu_devices"):
-            raise ValueError(f"[config.update] unknown option {name!r}; known: 'num_devices', 'enable_x64'")
+            raise AttributeError(f"Unrecognized config option: {name} [config.update] (shardlab knows "
+                                 f"'num_devices', 'enable_x64', their jax_ names, and {sorted(_NO_OP_FLAGS)})")
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"[config.update] num_devices must be a positive int, got {value!r}")
+            raise ValueError(f"[config.update] {name} must be a positive int, got {value!r}")
         self.num_devices = value
+
+    @property
+    def jax_num_cpu_devices(self) -> int:
+        return self.num_devices
+
+
+# JAX flags that only select a platform or the partitioner: accepted, no effect here.
+_NO_OP_FLAGS = {"jax_platforms": None, "jax_platform_name": None, "jax_use_shardy_partitioner": True}
+for _flag, _default in _NO_OP_FLAGS.items():
+    setattr(_Config, _flag, _default)
 
 
 config = _Config()
