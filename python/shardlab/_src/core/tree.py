@@ -298,10 +298,12 @@ class PyTreeDef:
 
     @property
     def num_leaves(self) -> int:
+        """How many leaves a tree of this structure has."""
         return self._node[4]
 
     @property
     def num_nodes(self) -> int:
+        """How many nodes (leaves, None and containers) the structure has."""
         return self._node[5]
 
     def unflatten(self, leaves):
@@ -321,9 +323,11 @@ class PyTreeDef:
         return out
 
     def children(self) -> list:
+        """The structures of the root's children."""
         return [PyTreeDef(k) for k in self._node[3]]
 
     def node_data(self):
+        """``(type, aux data)`` of the root (None for a leaf), as JAX's."""
         kind, typ, aux = self._node[:3]
         if kind == LEAF:
             return None
@@ -335,6 +339,8 @@ class PyTreeDef:
 
     @staticmethod
     def from_node_data_and_children(registry, node_data, children) -> "PyTreeDef":
+        """The structure with root `node_data` (as ``node_data()`` gives it) over `children`;
+        `registry` is accepted for JAX's signature (shardlab has one registry)."""
         typ, aux = node_data
         kids = [c._node for c in children]
         kind = _BUILTIN_KIND.get(typ)
