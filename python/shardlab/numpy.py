@@ -15,3 +15,8 @@ from ._src.ops.numpy_more import *  # noqa: F401,F403
 from ._src.ops.numpy_more import divmod  # noqa: F401  (shadows a builtin)
 from ._src.ops.numpy_fallback import *  # noqa: F401,F403
 from ._src.ops.numpy_fallback import UNSUPPORTED, coverage, round, round_  # noqa: F401
+from ._src.ops.numpy import ufunc  # noqa: F401,E402  (jax.numpy.ufunc)
+from ._src.ops.numpy_fallback import guard_namespace as _guard_namespace  # noqa: E402
+
+# On global ShardedArrays every public function has a sharded rule, the recorded fallback, or raises.
+_guard_namespace(globals())

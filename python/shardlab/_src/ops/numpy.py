@@ -21,10 +21,16 @@ import numpy as np
 
 from ..arrays.local_array import HANDLED, UFUNC, LocalArray, lift, local_axes, mesh_of, register_method
 from ..arrays.sharded_array import ShardedArray
+from ..arrays.sharded_array import device_put as _device_put
 from ..arrays.storage import AbstractStorage, is_abstract
 from ..core import dtypes as _dt
 from ..core.dtypes import bfloat16, float32, float64, int8, int32  # noqa: F401  (jnp.float32, ...)
+from ..core.context import CTX as _CTX
 from ..core.einsum_spec import parse
+from ..core.mesh import UNIT_MESH as _UNIT_MESH
+from ..core.mesh import get_mesh as _get_mesh
+from ..core.sharding import NamedSharding as _NamedSharding
+from ..core.sharding import PartitionSpec as _P
 from ..kernels.einsum import einsum_arrays, gemm_batched
 from ..primitives import broadcasting as bc
 from ..primitives import contractions as con
@@ -39,21 +45,144 @@ int16, int64, uint8, uint16, uint32, uint64, float16 = (np.int16, np.int64, np.u
                                                        np.uint64, np.float16)
 pi, e, inf, nan, newaxis = np.pi, np.e, np.inf, np.nan, np.newaxis
 
-# Elementwise functions are numpy's ufuncs: they dispatch on LocalArray themselves.
+_PY_SCALARS = frozenset((int, float, complex, bool))
+
+
+def _on_mesh(out):
+    """A result computed from host data: under ``set_mesh`` (outside shard_map) a replicated
+    ShardedArray on that mesh, as JAX gives ``NamedSharding(mesh, P())``; else the numpy array."""
+    mesh = _get_mesh()
+    if mesh is None or _CTX.meshes or mesh.abstract or not isinstance(out, (np.ndarray, np.generic)):
+        return out
+    return _device_put(np.asarray(out), _NamedSharding(mesh, _P()))
+
+
+def _has_global(args) -> bool:
+    for a in args:
+        if isinstance(a, ShardedArray):
+            return True
+    return False
+
+
+def _host_operand(v, op: str):
+    if type(v) in _PY_SCALARS or isinstance(v, (np.ndarray, np.generic)):
+        return v
+    if isinstance(v, (list, tuple)):
+        raise TypeError(f"[{op}] {op} requires ndarray or scalar arguments, got {type(v)} at position 0 "
+                        f"(as jax.numpy); wrap it with jnp.asarray first")
+    return np.asarray(v)
+
+
+class ufunc:
+    """A jax.numpy ufunc (``jnp.add``, ``jnp.sin``, ...): numpy's function with JAX's dtype rules.
+
+    On global ShardedArrays it follows JAX's explicit-sharding rule (``planning/sharding_rules``);
+    on per-device values (inside shard_map) it is a primitive; on host data it gives JAX's
+    dtypes (float64 input -> float32, int64 -> int32, Python scalars weak), as a numpy array
+    (a replicated ShardedArray under ``set_mesh``).
+
+    Example:
+        >>> import numpy as np, shardlab.numpy as jnp
+        >>> jnp.sin(np.ones(2)).dtype, jnp.add(np.ones(2, np.int64), 1).dtype, jnp.add(np.uint8(1), 300)
+        (dtype('float32'), dtype('int32'), array(45, dtype=uint8))
+    """
+
+    def __init__(self, np_ufunc):
+        self._np = np_ufunc
+        self.__name__ = np_ufunc.__name__
+        self.__qualname__ = np_ufunc.__name__
+        self.nin, self.nout, self.nargs = np_ufunc.nin, np_ufunc.nout, np_ufunc.nargs
+        self.identity = np_ufunc.identity
+        self.__doc__ = f"``jax.numpy.{np_ufunc.__name__}``: numpy's ufunc with JAX's dtype and sharding rules."
+
+    def __repr__(self):
+        return f"<jnp.ufunc '{self.__name__}'>"
+
+    def __call__(self, *args, out=None, **kwargs):
+        if out is not None:
+            raise TypeError(f"[{self.__name__}] out= is not supported: arrays are immutable, as in JAX")
+        if "dtype" in kwargs:
+            raise TypeError(f"[{self.__name__}] ufunc.__call__() got an unexpected keyword argument 'dtype' "
+                            f"(as jax.numpy); convert the result with .astype(dtype)")
+        dtype = None
+        if _has_global(args):
+            return GLOBAL["elementwise"](self._np, args, {"dtype": dtype, **kwargs})
+        if _is_local(*args):
+            return self._np(*args, **({} if dtype is None else {"dtype": dtype}), **kwargs)
+        return _on_mesh(_host_ufunc(self._np, args, dtype, kwargs))
+
+    def _host(self, method: str, a, *rest, **kw):
+        fn = getattr(self._np, method)
+        if isinstance(a, (LocalArray, ShardedArray)):
+            raise TypeError(f"[{self.__name__}.{method}] is not supported on sharded or per-device values; "
+                            f"use the jnp reduction (jnp.sum, jnp.max, ...) or jnp.{self.__name__} itself")
+        a = _dt.canonicalize(np.asarray(a), f"{self.__name__}.{method}")
+        rest = [_dt.canonicalize(np.asarray(r), f"{self.__name__}.{method}") if not _scalar(r) else r for r in rest]
+        with np.errstate(all="ignore"):
+            res = fn(a, *rest, **kw)
+        return _on_mesh(_dt.canonicalize(np.asarray(res), f"{self.__name__}.{method}"))
+
+    def reduce(self, a, axis=0, dtype=None, out=None, keepdims=False, initial=None, where=None):
+        """``ufunc.reduce``: the matching jnp reduction on arrays shardlab holds, numpy's on host data."""
+        fn = {"add": sum, "multiply": prod, "maximum": max, "minimum": min, "logical_and": all,
+              "logical_or": any}.get(self.__name__)
+        if isinstance(a, (LocalArray, ShardedArray)) and fn is not None and initial is None and where is None:
+            return fn(a, axis=axis, keepdims=keepdims)
+        kw = {k: v for k, v in (("dtype", dtype), ("initial", initial), ("where", where)) if v is not None}
+        return self._host("reduce", a, axis=axis, keepdims=keepdims, **kw)
+
+    def accumulate(self, a, axis=0, dtype=None, out=None):
+        return self._host("accumulate", a, axis=axis, **({} if dtype is None else {"dtype": dtype}))
+
+    def outer(self, a, b, /):
+        if isinstance(a, (LocalArray, ShardedArray)) or isinstance(b, (LocalArray, ShardedArray)):
+            a2 = expand_dims(a, tuple(range(ndim(a), ndim(a) + ndim(b)))) if ndim(b) else a
+            return self(a2, b)
+        return self._host("outer", a, b)
+
+    def reduceat(self, a, indices, axis=0, dtype=None, out=None):
+        return self._host("reduceat", a, indices, axis=axis)
+
+
+def _host_ufunc(np_ufunc, args, dtype, kwargs):
+    """``np_ufunc`` on host data with jax.numpy's dtype rules (the elementwise primitive on the
+    single-device mesh: the same promotion as on sharded values)."""
+    name = np_ufunc.__name__
+    prim = ew.PRIMS.get(name)
+    vals = [_host_operand(a, name) for a in args]
+    if prim is None or kwargs:
+        with np.errstate(all="ignore"):
+            res = np_ufunc(*[a if _scalar(a) else _dt.canonicalize(np.asarray(a), name) for a in vals], **kwargs)
+        res = tuple(_dt.canonicalize(np.asarray(r), name) for r in res) if isinstance(res, tuple) else \
+            _dt.canonicalize(np.asarray(res), name)
+    else:
+        vals = [np.asarray(a) if isinstance(a, np.generic) else a for a in vals]
+        target, _ = ew.dtype_rule(np_ufunc, vals)
+        if target is not None and target.kind in "iu":  # a Python int that overflows wraps, as in JAX
+            info = np.iinfo(target)
+            vals = [np.array(a).astype(target) if type(a) is int and not info.min <= a <= info.max else a
+                    for a in vals]
+        res = bind(prim, vals, _UNIT_MESH).storage
+    if dtype is not None:
+        res = np.asarray(res).astype(_dt.canonicalize_dtype(dtype))
+    return res
+
+
+# Elementwise functions: jax.numpy ufuncs over numpy's (they dispatch on LocalArray themselves).
 (abs, absolute, add, subtract, multiply, divide, true_divide, negative, positive, exp, exp2, expm1, log,
  log1p, log2, log10, sqrt, square, tanh, sin, cos, tan, arcsin, arccos, arctan, arctan2, sinh, cosh,
  arcsinh, maximum, minimum, fmax, fmin, power, sign, floor, ceil, rint, trunc, equal, not_equal, less,
  less_equal, greater, greater_equal, logical_and, logical_or, logical_xor, logical_not, isnan, isfinite,
  isinf, reciprocal, floor_divide, mod, remainder, hypot, logaddexp, copysign, signbit, bitwise_and,
- bitwise_or, bitwise_xor, invert) = (
-    np.abs, np.absolute, np.add, np.subtract, np.multiply, np.divide, np.true_divide, np.negative,
+ bitwise_or, bitwise_xor, invert) = [ufunc(u) for u in (
+    np.absolute, np.absolute, np.add, np.subtract, np.multiply, np.divide, np.true_divide, np.negative,
     np.positive, np.exp, np.exp2, np.expm1, np.log, np.log1p, np.log2, np.log10, np.sqrt, np.square, np.tanh,
     np.sin, np.cos, np.tan, np.arcsin, np.arccos, np.arctan, np.arctan2, np.sinh, np.cosh, np.arcsinh,
     np.maximum, np.minimum, np.fmax, np.fmin, np.power, np.sign, np.floor, np.ceil, np.rint, np.trunc,
     np.equal, np.not_equal, np.less, np.less_equal, np.greater, np.greater_equal, np.logical_and,
     np.logical_or, np.logical_xor, np.logical_not, np.isnan, np.isfinite, np.isinf, np.reciprocal,
     np.floor_divide, np.mod, np.remainder, np.hypot, np.logaddexp, np.copysign, np.signbit,
-    np.bitwise_and, np.bitwise_or, np.bitwise_xor, np.invert)
+    np.bitwise_and, np.bitwise_or, np.bitwise_xor, np.invert)]
 pow = power  # noqa: A001
 
 
@@ -138,9 +267,133 @@ UFUNC[0] = _ufunc
 
 
 # -- constants and creation ------------------------------------------------------------------
-array, asarray, zeros, ones, full, empty, arange, linspace, eye, identity, tri = (
-    np.array, np.asarray, np.zeros, np.ones, np.full, np.zeros, np.arange, np.linspace, np.eye,
-    np.identity, np.tri)
+def _placement(device, out_sharding, op: str, shape):
+    """The NamedSharding a creation function puts its result on (``out_sharding=`` or ``device=``
+    a sharding), or None. JAX refuses both at once."""
+    if device is not None and out_sharding is not None:
+        raise ValueError(f"[{op}] pass only one of device= and out_sharding= (as jax.numpy)")
+    want = out_sharding if out_sharding is not None else device
+    if want is None or not isinstance(want, (_NamedSharding, _P)):
+        if want is not None and not hasattr(want, "id"):
+            raise TypeError(f"[{op}] device= must be a Device, a NamedSharding or (with set_mesh) a "
+                            f"PartitionSpec, got {want!r}")
+        return None  # a single device: shardlab's host array
+    return GLOBAL["out_sharding"](want, op, len(shape), shape)
+
+
+def _create(value, device, out_sharding, op: str):
+    """A host value placed as JAX's creation functions place it."""
+    value = np.asarray(value)
+    sh = _placement(device, out_sharding, op, value.shape)
+    if sh is not None:
+        return _device_put(value, sh)
+    return _on_mesh(value)
+
+
+def _shape_arg(shape, op: str) -> tuple:
+    if isinstance(shape, (ShardedArray, LocalArray)):
+        raise TypeError(f"[{op}] shape must be an int or a tuple of ints, got an array of shape {shape.shape}; "
+                        f"pass x.shape")
+    try:
+        return (int(shape),) if np.ndim(shape) == 0 else tuple(int(s) for s in shape)
+    except TypeError:
+        raise TypeError(f"[{op}] shape must be an int or a sequence of ints, got {shape!r}") from None
+
+
+def _float_dtype(dtype):
+    return _dt.default_float_dtype() if dtype is None else _dt.canonicalize_dtype(dtype)
+
+
+def zeros(shape, dtype=None, *, device=None, out_sharding=None):
+    """``jnp.zeros``: float32 by default (JAX's dtypes), placed with ``out_sharding=`` / ``device=``.
+
+    Example:
+        >>> import shardlab as sl, shardlab.numpy as jnp
+        >>> from shardlab import P
+        >>> mesh = sl.make_mesh((2,), ("X",))
+        >>> jnp.zeros((4, 2), device=sl.NamedSharding(mesh, P("X"))).sharding.spec, jnp.zeros(3).dtype
+        (PartitionSpec('X',), dtype('float32'))
+    """
+    shape = _shape_arg(shape, "zeros")
+    return _create(np.broadcast_to(np.zeros((), _float_dtype(dtype)), shape), device, out_sharding, "zeros")
+
+
+def ones(shape, dtype=None, *, device=None, out_sharding=None):
+    """``jnp.ones`` (see :func:`zeros`)."""
+    shape = _shape_arg(shape, "ones")
+    return _create(np.broadcast_to(np.ones((), _float_dtype(dtype)), shape), device, out_sharding, "ones")
+
+
+def empty(shape, dtype=None, *, device=None, out_sharding=None):
+    """``jnp.empty``: zeros, as in JAX."""
+    return zeros(shape, dtype, device=device, out_sharding=out_sharding)
+
+
+def full(shape, fill_value, dtype=None, *, device=None, out_sharding=None):
+    """``jnp.full``: the fill value's JAX dtype (a Python int gives int32, a float float32)."""
+    shape = _shape_arg(shape, "full")
+    if isinstance(fill_value, ShardedArray):
+        fill_value = np.asarray(fill_value)
+    dt = _dt.result_type(fill_value) if dtype is None else _dt.canonicalize_dtype(dtype)
+    value = np.broadcast_to(np.asarray(fill_value).astype(dt), shape)
+    return _create(value, device, out_sharding, "full")
+
+
+def arange(start, stop=None, step=None, dtype=None, *, device=None, out_sharding=None):
+    """``jnp.arange``: int32 for ints, float32 for floats (JAX's dtypes with x64 off)."""
+    for v in (start, stop, step):
+        if isinstance(v, (LocalArray, ShardedArray)):
+            raise TypeError("[arange] start, stop and step must be concrete numbers (as in JAX's jit)")
+    args = [v for v in (start, stop, step) if v is not None]
+    dt = _dt.result_type(*args) if dtype is None else _dt.canonicalize_dtype(dtype)
+    value = np.arange(start, stop, step) if stop is not None or step is not None else np.arange(start)
+    return _create(value.astype(dt), device, out_sharding, "arange")
+
+
+def linspace(start, stop, num=50, endpoint=True, retstep=False, dtype=None, axis=0, *, device=None):
+    """``jnp.linspace``: float32 by default."""
+    dt = _dt.to_inexact_dtype(_dt.result_type(start, stop)) if dtype is None else _dt.canonicalize_dtype(dtype)
+    out = np.linspace(np.asarray(start, np.float64), np.asarray(stop, np.float64), num, endpoint=endpoint,
+                      retstep=retstep, axis=axis)
+    if retstep:
+        return _create(out[0].astype(dt), device, None, "linspace"), np.asarray(out[1], dt)
+    return _create(out.astype(dt), device, None, "linspace")
+
+
+def eye(N, M=None, k=0, dtype=None, *, device=None):
+    """``jnp.eye``: float32 by default."""
+    return _create(np.eye(N, M, k, dtype=_float_dtype(dtype)), device, None, "eye")
+
+
+def identity(n, dtype=None):
+    """``jnp.identity``: float32 by default."""
+    return _create(np.identity(n, dtype=_float_dtype(dtype)), None, None, "identity")
+
+
+def tri(N, M=None, k=0, dtype=None):
+    """``jnp.tri``: float32 by default."""
+    return _create(np.tri(N, M, k, dtype=_float_dtype(dtype)), None, None, "tri")
+
+
+def array(object, dtype=None, *args, copy=True, order="K", ndmin=0, device=None, out_sharding=None):  # noqa: A002
+    """``jnp.array``: the value in JAX's canonical dtype (float64 -> float32, int64 -> int32 with
+    x64 off), placed with ``device=`` / ``out_sharding=``; a ShardedArray keeps its sharding."""
+    if isinstance(object, (ShardedArray, LocalArray)):
+        x = object if dtype is None else astype(object, dtype)
+        if ndmin and x.ndim < ndmin:
+            x = reshape(x, (1,) * (ndmin - x.ndim) + tuple(x.shape))
+        sh = _placement(device, out_sharding, "array", x.shape) if isinstance(x, ShardedArray) else None
+        return x if sh is None else GLOBAL["reshard"](x, sh)
+    if isinstance(object, (list, tuple)) and _has_global(object):
+        return stack([asarray(o) for o in object]) if object else np.zeros((0,), np.float32)
+    value = np.array(object, ndmin=ndmin)
+    value = _dt.canonicalize(value, "array") if dtype is None else value.astype(_dt.canonicalize_dtype(dtype))
+    return _create(value, device, out_sharding, "array")
+
+
+def asarray(a, dtype=None, order=None, *, copy=None, device=None, out_sharding=None):
+    """``jnp.asarray`` (see :func:`array`)."""
+    return array(a, dtype, copy=bool(copy), device=device, out_sharding=out_sharding)
 
 
 def _const_like(x: LocalArray, fill, dtype=None) -> LocalArray:
@@ -151,30 +404,45 @@ def _const_like(x: LocalArray, fill, dtype=None) -> LocalArray:
     return LocalArray(np.broadcast_to(np.full((), fill, dt), x.storage.shape), x.mesh)
 
 
+def _like(name, x, fill, dtype, shape, device, out_sharding):
+    if isinstance(x, LocalArray) and shape is None and device is None and out_sharding is None:
+        return _const_like(x, fill, dtype)
+    if isinstance(x, LocalArray):
+        x = np.zeros(x.shape, x.dtype)
+    dt = _dt.canonicalize_dtype(x.dtype if dtype is None else dtype) if hasattr(x, "dtype") else \
+        (_dt.result_type(x) if dtype is None else _dt.canonicalize_dtype(dtype))
+    shp = tuple(np.shape(x)) if shape is None else _shape_arg(shape, name)
+    value = np.broadcast_to(np.asarray(fill).astype(dt), shp)
+    if isinstance(x, ShardedArray) and device is None and out_sharding is None:
+        # the input's sharding (JAX keeps it when the shape is the input's)
+        if shape is None or shp == x.shape:
+            return _device_put(value, x.sharding)
+    return _create(value, device, out_sharding, name)
+
+
 @_implements(np.zeros_like)
-def zeros_like(x, dtype=None, shape=None):
-    if isinstance(x, LocalArray) and shape is None:
-        return _const_like(x, 0, dtype)
-    return np.zeros_like(x, dtype=dtype, shape=shape)
+def zeros_like(a, dtype=None, shape=None, *, device=None, out_sharding=None):
+    """``jnp.zeros_like``: a ShardedArray's zeros keep its sharding."""
+    return _like("zeros_like", a, 0, dtype, shape, device, out_sharding)
 
 
 @_implements(np.ones_like)
-def ones_like(x, dtype=None, shape=None):
-    if isinstance(x, LocalArray) and shape is None:
-        return _const_like(x, 1, dtype)
-    return np.ones_like(x, dtype=dtype, shape=shape)
+def ones_like(a, dtype=None, shape=None, *, device=None, out_sharding=None):
+    return _like("ones_like", a, 1, dtype, shape, device, out_sharding)
 
 
 @_implements(np.full_like)
-def full_like(x, fill_value, dtype=None, shape=None):
-    if isinstance(x, LocalArray) and shape is None:
-        return _const_like(x, fill_value, dtype)
-    return np.full_like(x, fill_value, dtype=dtype, shape=shape)
+def full_like(a, fill_value, dtype=None, shape=None, *, device=None, out_sharding=None):
+    if isinstance(fill_value, (LocalArray, ShardedArray)):
+        raise TypeError("[full_like] fill_value must be a scalar or host array here")
+    if dtype is None and not hasattr(a, "dtype"):
+        dtype = _dt.result_type(fill_value)
+    return _like("full_like", a, fill_value, dtype, shape, device, out_sharding)
 
 
 @_implements(np.empty_like)
-def empty_like(x, dtype=None, shape=None):
-    return zeros_like(x, dtype=dtype, shape=shape)
+def empty_like(prototype, dtype=None, shape=None, *, device=None):
+    return zeros_like(prototype, dtype=dtype, shape=shape, device=device)
 
 
 @_implements(np.ndim)
@@ -622,13 +890,29 @@ def _contract(terms, out, ops, mesh, op_name, preferred_element_type):
                 else np.dtype(preferred_element_type))
 
 
+def _host_result(out, preferred_element_type, operands):
+    """A host contraction's result in JAX's dtype (operands promoted, then canonicalized)."""
+    dt = _dt.result_type(*[np.asarray(o).dtype if not _scalar(o) else o for o in operands]) \
+        if preferred_element_type is None else _dt.canonicalize_dtype(preferred_element_type)
+    return np.asarray(out).astype(dt, copy=False)
+
+
+def _host_placed(out, out_sharding, op: str):
+    if out_sharding is not None:
+        return _create(out, None, out_sharding, op)
+    return _on_mesh(out)
+
+
 @_implements(np.matmul)
-def matmul(a, b, *, preferred_element_type=None):
-    """``a @ b`` with numpy's rules (1-D operands, broadcast batch dims) on local shapes."""
+def matmul(a, b, *, precision=None, preferred_element_type=None, out_sharding=None):
+    """``a @ b`` with numpy's rules (1-D operands, broadcast batch dims); on global arrays JAX's
+    dot_general sharding rule and the planner (``out_sharding=`` when it is ambiguous)."""
+    if _has_global((a, b)):
+        return GLOBAL["matmul"](a, b, out_sharding=out_sharding, preferred_element_type=preferred_element_type)
     if not _is_local(a, b):
         out = gemm_batched(np.asarray(a), np.asarray(b)) if np.ndim(a) >= 2 and np.ndim(b) >= 2 \
             else np.matmul(a, b)
-        return out if preferred_element_type is None else out.astype(preferred_element_type)
+        return _host_placed(_host_result(out, preferred_element_type, (a, b)), out_sharding, "matmul")
     mesh = mesh_of((a, b))
     A, B = lift(a, mesh), lift(b, mesh)
     if A.ndim == 0 or B.ndim == 0:
@@ -660,39 +944,99 @@ def matmul(a, b, *, preferred_element_type=None):
     return _contract([ta, tb], out, [A, B], mesh, "matmul", preferred_element_type)
 
 
+_LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def _global_contract(op, sub, operands, out_sharding=None, preferred_element_type=None, prim="dot_general"):
+    return GLOBAL["contract"](op, sub, operands, out_sharding=out_sharding,
+                              preferred_element_type=preferred_element_type, prim=prim)
+
+
 @_implements(np.dot)
-def dot(a, b, *, preferred_element_type=None):
-    """``numpy.dot`` for rank <= 2 operands (the cases sharded programs use)."""
-    if ndim(a) > 2 or ndim(b) > 2:
-        raise NotImplementedError("[dot] operands of rank > 2: use einsum or matmul")
-    if ndim(a) == 0 or ndim(b) == 0:
+def dot(a, b, *, precision=None, preferred_element_type=None, out_sharding=None):
+    """``jnp.dot``: a's last dim against b's second-to-last (its only one if 1-D); scalars multiply."""
+    ra, rb = ndim(a), ndim(b)
+    if _has_global((a, b)):
+        if ra == 0 or rb == 0:
+            return multiply(a, b)
+        la = _LETTERS[:ra]
+        lb = _LETTERS[ra:ra + rb - 1]
+        lb = lb[:-1] + la[-1] + lb[-1:] if rb > 1 else la[-1]
+        out = la[:-1] + (lb[:-2] + lb[-1] if rb > 1 else "")
+        return _global_contract("dot", f"{la},{lb}->{out}", (a, b), out_sharding, preferred_element_type)
+    if ra > 2 or rb > 2:
+        if not _is_local(a, b):
+            return _host_placed(_host_result(np.dot(np.asarray(a), np.asarray(b)), preferred_element_type, (a, b)),
+                                out_sharding, "dot")
+        raise NotImplementedError("[dot] per-device operands of rank > 2: use einsum or matmul")
+    if ra == 0 or rb == 0:
         return multiply(a, b)
-    return matmul(a, b, preferred_element_type=preferred_element_type)
+    return matmul(a, b, preferred_element_type=preferred_element_type, out_sharding=out_sharding)
 
 
 @_implements(np.vdot)
-def vdot(a, b):
+def vdot(a, b, *, precision=None, preferred_element_type=None):
+    """``jnp.vdot``: the flattened operands' dot product (on global arrays every dim contracts)."""
+    if _has_global((a, b)):
+        if ndim(a) != ndim(b) or shape(a) != shape(b):
+            a, b = ravel(a), ravel(b)
+        sub = _LETTERS[:ndim(a)]
+        return _global_contract("vdot", f"{sub},{sub}->", (a, b), None, preferred_element_type)
     return sum(multiply(ravel(a), ravel(b)))
 
 
 @_implements(np.inner)
-def inner(a, b):
-    return einsum("...i,...i->...", a, b) if ndim(a) == ndim(b) == 1 else np.inner(a, b)
+def inner(a, b, *, precision=None, preferred_element_type=None):
+    """``jnp.inner``: the last dims contract."""
+    ra, rb = ndim(a), ndim(b)
+    if ra == 0 or rb == 0:
+        return multiply(a, b)
+    la, lb = _LETTERS[:ra], _LETTERS[ra:ra + rb - 1] + _LETTERS[ra - 1]
+    sub = f"{la},{lb}->{la[:-1]}{lb[:-1]}"
+    if _has_global((a, b)):
+        return _global_contract("inner", sub, (a, b), None, preferred_element_type)
+    if not _is_local(a, b):
+        return _on_mesh(_host_result(np.inner(np.asarray(a), np.asarray(b)), preferred_element_type, (a, b)))
+    return einsum(sub, a, b, preferred_element_type=preferred_element_type)
 
 
 @_implements(np.outer)
-def outer(a, b):
+def outer(a, b, out=None):
+    """``jnp.outer``: ravel(a)[:, None] * ravel(b)[None, :] (on global arrays: the broadcasting rule)."""
+    if _has_global((a, b)):
+        return _global_contract("outer", "i,j->ij", (ravel(a) if ndim(a) != 1 else a, ravel(b) if ndim(b) != 1
+                                                       else b), None, None, prim="mul")
+    if not _is_local(a, b):
+        return _on_mesh(_host_result(np.outer(a, b), None, (a, b)))
     return einsum("i,j->ij", ravel(a), ravel(b))
 
 
 @_implements(np.einsum)
-def einsum(subscripts, *operands, optimize=True, preferred_element_type=None):
-    """``numpy.einsum`` on local shapes; two-operand contractions run as one batched GEMM."""
+def einsum(subscripts, *operands, out=None, optimize="auto", precision=None, preferred_element_type=None,
+           _dot_general=None, out_sharding=None):
+    """``jnp.einsum``. On global ShardedArrays: JAX's sharding rule decides the output sharding
+    (``out_sharding=`` where contracting dims are sharded on both sides) and the planner runs it
+    with the collectives it needs, recorded in the ledger. On per-device values: local shapes;
+    two-operand contractions run as one batched GEMM.
+
+    Example:
+        >>> import numpy as np, shardlab as sl, shardlab.numpy as jnp
+        >>> from shardlab import P
+        >>> mesh = sl.make_mesh((2, 4), ("X", "Y"))
+        >>> a = sl.device_put(np.ones((8, 4), np.float32), sl.NamedSharding(mesh, P("X", None)))
+        >>> b = sl.device_put(np.ones((4, 8), np.float32), sl.NamedSharding(mesh, P(None, "Y")))
+        >>> jnp.einsum("ij,jk->ik", a, b).sharding.spec
+        PartitionSpec('X', 'Y')
+    """
+    if out is not None:
+        raise TypeError("[einsum] out= is not supported: arrays are immutable, as in JAX")
+    if _has_global(operands):
+        return _global_contract("einsum", subscripts, operands, out_sharding, preferred_element_type)
     if not _is_local(*operands):
         arrays = [np.asarray(o) for o in operands]
         terms, out = parse(subscripts, [a.shape for a in arrays])
         res = einsum_arrays(terms, out, arrays)
-        return res if preferred_element_type is None else res.astype(preferred_element_type)
+        return _host_placed(_host_result(res, preferred_element_type, arrays), out_sharding, "einsum")
     mesh = mesh_of(operands)
     ops = [lift(o, mesh) for o in operands]
     terms, out = parse(subscripts, [o.shape for o in ops])

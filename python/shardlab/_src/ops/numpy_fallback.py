@@ -24,6 +24,7 @@ import builtins
 import numpy as np
 
 from ..arrays.local_array import HANDLED, LocalArray, lift, mesh_of
+from ..arrays.sharded_array import ShardedArray
 from ..primitives import elementwise as ew
 from ..primitives.fallback import FALLBACK
 from ..primitives.primitive import bind
@@ -191,4 +192,74 @@ def coverage(name: str) -> tuple:
 
 __all__ = [n for n in list(globals()) if not n.startswith("_") and n not in (
     "annotations", "builtins", "np", "HANDLED", "LocalArray", "lift", "mesh_of", "ew", "FALLBACK", "bind",
-    "reshape")]
+    "reshape", "ShardedArray", "global_dispatch", "guard_namespace")]
+
+
+# -- global arrays: a rule, the recorded fallback, or a refusal ---------------------------------------
+# Public functions that take global ShardedArrays themselves (a sharded rule inside, or via GLOBAL).
+_GLOBAL_AWARE = frozenset((
+    "einsum", "dot", "matmul", "vdot", "inner", "outer", "tensordot", "sum", "prod", "max", "min", "amax",
+    "amin", "any", "all", "mean", "var", "std", "reshape", "transpose", "concatenate", "concat", "zeros",
+    "ones", "full", "empty", "zeros_like", "ones_like", "full_like", "empty_like", "array", "asarray",
+    "arange", "linspace", "eye", "identity", "tri", "ndim", "shape", "size", "result_type", "promote_types",
+))
+
+
+def _global_in(args, kwargs) -> bool:
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, ShardedArray):
+            return True
+        if isinstance(a, (list, tuple)) and builtins.any(isinstance(b, ShardedArray) for b in a):
+            return True
+    return False
+
+
+def global_dispatch(fn, name: str):
+    """``fn`` (a public jax.numpy function) made safe on global ShardedArrays: a function with a
+    sharded rule runs it; one registered by the planning layer in ``GLOBAL`` (by name or numpy
+    function) runs that; a refused one raises naming the op and what to do; every other one
+    runs through the recorded fallback (``planning.global_ops.global_fallback``: gathered,
+    computed once, an event labelled ``fallback:<name>``). Never a silent numpy result.
+
+    Example:
+        >>> import numpy as np, shardlab as sl, shardlab.numpy as jnp
+        >>> from shardlab import P
+        >>> mesh = sl.make_mesh((2,), ("X",))
+        >>> x = sl.device_put(np.array([3.0, 1.0, 2.0, 0.0], np.float32), sl.NamedSharding(mesh, P("X")))
+        >>> with sl.Ledger() as led:
+        ...     m = jnp.median(x)
+        >>> float(np.asarray(m)), [e["label"] for e in led.events if e["op"] == "numpy_fallback"]
+        (1.5, ['fallback:median'])
+    """
+    if name in _GLOBAL_AWARE or isinstance(fn, (type, _np_ops.ufunc)) or not callable(fn):
+        return fn
+    np_fn = getattr(np, name, None)
+
+    def wrapped(*args, **kwargs):
+        if not _global_in(args, kwargs):
+            return fn(*args, **kwargs)
+        impl = _np_ops.GLOBAL.get(np_fn) if np_fn is not None else None
+        impl = impl or _np_ops.GLOBAL.get(name)
+        if impl is not None:
+            return impl(*args, **kwargs)
+        if name in UNSUPPORTED:
+            raise TypeError(f"[{name}] is not supported on global ShardedArrays: {UNSUPPORTED[name]}; "
+                            f"use np.asarray(x) for the global value")
+        return _np_ops.GLOBAL["fallback"](fn, name, args, kwargs)
+
+    wrapped.__name__ = getattr(fn, "__name__", name)
+    wrapped.__qualname__ = wrapped.__name__
+    wrapped.__doc__ = fn.__doc__
+    wrapped.__wrapped__ = fn
+    return wrapped
+
+
+def guard_namespace(namespace: dict) -> None:
+    """Wraps every public function of ``namespace`` (shardlab.numpy's) with :func:`global_dispatch`."""
+    for n, v in list(namespace.items()):
+        if n.startswith("_") or not callable(v) or isinstance(v, type):
+            continue
+        mod = getattr(v, "__module__", "") or ""
+        if not (mod.startswith("shardlab") or mod.startswith("numpy")):
+            continue
+        namespace[n] = global_dispatch(v, n)

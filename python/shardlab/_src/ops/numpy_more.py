@@ -39,17 +39,18 @@ def _local(x):
 
 
 # -- aliases (numpy 2 / array-API names) -------------------------------------------------------
-acos, acosh, asin, asinh, atan, atan2, atanh = (np.arccos, np.arccosh, np.arcsin, np.arcsinh, np.arctan,
-                                                np.arctan2, np.arctanh)
-arccosh, arctanh = np.arccosh, np.arctanh
-bitwise_invert = bitwise_not = np.invert
-bitwise_left_shift, bitwise_right_shift = np.left_shift, np.right_shift
-left_shift, right_shift = np.left_shift, np.right_shift
+_U = _np_ops.ufunc
+acos, acosh, asin, asinh, atan, atan2, atanh = [_U(u) for u in (np.arccos, np.arccosh, np.arcsin, np.arcsinh,
+                                                                np.arctan, np.arctan2, np.arctanh)]
+arccosh, arctanh = acosh, atanh
+bitwise_invert = bitwise_not = _np_ops.invert
+bitwise_left_shift, bitwise_right_shift = _U(np.left_shift), _U(np.right_shift)
+left_shift, right_shift = bitwise_left_shift, bitwise_right_shift
 (cbrt, fabs, deg2rad, rad2deg, degrees, radians, logaddexp2, heaviside, spacing, nextafter, gcd, lcm,
- float_power, fmod, ldexp, bitwise_count, conj, conjugate) = (
+ float_power, fmod, ldexp, bitwise_count, conj, conjugate) = [_U(u) for u in (
     np.cbrt, np.fabs, np.deg2rad, np.rad2deg, np.degrees, np.radians, np.logaddexp2, np.heaviside,
     np.spacing, np.nextafter, np.gcd, np.lcm, np.float_power, np.fmod, np.ldexp, np.bitwise_count,
-    np.conj, np.conjugate)
+    np.conj, np.conjugate)]
 concat = concatenate
 permute_dims = transpose
 cumulative_sum = cumsum
@@ -545,31 +546,30 @@ def select(condlist, choicelist, default=0):
 
 # -- contractions written with einsum -------------------------------------------------------------
 @_implements(np.vecdot)
-def vecdot(x1, x2, /, *, axis=-1):
-    if not _is_local(x1, x2):
-        return np.vecdot(x1, x2, axis=axis)
+def vecdot(x1, x2, /, *, axis=-1, precision=None, preferred_element_type=None):
+    if not _is_local(x1, x2) and not _np_ops._has_global((x1, x2)):
+        return _np_ops._on_mesh(_np_ops._host_result(np.vecdot(x1, x2, axis=axis), preferred_element_type, (x1, x2)))
     return sum(multiply(x1, x2), axis=axis)
 
 
 @_implements(np.matvec)
 def matvec(x1, x2, /):
-    if not _is_local(x1, x2):
-        return np.matvec(x1, x2)
+    if not _is_local(x1, x2) and not _np_ops._has_global((x1, x2)):
+        return _np_ops._on_mesh(_np_ops._host_result(np.matvec(x1, x2), None, (x1, x2)))
     return einsum("...ij,...j->...i", x1, x2)
 
 
 @_implements(np.vecmat)
 def vecmat(x1, x2, /):
-    if not _is_local(x1, x2):
-        return np.vecmat(x1, x2)
+    if not _is_local(x1, x2) and not _np_ops._has_global((x1, x2)):
+        return _np_ops._on_mesh(_np_ops._host_result(np.vecmat(x1, x2), None, (x1, x2)))
     return einsum("...i,...ij->...j", x1, x2)
 
 
 @_implements(np.tensordot)
-def tensordot(a, b, axes=2):
-    if not _is_local(a, b):
-        return np.tensordot(a, b, axes)
-    ra, rb = np.ndim(a) if not _local(a) else a.ndim, np.ndim(b) if not _local(b) else b.ndim
+def tensordot(a, b, axes=2, *, precision=None, preferred_element_type=None, out_sharding=None):
+    """``jnp.tensordot``; on global arrays JAX's dot_general sharding rule and the planner."""
+    ra, rb = _np_ops.ndim(a), _np_ops.ndim(b)
     if isinstance(axes, (int, np.integer)):
         ax_a, ax_b = list(range(ra - axes, ra)), list(range(int(axes)))
     else:
@@ -582,7 +582,8 @@ def tensordot(a, b, axes=2):
     for i, j in zip(ax_a, ax_b):
         tb[j] = ta[i]
     out = [c for i, c in enumerate(ta) if i not in ax_a] + [c for j, c in enumerate(tb) if j not in ax_b]
-    return einsum(f"{''.join(ta)},{''.join(tb)}->{''.join(out)}", a, b)
+    return einsum(f"{''.join(ta)},{''.join(tb)}->{''.join(out)}", a, b, out_sharding=out_sharding,
+                  preferred_element_type=preferred_element_type)
 
 
 @_implements(np.kron)

@@ -22,11 +22,20 @@ import numpy as np
 
 from ..arrays.local_array import LocalArray, lift
 from ..arrays.sharded_array import GLOBAL_UFUNC, ShardedArray, device_put
+from ..core import dtypes as _dt
+from ..core.context import CTX, named_scope
+from ..core.einsum_spec import parse
+from ..core.errors import ShardingTypeError
 from ..core.mesh import UNIT_MESH
 from ..core.sharding import NamedSharding, P
+from ..ledger.event import Event
+from ..ledger.ledger import record
 from ..ops import lax
 from ..ops import numpy as jnp
+from ..primitives import elementwise as ew
+from ..primitives.primitive import bind
 from ..transforms.shard_map import shard_map
+from . import sharding_rules as R
 from .plan import Plan
 from .planner import plan_einsum, plan_reshard
 
@@ -37,11 +46,11 @@ def _dynamic_slice(v: LocalArray, axis: str, dim: int) -> LocalArray:
     return lax.dynamic_slice_in_dim(v, lax.axis_index(axis) * size, size, axis=dim)
 
 
-def _apply(step, env: dict, mesh) -> LocalArray:
+def _apply(step, env: dict, mesh, preferred_element_type=None) -> LocalArray:
     x = [env[t.name] for t in step.inputs]
     if step.op == "einsum":
         sub = ",".join(t.labels for t in step.inputs) + "->" + step.output.labels
-        return lift(jnp.einsum(sub, *x), mesh)
+        return lift(jnp.einsum(sub, *x, preferred_element_type=preferred_element_type), mesh)
     v, axes = x[0], step.axes if len(step.axes) > 1 else step.axes[0]
     if step.op == "all_gather":
         return lax.all_gather(v, axes, axis=step.dim, tiled=True)
@@ -56,7 +65,7 @@ def _apply(step, env: dict, mesh) -> LocalArray:
     raise ValueError(f"[run_plan] unknown step {step.op!r}")
 
 
-def run_plan(plan: Plan, *arrays) -> ShardedArray:
+def run_plan(plan: Plan, *arrays, preferred_element_type=None) -> ShardedArray:
     """Runs ``plan`` on ``arrays`` (laid out as the plan's inputs) inside one shard_map.
 
     Example:
@@ -79,7 +88,7 @@ def run_plan(plan: Plan, *arrays) -> ShardedArray:
     def body(*local):
         env = {t.name: lift(v, mesh) for t, v in zip(plan.inputs, local)}
         for step in plan.steps:
-            env[step.output.name] = _apply(step, env, mesh)
+            env[step.output.name] = _apply(step, env, mesh, preferred_element_type)
         r = env[plan.output.name]
         # Partial sums leave shard_map through a leading dim of the axis size, as real data.
         return jnp.expand_dims(r, 0) if u else r
@@ -183,41 +192,331 @@ def reshard(x: ShardedArray, sharding, *, unreduced=()) -> ShardedArray:
     return run_plan(plan_reshard(x, sharding, unreduced=unreduced), x)
 
 
-def _global_ufunc(ufunc, inputs, kwargs):
-    """Global-view arithmetic, as on a jax.Array: elementwise ufuncs keep the first array's
-    sharding and run shard by shard (inside a shard_map, so they are differentiable and any
-    resharding is a recorded collective); ``@`` is planned and run by ``shardlab.matmul``;
-    operands that do not line up element for element are computed on the global values."""
-    if ufunc is np.matmul:
-        return matmul(*inputs)
-    first = next(x for x in inputs if isinstance(x, ShardedArray))
-    scalar = lambda x: isinstance(x, (int, float, bool, complex, np.generic))  # noqa: E731
-    aligned = []
-    for x in inputs:
-        if isinstance(x, ShardedArray) and x.shape == first.shape:
-            aligned.append(x if x.sharding == first.sharding and not x.unreduced else reshard(x, first.sharding))
-        elif isinstance(x, LocalArray) and x.mesh is UNIT_MESH and x.shape == first.shape:
-            # a numpy argument a grad is tracking: it enters the shard_map as the arrays do,
-            # so its gradient flows back through the split
-            aligned.append(x)
-        elif scalar(x):
-            aligned.append(x)
-        elif not isinstance(x, ShardedArray) and np.shape(x) == first.shape:
-            aligned.append(device_put(np.asarray(x), first.sharding))
+# -- jax.numpy on global arrays: the output sharding from sharding_rules, then the shards ------------
+_PY_SCALARS = (bool, int, float, complex)
+_SHARDINGS: dict = {}  # (mesh, dims) -> NamedSharding: one per distinct output type
+_PLANS: dict = {}      # (subscripts, operand types, mesh, out dims) -> Plan
+
+
+def _sharding(mesh, dims) -> NamedSharding:
+    key = (mesh, dims)
+    sh = _SHARDINGS.get(key)
+    if sh is None:
+        if len(_SHARDINGS) > 4096:
+            _SHARDINGS.clear()
+        sh = _SHARDINGS[key] = NamedSharding(mesh, R.to_pspec(dims))
+    return sh
+
+
+def _dims(x: ShardedArray) -> tuple:
+    return tuple(x.sharding.spec.normalized(x.ndim))
+
+
+def _reduced(x: ShardedArray) -> ShardedArray:
+    """An unreduced operand summed first (an AllReduce in the ledger), as elementwise ops need."""
+    return reshard(x, x.sharding) if x.unreduced else x
+
+
+def _split_view(storage, k: int, mesh, op_dims: tuple, out_dims: tuple, shape: tuple):
+    """`storage` (mesh dims, then local dims of an operand padded to the output's rank) seen in
+    the output's layout: a dim the operand holds whole but the output shards over axes A is
+    split into (|A|..., n/|A|) and the pieces moved to A's mesh dims. A view: no data moves
+    (each device keeps its slice of a value it already holds, as JAX's local slicing)."""
+    split = [d for d in range(len(shape)) if out_dims[d] and not op_dims[d] and shape[d] != 1]
+    if not split:
+        return storage
+    names = mesh.axis_names
+    new_shape, labels = [], []
+    for i in range(k):
+        new_shape.append(storage.shape[i])
+        labels.append(("m", names[i]))
+    for d in range(len(shape)):
+        n = storage.shape[k + d]
+        if d in split:
+            rest = n
+            for a in out_dims[d]:
+                new_shape.append(mesh.shape[a])
+                labels.append(("s", a))
+                rest //= mesh.shape[a]
+            new_shape.append(rest)
         else:
-            out = ufunc(*[np.asarray(v) for v in inputs], **kwargs)
-            return out if out.shape != first.shape else device_put(out, first.sharding)
-    spec = first.sharding.spec
-    pos = [i for i, x in enumerate(aligned) if isinstance(x, (ShardedArray, LocalArray))]
+            new_shape.append(n)
+        labels.append(("l", d))
+    v = storage.reshape(new_shape)
+    filled = {a for d in split for a in out_dims[d]}
+    idx = tuple(0 if lab[0] == "m" and lab[1] in filled else slice(None) for lab in labels)
+    v = v[idx]
+    labels = [lab for lab in labels if not (lab[0] == "m" and lab[1] in filled)]
+    order = [labels.index(("s", a) if a in filled else ("m", a)) for a in names] + \
+        [labels.index(("l", d)) for d in range(len(shape))]
+    return v.transpose(order)
+
+
+def _operand_info(x, op: str):
+    """(kind, Operand) of one elementwise argument: 'sharded', 'host', 'scalar' or 'tracked'."""
+    if isinstance(x, ShardedArray):
+        return "sharded", R.Operand(x.shape, x.dtype, _dims(x), x.sharding.mesh)
+    if type(x) in _PY_SCALARS:
+        return "scalar", None
+    if isinstance(x, LocalArray):
+        if x.mesh is not UNIT_MESH:
+            raise TypeError(f"[{op}] mixes a per-device value (inside shard_map) with a global ShardedArray; "
+                            f"pass the global array into the shard_map, or compute outside it")
+        return "tracked", R.Operand(x.shape, x.dtype, ((),) * x.ndim)
+    a = np.asarray(x)
+    return "host", R.Operand(a.shape, a.dtype, ((),) * a.ndim)
+
+
+def elementwise(ufunc, inputs, kwargs):
+    """``ufunc`` on global arrays (ShardedArrays, host arrays, Python scalars), as JAX's explicit
+    mode: the output sharding is ``sharding_rules.broadcast``'s, the dtype jax.numpy's (Python
+    scalars weak), and each device computes its block from blocks it holds (no collective).
+    ``@`` is a contraction (:func:`contract`)."""
+    name = ufunc.__name__
+    if ufunc is np.matmul:
+        return contract_matmul(*inputs)
+    if kwargs.get("out") is not None:
+        raise TypeError(f"[{name}] ShardedArrays are immutable (as jax.Arrays); out= is not supported")
+    kwargs = dict(kwargs)
+    dtype = kwargs.pop("dtype", None)
+    kwargs.pop("out", None)
+    if kwargs:
+        raise TypeError(f"[{name}] keyword arguments {sorted(kwargs)} are not supported on global arrays")
+    prim = ew.PRIMS.get(name)
+    if prim is None:
+        return global_fallback(ufunc, name, inputs, {})
+    inputs = [_reduced(x) if isinstance(x, ShardedArray) else x for x in inputs]
+    infos = [_operand_info(x, name) for x in inputs]
+    ops = [o for _, o in infos if o is not None]
+    out_dims = R.broadcast(name, ops)
+    mesh = R.common_mesh(name, ops)
+    r = len(out_dims)
+    out_shape = R.broadcast_shape(name, [(1,) * (r - len(o.shape)) + tuple(o.shape) for o in ops])
+    out_dims = _dedupe_auto(out_dims, mesh)
+    inputs = [_fit(x, out_dims, name) if isinstance(x, ShardedArray) else x for x in inputs]
+    infos = [_operand_info(x, name) for x in inputs]
+    slow = bool(CTX.tapes) or mesh.abstract or any(k == "tracked" for k, _ in infos) or \
+        any(isinstance(x, ShardedArray) and x.is_abstract for x in inputs)
+    if slow:
+        out = _elementwise_shard_map(ufunc, inputs, infos, out_dims, mesh)
+    else:
+        k = mesh.ndim
+        args = []
+        for x, (kind, o) in zip(inputs, infos):
+            if kind == "scalar":
+                args.append(x)
+                continue
+            pad = r - len(o.shape)
+            shape = (1,) * pad + tuple(o.shape)
+            dims = ((),) * pad + tuple(o.dims)
+            st = x._storage if kind == "sharded" else np.asarray(x)
+            if kind == "sharded":
+                st = st.reshape(st.shape[:k] + shape[:pad] + st.shape[k:]) if pad else st
+            else:
+                st = st.reshape((1,) * k + shape)
+            args.append(_split_view(st, k, mesh, dims, out_dims, shape))
+        out = bind(prim, args, mesh)
+        out = ShardedArray(out.storage, _sharding(mesh, out_dims), out_shape)
+    return out if dtype is None else astype(out, dtype)
+
+
+def _fit(x: ShardedArray, out_dims: tuple, op: str) -> ShardedArray:
+    """``x`` with every sharding the output does not keep gathered away (only on Auto axes, where
+    propagation chose to leave a conflicting dim unsharded: the AllGathers are in the ledger,
+    labelled with the reason)."""
+    r = len(out_dims)
+    dims = _dims(x)
+    mine = out_dims[r - len(dims):]
+    keep = tuple(d if d == o else () for d, o in zip(dims, mine))
+    if keep == dims:
+        return x
+    with named_scope(f"auto:{op}: operand {R.type_str(x.shape, x.dtype, dims)} gathered to "
+                     f"{R.type_str(x.shape, x.dtype, keep)} (conflicting Auto shardings)"):
+        return reshard(x, _sharding(x.sharding.mesh, keep))
+
+
+def _elementwise_shard_map(ufunc, inputs, infos, out_dims, mesh):
+    """The same op inside one shard_map (differentiable, abstract-ready): each array operand
+    enters with the output's sharding on the dims it holds whole."""
+    r = len(out_dims)
+    pos, specs = [], []
+    for i, (kind, o) in enumerate(infos):
+        if kind == "scalar":
+            continue
+        nd = len(o.shape)
+        dims = out_dims[r - nd:]
+        specs.append(R.to_pspec(tuple(d if s != 1 else () for d, s in zip(dims, o.shape))))
+        pos.append(i)
 
     def body(*local):
-        args = list(aligned)
+        args = list(inputs)
         for i, v in zip(pos, local):
             args[i] = v
-        return ufunc(*args, **kwargs)
+        return ufunc(*args)
 
-    return shard_map(body, mesh=first.sharding.mesh, in_specs=(spec,) * len(pos), out_specs=spec,
-                     check_vma=False)(*[aligned[i] for i in pos])
+    return shard_map(body, mesh=mesh, in_specs=tuple(specs), out_specs=R.to_pspec(out_dims),
+                     check_vma=False)(*[inputs[i] for i in pos])
 
 
-GLOBAL_UFUNC[0] = _global_ufunc
+def _dedupe_auto(dims: tuple, mesh) -> tuple:
+    """On Auto axes propagation is free: an axis the rules would put on two dims stays on the
+    first (JAX's eager propagation does the same; explicit axes raised in the rule already)."""
+    auto = R.auto_axes(mesh)
+    if not auto:
+        return dims
+    seen, out = set(), []
+    for axes in dims:
+        keep = tuple(a for a in axes if a not in seen or a not in auto)
+        seen.update(keep)
+        out.append(keep)
+    return tuple(out)
+
+
+def astype(x: ShardedArray, dtype) -> ShardedArray:
+    """``x`` converted to ``dtype`` shard by shard (same sharding)."""
+    dtype = _dt.canonicalize_dtype(dtype)
+    if x.dtype == dtype:
+        return x
+    if CTX.tapes or x.is_abstract:
+        spec = x.sharding.spec
+        return shard_map(lambda v: jnp.astype(v, dtype), mesh=x.sharding.mesh, in_specs=spec,
+                         out_specs=spec)(x)
+    out = bind(ew.CONVERT, [x._storage], x.sharding.mesh, dtype=dtype)
+    return ShardedArray(out.storage, x.sharding, x.shape, x.unreduced)
+
+
+# -- contractions -------------------------------------------------------------------------------------
+def _as_global(x, mesh, dtype) -> ShardedArray:
+    if not isinstance(x, ShardedArray):
+        x = device_put(np.asarray(x), NamedSharding(mesh, P()))  # host data: replicated, as JAX's constants
+    return astype(x, dtype)
+
+
+def contract(op: str, subscripts: str, operands, *, out_sharding=None, preferred_element_type=None,
+             prim: str = "dot_general") -> ShardedArray:
+    """A contraction (einsum, dot, matmul, tensordot, ...) on global arrays: the output sharding
+    is ``out_sharding`` or JAX's rule (``sharding_rules.einsum``: batch and free dims keep their
+    sharding, sharded contracting dims on both sides are ambiguous); then the planner runs it
+    with the cheapest collectives (``plan_einsum`` + ``run_plan``), so the ledger records them."""
+    meshes = [x.sharding.mesh for x in operands if isinstance(x, ShardedArray)]
+    infos = [R.Operand(x.shape, x.dtype, _dims(x), x.sharding.mesh) if isinstance(x, ShardedArray) else
+             R.Operand(np.shape(x), _dt.result_type(x), ((),) * np.ndim(x)) for x in operands]
+    mesh = R.common_mesh(op, infos)
+    if mesh is None:
+        raise TypeError(f"[{op}] pass at least one ShardedArray")
+    for x in operands:
+        if isinstance(x, ShardedArray) and x.unreduced:
+            raise ShardingTypeError(f"[{op}] lhs or rhs passed to dot_general cannot be unreduced. Got "
+                                    f"{R.type_str(x.shape, x.dtype, _dims(x), sorted(x.unreduced))}; "
+                                    f"reshard it first (shardlab.reshard(x, x.sharding))")
+    terms, out_labels = parse(subscripts, [o.shape for o in infos], op)
+    sizes = {c: s for t, o in zip(terms, infos) for c, s in zip(t, o.shape)}
+    out_shape = tuple(sizes[c] for c in out_labels)
+    dtype = _dt.result_type(*[o.dtype for o in infos])
+    want = R.out_sharding(out_sharding, op, len(out_labels), out_shape, mesh)
+    if want is None:
+        dims = R.einsum(op, terms, out_labels, infos) if len(terms) <= 2 else \
+            R.einsum(op, terms, out_labels, infos)
+        dims = _dedupe_auto(dims, mesh)
+        R.check_legal(op, infos, out_shape, dtype, dims, prim)
+    else:
+        dims = R.dims_of(want.spec, len(out_labels))
+    del meshes
+    arrays = [_as_global(x, mesh, dtype) for x in operands]
+    sub = ",".join(terms) + "->" + out_labels
+    key = (sub, tuple((a.shape, a.dtype, _dims(a)) for a in arrays), mesh, dims)
+    plan = _PLANS.get(key)
+    if plan is None:
+        if len(_PLANS) > 1024:
+            _PLANS.clear()
+        plan = _PLANS[key] = plan_einsum(sub, *arrays, out_sharding=R.to_pspec(dims))
+    return run_plan(plan, *arrays, preferred_element_type=preferred_element_type)
+
+
+def contract_matmul(a, b, *, out_sharding=None, preferred_element_type=None, op: str = "matmul"):
+    """``a @ b`` (numpy's rank rules) as :func:`contract`."""
+    ra, rb = np.ndim(a), np.ndim(b)
+    if ra == 0 or rb == 0:
+        raise ValueError(f"[{op}] operands must have rank >= 1, got shapes {np.shape(a)} and {np.shape(b)}; "
+                         f"use * for scalars")
+    letters = "abcdefghlmnopqrstuvw"
+    if ra == 1 and rb == 1:
+        sub = "k,k->"
+    elif ra == 1:
+        batch = letters[: rb - 2]
+        sub = f"k,{batch}kn->{batch}n"
+    elif rb == 1:
+        batch = letters[: ra - 2]
+        sub = f"{batch}mk,k->{batch}m"
+    else:
+        common, extra = letters[: min(ra, rb) - 2], letters[min(ra, rb) - 2: max(ra, rb) - 2]
+        ba, bb = (extra + common, common) if ra >= rb else (common, extra + common)
+        sa, sb = np.shape(a), np.shape(b)
+        for x, y in zip(sa[ra - 2 - len(common): ra - 2], sb[rb - 2 - len(common): rb - 2]):
+            if x != y:
+                raise ValueError(f"[{op}] batch dims of {sa} and {sb} differ ({x} vs {y}); broadcasting a "
+                                 f"size-1 batch dim of a global array is not supported: use einsum")
+        sub = f"{ba}ij,{bb}jk->{extra + common}ik"
+    return contract(op, sub, (a, b), out_sharding=out_sharding, preferred_element_type=preferred_element_type)
+
+
+# -- no rule: the fallback, recorded ---------------------------------------------------------------
+def global_fallback(fn, name: str, args, kwargs):
+    """A jax.numpy function with no sharded rule, on global arrays: every ShardedArray operand is
+    gathered to replicated (AllGathers in the ledger), the function runs once on the whole value
+    (one ``numpy_fallback`` event, labelled ``fallback:<name>``), and the result is replicated
+    on the mesh, P(). Correct, and honest about what it costs."""
+    mesh = next(a.sharding.mesh for a in _leaves((args, kwargs)) if isinstance(a, ShardedArray))
+    with named_scope(f"fallback:{name}"):
+        def gather(v):
+            if isinstance(v, ShardedArray):
+                if v.sharding.mesh != mesh:
+                    raise ShardingTypeError(f"[{name}] operands live on different meshes: {mesh!r} and "
+                                            f"{v.sharding.mesh!r}; device_put them onto one")
+                g = reshard(v, NamedSharding(mesh, P())) if (v.sharding.spec.mesh_axes() or v.unreduced) else v
+                return np.asarray(g)
+            return v
+
+        host_args = _map(gather, args)
+        host_kwargs = _map(gather, kwargs)
+        out = fn(*host_args, **host_kwargs)
+        leaves = _leaves(out)
+        nbytes = sum(np.asarray(o).nbytes for o in leaves if isinstance(o, (np.ndarray, np.generic)))
+        nin = sum(np.asarray(a).nbytes for a in _leaves((host_args, host_kwargs)) if isinstance(a, np.ndarray))
+        record(Event("numpy_fallback", dtype=str(np.asarray(leaves[0]).dtype) if leaves else "float32",
+                     bytes_in=nin, bytes_out=nbytes, hbm_bytes=nin + nbytes), mesh)
+
+    def place(o):
+        if isinstance(o, (np.ndarray, np.generic)):
+            return device_put(_dt.canonicalize(np.asarray(o), name), NamedSharding(mesh, P()))
+        return o
+
+    return _map(place, out)
+
+
+def _leaves(tree) -> list:
+    if isinstance(tree, (list, tuple)):
+        return [leaf for t in tree for leaf in _leaves(t)]
+    if isinstance(tree, dict):
+        return [leaf for t in tree.values() for leaf in _leaves(t)]
+    return [tree]
+
+
+def _map(fn, tree):
+    if isinstance(tree, tuple) and hasattr(tree, "_fields"):
+        return type(tree)(*[_map(fn, t) for t in tree])
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_map(fn, t) for t in tree)
+    if isinstance(tree, dict):
+        return {k: _map(fn, v) for k, v in tree.items()}
+    return fn(tree)
+
+
+GLOBAL_UFUNC[0] = elementwise
+jnp.GLOBAL["contract"] = contract
+jnp.GLOBAL["matmul"] = contract_matmul
+jnp.GLOBAL["elementwise"] = elementwise
+jnp.GLOBAL["fallback"] = global_fallback
+jnp.GLOBAL["astype"] = astype
+jnp.GLOBAL["out_sharding"] = R.out_sharding
+jnp.GLOBAL["reshard"] = reshard
