@@ -40,7 +40,7 @@ Example:
     ...     host.add_sequence(b, shard=b // 2)
     >>> c = MeshKVCache(host, sl.make_mesh((2, 2), ("y", "z")), batch="z", kv="y", seqs=range(4))
     >>> c.k[0].sharding.spec, c.nbytes == host.nbytes
-    (PartitionSpec('z', None, 'y'), True)
+    (P('z', None, 'y'), True)
 """
 
 from __future__ import annotations

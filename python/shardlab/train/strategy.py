@@ -33,7 +33,7 @@ Example:
     >>> from shardlab import train
     >>> s = train.strategies.fsdp_tp()
     >>> s.param_spec(("embed", "mlp")), s.batch_spec()
-    (PartitionSpec('data', 'model'), PartitionSpec('data', None))
+    (P('data', 'model'), P('data', None))
 """
 
 from __future__ import annotations

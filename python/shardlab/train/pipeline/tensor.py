@@ -30,7 +30,7 @@ Example:
     >>> cfg = ModelConfig(num_layers=2, d_model=32, ffw_dim=64, num_heads=4, num_kv_heads=2, vocab_size=50)
     >>> tp = TensorParallel(cfg, "model", 2)
     >>> tp.spec(("embed", "heads")), tp.spec(("heads", "embed")), tp.spec(("embed",))
-    (PartitionSpec(None, 'model'), PartitionSpec('model', None), PartitionSpec(None))
+    (P(None, 'model'), P('model', None), P(None,))
     >>> TensorParallel(cfg.replace(vocab_size=51), "model", 2)
     Traceback (most recent call last):
     ...
@@ -133,7 +133,7 @@ class FullyShardedData:
         >>> cfg = ModelConfig(num_layers=2, d_model=32, ffw_dim=64, num_heads=4, num_kv_heads=2, vocab_size=50)
         >>> fs = FullyShardedData(cfg, ("data",), None, {"data": 2, "model": 2})
         >>> fs.spec(("embed", "heads")), fs.spec(("embed",))
-        (PartitionSpec('data', None), PartitionSpec('data'))
+        (P('data', None), P('data',))
     """
 
     def __init__(self, cfg: ModelConfig, data: tuple, model: str | None, mesh_shape: dict):
