@@ -186,7 +186,7 @@ class JitWrapped:
         if have is not None and sharding is not None and not have.is_equivalent_to(sharding, len(x.shape)):
             raise ValueError(f"Sharding passed to jit does not match the sharding on the respective arg. Got jit "
                              f"sharding: {sharding!r},\narg sharding: {have!r} for arg type: "
-                             f"{ShapedArray(x.shape, x.dtype, have)}")
+                             f"{ShapedArray(x.shape, x.dtype, sharding=have)}")
 
     def _place_inputs(self, dyn, dyn_kw):
         leaves, treedef = _tree.flatten(dyn, _is_value)

@@ -32,51 +32,65 @@ from . import program as prog
 from .eval_shape import ShapeDtypeStruct
 
 
-class ShapedArray:
+class _ShapedArray:
     """A value's abstract type at the jit boundary (``jax.core.ShapedArray``): the global
-    shape, dtype and sharding; ``str`` gives JAX's ``float32[8@x,4]``."""
+    shape, dtype and sharding; ``str`` gives JAX's ``float32[8@x,4]``. (``arrays/typeof.py``'s
+    ShapedArray, the one ``typeof`` returns, is used where it exists.)"""
 
-    __slots__ = ("shape", "dtype", "sharding", "weak_type")
+    __slots__ = ("shape", "dtype", "weak_type", "sharding", "vma")
 
-    def __init__(self, shape, dtype, sharding=None, weak_type: bool = False):
-        self.shape = tuple(shape)
+    def __init__(self, shape, dtype, weak_type: bool = False, sharding=None, vma=frozenset()):
+        self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
+        self.weak_type = bool(weak_type)
         self.sharding = sharding
-        self.weak_type = weak_type
-
-    @classmethod
-    def of(cls, aval: prog.Aval) -> "ShapedArray":
-        return cls(aval.global_shape if aval.global_shape is not None else aval.shape, aval.dtype, aval.sharding)
+        self.vma = frozenset(vma)
 
     @property
     def ndim(self) -> int:
+        """Number of dimensions."""
         return len(self.shape)
 
     @property
     def size(self) -> int:
+        """Number of elements."""
         return int(np.prod(self.shape, dtype=np.int64))
 
-    def _dims(self) -> str:
-        if self.sharding is None:
-            return ",".join(map(str, self.shape))
-        spec = self.sharding.spec.normalized(len(self.shape))
-        return ",".join(f"{d}@{prog._axes_str(tuple(a))}" if a else str(d) for d, a in zip(self.shape, spec))
-
     def str_short(self) -> str:
-        return f"{prog.short_dtype(self.dtype)}[{self._dims()}]"
+        """JAX's short form, ``float32[8@x,4]``."""
+        if self.sharding is None:
+            dims = ",".join(map(str, self.shape))
+        else:
+            spec = self.sharding.spec.normalized(len(self.shape))
+            dims = ",".join(f"{d}@{prog._axes_str(tuple(a))}" if a else str(d) for d, a in zip(self.shape, spec))
+        return f"{self.dtype.name}[{dims}]"
 
     def __str__(self):
-        return f"{self.dtype.name}[{self._dims()}]"
+        return self.str_short()
 
     def __repr__(self):
         return f"ShapedArray({self})"
 
     def __eq__(self, other):
-        return isinstance(other, ShapedArray) and (self.shape, self.dtype, self.sharding) == \
+        return isinstance(other, _ShapedArray) and (self.shape, self.dtype, self.sharding) == \
             (other.shape, other.dtype, other.sharding)
 
     def __hash__(self):
         return hash((self.shape, self.dtype))
+
+
+try:
+    from ..arrays.typeof import ShapedArray
+except ImportError:  # typeof (issue #24 section 1) not there yet
+    ShapedArray = _ShapedArray
+
+
+def shaped(aval: prog.Aval):
+    """The ShapedArray of a program value's global type."""
+    shape = aval.global_shape if aval.global_shape is not None else aval.shape
+    if aval.sharding is None:
+        return ShapedArray(shape, aval.dtype)
+    return ShapedArray(shape, aval.dtype, sharding=aval.sharding)
 
 
 class ArgInfo:
@@ -115,7 +129,7 @@ class _Stage:
     def args_info(self):
         """A pytree of ArgInfo, shaped as ``(args, kwargs)`` without the static arguments."""
         t = self._traced
-        infos = [ArgInfo(ShapedArray.of(v.aval), i in t._donated) for i, v in enumerate(t._program.invars)]
+        infos = [ArgInfo(shaped(v.aval), i in t._donated) for i, v in enumerate(t._program.invars)]
         return tree.unflatten(t._in_tree, infos)
 
     @property
@@ -130,7 +144,7 @@ class _Stage:
     def in_avals(self):
         """The arguments' abstract types, shaped as ``(args, kwargs)``."""
         t = self._traced
-        return tree.unflatten(t._in_tree, [ShapedArray.of(v.aval) for v in t._program.invars])
+        return tree.unflatten(t._in_tree, [shaped(v.aval) for v in t._program.invars])
 
     @property
     def out_info(self):
@@ -190,7 +204,7 @@ class Traced(_Stage):
 
     @property
     def out_avals(self):
-        return tree.unflatten(self._out_tree, [ShapedArray.of(v.aval) for v in self._program.outvars])
+        return tree.unflatten(self._out_tree, [shaped(v.aval) for v in self._program.outvars])
 
     def lower(self, *, lowering_platforms=None, _private_parameters=None) -> "Lowered":
         """The lowered stage (``lowering_platforms`` is accepted and ignored: one platform)."""
@@ -236,7 +250,7 @@ class Compiled(_Stage):
                             f"with: compiled for {t._in_tree}, called with {in_tree}")
         errors = []
         for i, (x, v) in enumerate(zip(leaves, t._program.invars)):
-            want = ShapedArray.of(v.aval)
+            want = shaped(v.aval)
             shape, dtype = _shape_dtype(x)
             if (tuple(shape), np.dtype(dtype)) != (want.shape, want.dtype):
                 errors.append(f"Argument {i} compiled with {want.dtype.name}[{','.join(map(str, want.shape))}] "

@@ -46,21 +46,26 @@ class Jaxpr:
 
     @property
     def invars(self) -> list:
+        """The parameters' variables."""
         return list(self._program.invars)
 
     @property
     def outvars(self) -> list:
+        """The results' variables."""
         return list(self._program.outvars)
 
     @property
     def constvars(self) -> list:
+        """The variables of the arrays the program captured."""
         return list(self._program.constvars)
 
     @property
     def eqns(self) -> list:
+        """The equations, one per primitive bind (``.prim`` is shardlab's primitive name)."""
         return list(self._program.eqns)
 
     def pretty_print(self) -> str:
+        """The jaxpr text (``str(jaxpr)``)."""
         p = self._program
         names: dict = {}
 
@@ -111,29 +116,35 @@ class ClosedJaxpr:
 
     @property
     def consts(self) -> list:
+        """The captured arrays, one per constvar."""
         return list(self._program.consts)
 
     @property
     def eqns(self) -> list:
+        """The equations (``.jaxpr.eqns``)."""
         return self.jaxpr.eqns
 
     @property
     def in_avals(self) -> list:
-        from .lowered import ShapedArray
+        """ShapedArrays of the parameters."""
+        from .lowered import shaped
 
-        return [ShapedArray.of(v.aval) for v in self._program.invars]
+        return [shaped(v.aval) for v in self._program.invars]
 
     @property
     def out_avals(self) -> list:
-        from .lowered import ShapedArray
+        """ShapedArrays of the results."""
+        from .lowered import shaped
 
-        return [ShapedArray.of(v.aval) for v in self._program.outvars]
+        return [shaped(v.aval) for v in self._program.outvars]
 
     @property
     def literals(self) -> list:
+        """The scalar constants the equations use."""
         return [v for e in self._program.eqns for v in e.invars if isinstance(v, prog.Literal)]
 
     def pretty_print(self) -> str:
+        """The jaxpr text (``str(closed_jaxpr)``)."""
         return self.jaxpr.pretty_print()
 
     __str__ = pretty_print

@@ -179,6 +179,7 @@ class Literal:
         else:
             self.aval = Aval((), default_float_dtype() if kind == "f" else default_int_dtype()
                              if kind in "iu" else self.value.dtype)
+        self.value = self.value.astype(self.aval.dtype)
 
     def __repr__(self):
         v = self.value.item() if self.value.ndim == 0 else self.value
@@ -290,6 +291,8 @@ class Recorder:
             if aval.size == 1 and not aval.varying and not is_abstract(st) and aval.global_shape is not None \
                     or (isinstance(x, LocalArray) and not aval.varying and aval.size == 1 and not is_abstract(st)):
                 return Literal(np.asarray(st).reshape(()))
+            if is_abstract(st):  # made by a transform's rule without a bind (a view, a cotangent seed)
+                return self.define(x, Var(aval, "host"))
             v = self.define(x, Var(aval, "const"))
             self.consts.append((v, x))
             return v
@@ -630,6 +633,12 @@ def hlo_text(program: Program) -> str:
         lines.append(f"  %p{i} = {r.aval.str_short()} parameter({i}){g}")
     for i, v in enumerate(program.constvars):
         lines.append(f"  %c{i} = {v.aval.str_short()} constant({{...}})")
+    hosts = [v for e in program.eqns for v in e.invars] + list(program.outvars)
+    hosts = [v for v in hosts if isinstance(v, Var) and v.resolve().kind == "host"]
+    for i, v in enumerate({id(h.resolve()): h.resolve() for h in hosts}.values()):
+        names[id(v)] = f"%h{i}"
+        lines.append(f"  %h{i} = {v.aval.str_short()} custom-call(), custom_call_target=\"host\"  "
+                     f"// made outside a primitive (a transform's view or seed): no ledger event")
     root = outs[-1] if len(outs) == 1 else None
     for eqn in program.eqns:
         args = ", ".join(name(v) for v in eqn.invars)
