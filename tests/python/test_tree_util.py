@@ -377,3 +377,13 @@ def test_shard_map_in_specs_prefix_errors_still_name_the_op():
     f = sl.shard_map(lambda a, b: a, mesh=mesh, in_specs=(P("x"),), out_specs=P("x"))
     with pytest.raises(ValueError, match=r"\[shard_map\] in_specs has structure"):
         f(np.ones(2), np.ones(2))
+
+
+def test_registered_node_through_device_put():
+    mesh = sl.make_mesh((4,), ("x",))
+    p = Params(np.arange(8.0), np.ones(8))
+    out = sl.device_put(p, sl.NamedSharding(mesh, P("x")))
+    assert isinstance(out, Params) and out.w.sharding.spec == P("x") and out.w.dtype == np.float32
+    out = sl.device_put(p, Params(sl.NamedSharding(mesh, P("x")), sl.NamedSharding(mesh, P()), "tanh"))
+    assert out.w.sharding.spec == P("x") and out.b.sharding.spec == P()
+    np.testing.assert_array_equal(np.asarray(out.w), np.arange(8.0))
