@@ -130,9 +130,9 @@ def _host_dtype(dtype) -> np.dtype:
 def typeof(x) -> ShapedArray:
     """The type of `x` (shape, dtype, weak type, sharding), as ``jax.typeof``.
 
-    Works on global ShardedArrays, on per-device LocalArrays inside ``shard_map`` (the local
-    shape, with the varying axes as ``{V:...}``), on numpy arrays and on Python and numpy
-    scalars (in JAX's canonical dtypes: float64 is float32 unless x64 is on).
+    Works on global ShardedArrays (abstract ones too), ``ShapeDtypeStruct``s, per-device
+    LocalArrays inside ``shard_map`` (the local shape, with the varying axes as ``{V:...}``),
+    numpy arrays and Python and numpy scalars (in JAX's canonical dtypes: float64 is float32 unless x64 is on).
 
     Raises:
         TypeError: `x` is not an array or scalar (JAX's message: "... is not a valid JAX type").
@@ -159,6 +159,13 @@ def typeof(x) -> ShapedArray:
             m = m.update(axis_types=(AxisType.Manual,) * m.ndim)
         return ShapedArray(x.shape, x.dtype, False, NamedSharding(m, PartitionSpec(*[None] * x.ndim)),
                            frozenset(x.varying_axes))
+    if type(x).__name__ == "ShapeDtypeStruct":  # transforms' class; the arrays layer cannot import it
+        sharding = getattr(x, "sharding", None)
+        if isinstance(sharding, NamedSharding):
+            mesh = sharding.mesh.abstract_mesh
+            return ShapedArray(x.shape, x.dtype, bool(getattr(x, "weak_type", False)),
+                               NamedSharding(mesh, _type_spec(sharding.spec, sharding.mesh, len(x.shape))))
+        return ShapedArray(x.shape, x.dtype, bool(getattr(x, "weak_type", False)))
     if isinstance(x, (bool, int, float, complex)) and not isinstance(x, np.generic):
         return ShapedArray((), _scalar_dtype(x), weak_type=not isinstance(x, bool))
     if isinstance(x, (np.ndarray, np.generic, AbstractStorage)) and np.dtype(x.dtype).kind in "biufcV":
