@@ -214,6 +214,9 @@ class JitWrapped:
 
     # -- call ------------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        if self._in_shardings is None and self._out_shardings is None and not self._static_argnums \
+                and not self._static_argnames:
+            return self._fun(*args, **kwargs)  # eager with nothing to place: the plain call
         dyn, dyn_kw, static_pos, static_kw = self._split(args, kwargs)
         dyn, dyn_kw = self._place_inputs(dyn, dyn_kw)
         return self._place_outputs(self._fun(*_merge(dyn, static_pos), **dyn_kw, **static_kw))

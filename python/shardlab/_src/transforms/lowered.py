@@ -29,6 +29,8 @@ from ..arrays.local_array import LocalArray
 from ..arrays.sharded_array import ShardedArray
 from ..core import tree
 from . import program as prog
+from . import program_cost as cost
+from . import program_text as text
 from .eval_shape import ShapeDtypeStruct
 
 
@@ -161,11 +163,11 @@ class _Stage:
         """JAX's cost dict for one device ("flops", "transcendentals", "bytes accessed", the
         per-operand "bytes accessed{i}{}" and, on a mesh with hardware, "optimal_seconds"),
         summed over the recorded program as XLA counts unfused ops (see docs/transforms_aot.md)."""
-        return prog.cost_analysis(self.program)
+        return cost.cost_analysis(self.program)
 
-    def memory_analysis(self) -> prog.CompiledMemoryStats:
+    def memory_analysis(self) -> cost.CompiledMemoryStats:
         """Per-device argument, output, alias and peak temporary bytes (XLA's CompiledMemoryStats names)."""
-        return prog.memory_analysis(self.program, self._traced._donated)
+        return cost.memory_analysis(self.program, self._traced._donated)
 
     def as_text(self, dialect: str | None = None, *, debug_info: bool = False) -> str:
         """The program as text, in the form of XLA's partitioned HLO: one line per primitive and
@@ -173,7 +175,7 @@ class _Stage:
         types in the book's notation. `dialect` may be None, 'hlo' or 'stablehlo' (one text)."""
         if dialect not in (None, "hlo", "stablehlo"):
             raise ValueError(f"unknown dialect: {dialect}")
-        return prog.hlo_text(self.program)
+        return text.hlo_text(self.program)
 
     def compiler_ir(self, dialect: str | None = None):
         """The recorded Program object."""

@@ -16,6 +16,8 @@ Example:
 from __future__ import annotations
 
 from . import program as prog
+from .program_cost import JAX_NAMES
+from .program_text import fmt_param
 
 
 def _name(i: int) -> str:
@@ -35,7 +37,7 @@ def _params(eqn: prog.Eqn) -> str:
              **{n: v for n, v in p.items() if n not in ("terms", "out", "op_name")}}
     if not p:
         return ""
-    return "[" + " ".join(f"{n}={prog._fmt_param(v)}" for n, v in p.items()) + "]"
+    return "[" + " ".join(f"{n}={fmt_param(v)}" for n, v in p.items()) + "]"
 
 
 class Jaxpr:
@@ -87,7 +89,7 @@ class Jaxpr:
         eqns = []
         for e in p.eqns:
             lhs = " ".join(typed(v) for v in e.outvars)
-            op = prog.JAX_NAMES.get(e.prim, e.prim)
+            op = JAX_NAMES.get(e.prim, e.prim)
             if e.prim == "psum":
                 op = {"max": "pmax", "min": "pmin", "mean": "pmean"}.get(e.params.get("reduction"), "psum")
             rhs = " ".join(name(v) for v in e.invars)

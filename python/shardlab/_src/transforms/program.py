@@ -1,4 +1,4 @@
-"""The program ``jit`` lowers to: recorded binds, and what is printed and counted from them.
+"""The program ``jit`` lowers to: the binds recorded while a function runs shape-only.
 
 shardlab has no compiler. ``jit(f).trace(*args)`` runs `f` once shape-only (as ``eval_shape``
 does: arrays and ``ShapeDtypeStruct``s become abstract values, on meshes of any size) while a
@@ -6,10 +6,10 @@ does: arrays and ``ShapeDtypeStruct``s become abstract values, on meshes of any 
 boundary. The result is a small flat :class:`Program`: one equation per primitive (compute
 and collectives alike), with per-device shapes, the mesh axes each value varies along and,
 where a value is a global array (the arguments, the results, a shard_map's boundary), its
-global shape and sharding. That is what ``.as_text()`` prints (in the form of XLA's
-partitioned HLO), ``.cost_analysis()`` sums (XLA's keys and counting rules),
-``.memory_analysis()`` measures (live bytes per device) and ``make_jaxpr`` shows. The stages
-that carry it (``Traced``, ``Lowered``, ``Compiled``) are in ``lowered.py``.
+global shape and sharding. ``program_text.py`` prints it (``.as_text()``),
+``program_cost.py`` counts it (``.cost_analysis()``, ``.memory_analysis()``), ``make_jaxpr``
+shows it as a jaxpr, and the stages that carry it (``Traced``, ``Lowered``, ``Compiled``)
+are in ``lowered.py``.
 
 Example:
     >>> import numpy as np, shardlab as sl
@@ -38,7 +38,6 @@ import numpy as np
 from ..arrays.local_array import LocalArray
 from ..arrays.sharded_array import ShardedArray
 from ..arrays.storage import is_abstract
-from ..core import tree, units
 from ..core.context import CTX
 from ..core.mesh import UNIT_MESH
 from ..core.sharding import NamedSharding
@@ -235,10 +234,12 @@ class Program:
         return [v.aval for v in self.outvars]
 
     def as_text(self) -> str:
+        """The program in the form of XLA's partitioned HLO (``program_text.hlo_text``)."""
+        from .program_text import hlo_text
+
         return hlo_text(self)
 
-    def __str__(self):
-        return hlo_text(self)
+    __str__ = as_text
 
 
 # -- the recorder ----------------------------------------------------------------------------------
@@ -361,306 +362,3 @@ class Recorder:
         v = Var(lit.aval, "const")
         self.consts.append((v, lit.value))
         return v
-
-
-# -- per-op names and counts (XLA's conventions) ----------------------------------------------------
-# shardlab primitive -> XLA HLO opcode (for .as_text) and JAX lax primitive (for make_jaxpr).
-HLO_NAMES = {
-    "einsum": "dot", "matmul": "dot", "add": "add", "subtract": "subtract", "multiply": "multiply",
-    "divide": "divide", "negative": "negate", "maximum": "maximum", "minimum": "minimum", "exp": "exponential",
-    "log": "log", "tanh": "tanh", "sqrt": "sqrt", "power": "power", "absolute": "abs", "sin": "sine",
-    "cos": "cosine", "tan": "tan", "expm1": "exponential-minus-one", "log1p": "log-plus-one", "sign": "sign",
-    "floor": "floor", "ceil": "ceil", "equal": "compare", "not_equal": "compare", "greater": "compare",
-    "greater_equal": "compare", "less": "compare", "less_equal": "compare", "select": "select",
-    "convert_element_type": "convert", "reshape": "reshape", "transpose": "transpose", "broadcast": "broadcast",
-    "broadcast_to": "broadcast", "reduce_sum": "reduce", "reduce_max": "reduce", "reduce_min": "reduce",
-    "reduce_prod": "reduce", "reduce_any": "reduce", "reduce_all": "reduce", "concatenate": "concatenate",
-    "dynamic_slice": "dynamic-slice", "dynamic_update_slice": "dynamic-update-slice", "gather": "gather",
-    "scatter": "scatter", "scatter_add": "scatter", "cumsum": "reduce-window", "psum": "all-reduce",
-    "all_gather": "all-gather", "psum_scatter": "reduce-scatter", "all_to_all": "all-to-all",
-    "ppermute": "collective-permute", "axis_index": "partition-id", "erf": "erf", "logistic": "logistic",
-    "remainder": "remainder", "arctan2": "atan2", "cbrt": "cbrt", "getitem": "slice",
-}
-JAX_NAMES = {
-    "multiply": "mul", "subtract": "sub", "divide": "div", "negative": "neg", "maximum": "max",
-    "minimum": "min", "power": "pow", "absolute": "abs", "greater": "gt", "greater_equal": "ge", "less": "lt",
-    "less_equal": "le", "equal": "eq", "not_equal": "ne", "einsum": "dot_general", "select": "select_n",
-    "psum_scatter": "reduce_scatter", "pcast": "pvary", "arctan2": "atan2", "remainder": "rem",
-    "bitwise_and": "and", "bitwise_or": "or", "bitwise_xor": "xor", "logical_not": "not", "invert": "not",
-    "broadcast_to": "broadcast_in_dim", "broadcast": "broadcast_in_dim", "getitem": "slice",
-}
-# XLA counts these elementwise ops as transcendentals, not flops (HloCostAnalysis).
-TRANSCENDENTAL = frozenset({
-    "exp", "exp2", "expm1", "log", "log1p", "log2", "log10", "tanh", "sin", "cos", "tan", "sqrt", "cbrt",
-    "power", "float_power", "arctan2", "erf", "arcsin", "arccos", "arctan", "arcsinh", "arccosh", "arctanh",
-    "sinh", "cosh", "logaddexp", "logaddexp2", "hypot", "reciprocal_sqrt", "silu", "swiglu", "silu_vjp",
-    "swiglu_vjp", "exp_sum",
-})
-# No arithmetic: XLA counts their bytes only.
-DATA_MOVEMENT = frozenset({
-    "reshape", "transpose", "broadcast", "broadcast_to", "concatenate", "split", "getitem", "gather",
-    "dynamic_slice", "dynamic_update_slice", "take_along_axis", "convert_element_type", "zeros_like", "pcast",
-    "all_gather", "psum_scatter", "all_to_all", "ppermute", "axis_index", "numpy_fallback", "scatter",
-    "positive",
-})
-REDUCTIONS = frozenset({"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_any", "reduce_all",
-                        "argmax", "argmin", "reduce"})
-COLLECTIVES = frozenset({"psum", "all_gather", "psum_scatter", "all_to_all", "ppermute"})
-
-
-def eqn_counts(eqn: Eqn) -> tuple[float, float]:
-    """(flops, transcendentals) one device spends on `eqn`, counted as XLA's HloCostAnalysis
-    counts the unfused op: a dot 2·M·N·K, an elementwise op one per output element (a
-    transcendental for exp, log, tanh, ...), a reduction one per input element it folds away,
-    an all-reduce one per element, data movement nothing."""
-    name = eqn.prim
-    if eqn.event is not None and eqn.event.flops:
-        return float(eqn.event.flops), 0.0
-    if name in DATA_MOVEMENT or name.startswith("shard_map_") or not eqn.outvars:
-        return 0.0, 0.0
-    out = sum(v.aval.size for v in eqn.outvars)
-    if name in REDUCTIONS:
-        src = eqn.invars[0].aval.size if eqn.invars else 0
-        return float(max(src - out, 0)), 0.0
-    if name in TRANSCENDENTAL:
-        return 0.0, float(out)
-    return float(out), 0.0
-
-
-def _aval(v) -> Aval:
-    return v.resolve().aval if isinstance(v, Var) else v.aval
-
-
-def cost_analysis(program: Program) -> dict:
-    """JAX's ``cost_analysis()`` dict for one device: "flops", "transcendentals", "bytes accessed"
-    and the per-operand "bytes accessed{i}{}" / "bytes accessedout{}" (operand i's bytes summed
-    over the ops, as XLA reports them); zero entries are left out, as XLA leaves them out. With
-    hardware on the mesh, "optimal_seconds" is the program's roofline time (XLA's key)."""
-    flops = trans = 0.0
-    per_operand: dict = {}
-    out_bytes = 0.0
-    for eqn in program.eqns:
-        if eqn.prim.startswith("shard_map_"):
-            continue
-        f, t = eqn_counts(eqn)
-        flops += f
-        trans += t
-        for i, v in enumerate(eqn.invars):
-            per_operand[i] = per_operand.get(i, 0.0) + _aval(v).nbytes
-        out_bytes += sum(_aval(v).nbytes for v in eqn.outvars)
-    result = {"flops": flops, "transcendentals": trans,
-              "bytes accessed": float(sum(per_operand.values()) + out_bytes)}
-    for i in sorted(per_operand):
-        result[f"bytes accessed{i}{{}}"] = float(per_operand[i])
-    result["bytes accessedout{}"] = float(out_bytes)
-    seconds = optimal_seconds(program)
-    if seconds is not None:
-        result["optimal_seconds"] = seconds
-    return {k: v for k, v in result.items() if v}
-
-
-def optimal_seconds(program: Program):
-    """The roofline time of the program on its mesh's hardware (None without hardware)."""
-    mesh = program.mesh
-    if mesh is None or mesh.hardware is None:
-        return None
-    from ..cost import model
-
-    events = [e.event.as_dict() for e in program.eqns if e.event is not None]
-    if not events:
-        return None
-    return model.roofline(events, mesh).total_seconds
-
-
-class CompiledMemoryStats:
-    """Per-device memory of a program, with the attribute names of XLA's CompiledMemoryStats.
-
-    ``argument_size_in_bytes`` and ``output_size_in_bytes`` are one device's share of the
-    arguments and results; ``alias_size_in_bytes`` the donated arguments reused for results;
-    ``temp_size_in_bytes`` the peak of the intermediate values live at once (no fusion: every
-    op's result is materialized); ``peak_memory_in_bytes`` arguments + outputs + temporaries
-    less the aliased bytes. There is no generated code and no host memory: those are 0.
-    """
-
-    _FIELDS = ("generated_code_size_in_bytes", "argument_size_in_bytes", "output_size_in_bytes",
-               "alias_size_in_bytes", "temp_size_in_bytes", "host_generated_code_size_in_bytes",
-               "host_argument_size_in_bytes", "host_output_size_in_bytes", "host_alias_size_in_bytes",
-               "host_temp_size_in_bytes")
-
-    def __init__(self, argument: int, output: int, alias: int, temp: int):
-        self.generated_code_size_in_bytes = 0
-        self.argument_size_in_bytes = int(argument)
-        self.output_size_in_bytes = int(output)
-        self.alias_size_in_bytes = int(alias)
-        self.temp_size_in_bytes = int(temp)
-        self.host_generated_code_size_in_bytes = 0
-        self.host_argument_size_in_bytes = 0
-        self.host_output_size_in_bytes = 0
-        self.host_alias_size_in_bytes = 0
-        self.host_temp_size_in_bytes = 0
-        self.peak_memory_in_bytes = int(argument + output + temp - alias)
-        self.serialized_buffer_assignment_proto = b""
-
-    def __repr__(self):
-        return "CompiledMemoryStats(" + ", ".join(f"{f}={getattr(self, f)}" for f in self._FIELDS) + ")"
-
-    def __eq__(self, other):
-        return isinstance(other, CompiledMemoryStats) and all(getattr(self, f) == getattr(other, f)
-                                                              for f in self._FIELDS)
-
-
-def memory_analysis(program: Program, donated=()) -> CompiledMemoryStats:
-    """Per-device argument, output, alias and peak temporary bytes of `program`."""
-    params = [v.resolve() for v in program.invars]
-    outs = [v.resolve() for v in program.outvars if isinstance(v, Var)]
-    argument = sum(v.aval.nbytes for v in params)
-    output = sum(v.aval.nbytes for v in program.outvars)
-    alias = 0
-    free = [v.aval for i, v in enumerate(program.invars) if i in set(donated)]
-    for o in program.outvars:
-        a = o.aval
-        for j, d in enumerate(free):
-            if d.shape == a.shape and d.dtype == a.dtype and d.varying == a.varying:
-                alias += a.nbytes
-                free.pop(j)
-                break
-    # Liveness: an intermediate lives from its definition to its last use.
-    fixed = {id(v) for v in params} | {id(v) for v in outs} | {id(v.resolve()) for v in program.constvars}
-    last: dict = {}
-    for i, eqn in enumerate(program.eqns):
-        for v in eqn.invars:
-            if isinstance(v, Var):
-                last[id(v.resolve())] = i
-    live: dict = {}
-    temp = peak = 0
-    for i, eqn in enumerate(program.eqns):
-        for v in eqn.outvars:
-            r = v.resolve()
-            if id(r) not in fixed and id(r) not in live and r is v:
-                live[id(r)] = r.aval.nbytes
-                temp += r.aval.nbytes
-        peak = max(peak, temp)
-        for key in [k for k in live if last.get(k, -1) <= i]:
-            temp -= live.pop(key)
-    return CompiledMemoryStats(argument, output, alias, peak)
-
-
-# -- text ------------------------------------------------------------------------------------------
-def _fmt_param(v) -> str:
-    if isinstance(v, np.dtype) or isinstance(v, type) and issubclass(v, np.generic):
-        return np.dtype(v).name
-    if isinstance(v, str):
-        return repr(v)
-    if isinstance(v, (tuple, list)):
-        inner = ", ".join(_fmt_param(x) for x in v)
-        return f"({inner}{',' if len(v) == 1 else ''})"
-    return repr(v)
-
-
-def _hlo_attrs(eqn: Eqn) -> list:
-    p = eqn.params
-    if eqn.prim == "einsum":
-        attrs = [f'einsum="{",".join(p["terms"])}->{p["out"]}"']
-    elif eqn.prim in COLLECTIVES:
-        axes = tuple(p.get("axes", ()))
-        n = math.prod(eqn.mesh.shape[a] for a in axes) if eqn.mesh is not None else 1
-        groups = eqn.mesh.size // n if eqn.mesh is not None else 1
-        attrs = ["axes={" + ",".join(axes) + "}", f"groups={groups}x{n}"]
-        attrs += [f"{k}={_fmt_param(v)}" for k, v in p.items() if k != "axes"]
-    elif eqn.prim.startswith("shard_map_"):
-        attrs = [f"sharding={p['spec']!r}"]
-    else:
-        attrs = [f"{k}={_fmt_param(v)}" for k, v in p.items()]
-    if HLO_NAMES.get(eqn.prim, eqn.prim) != eqn.prim:
-        attrs.append(f'op_name="{eqn.prim}"')
-    return attrs
-
-
-def _comment(eqn: Eqn) -> str:
-    e = eqn.event
-    if eqn.prim == "shard_map_enter":
-        return "host re-layout on entering shard_map (no ledger event)"
-    if eqn.prim == "shard_map_exit":
-        return "device 0's value along the axes the out_spec leaves out (check_vma=False)"
-    if e is None:
-        return ""
-    parts = []
-    if e.axes:
-        parts.append(f"sends {units.fmt_bytes(e.bytes_sent)}/device")
-    elif e.flops:
-        parts.append(units.fmt_flops(e.flops))
-    if e.seconds is not None and not (isinstance(e.seconds, float) and math.isnan(e.seconds)):
-        parts.append(units.fmt_seconds(e.seconds))
-    return ", ".join(parts)
-
-
-def hlo_text(program: Program) -> str:
-    """The program in the form of XLA's partitioned HLO: per-device shapes, one line per op
-    and per collective, global types (the book's notation) on the parameters and results."""
-    names: dict = {}
-    count = [0]
-
-    def name(v) -> str:
-        if isinstance(v, Literal):
-            return f"{short_dtype(v.aval.dtype)}[] constant({v.value.item() if v.value.ndim == 0 else v.value})"
-        r = v.resolve()
-        if id(r) not in names:
-            names[id(r)] = f"%{count[0]}"
-            count[0] += 1
-        return names[id(r)]
-
-    for i, v in enumerate(program.invars):
-        names[id(v.resolve())] = f"%p{i}"
-    for i, v in enumerate(program.constvars):
-        names.setdefault(id(v.resolve()), f"%c{i}")
-    outs = [v.resolve() for v in program.outvars]
-    in_types = ", ".join(v.aval.str_global() for v in program.invars)
-    out_list = [v.aval.str_global() for v in program.outvars]
-    out_type = out_list[0] if len(out_list) == 1 else "(" + ", ".join(out_list) + ")"
-    head = f"HloModule {program.name}"
-    mesh = program.mesh
-    if mesh is not None:
-        head += ", mesh={" + ", ".join(f"{a}:{s}" for a, s in mesh.shape.items()) + "}"
-        head += f", num_partitions={mesh.size}"
-        if mesh.hardware is not None:
-            head += f", hardware={mesh.hardware.name}"
-    head += f", entry_computation_layout={{({in_types})->{out_type}}}"
-    params = ", ".join(f"p{i}: {v.aval.str_global()}" for i, v in enumerate(program.invars))
-    lines = [head, "", f"ENTRY %main ({params}) -> {out_type} {{"]
-    for i, v in enumerate(program.invars):
-        r = v.resolve()
-        g = f"  // global {v.aval.str_global()}" if v.aval.global_shape is not None and v.aval.mesh is not None else ""
-        lines.append(f"  %p{i} = {r.aval.str_short()} parameter({i}){g}")
-    for i, v in enumerate(program.constvars):
-        lines.append(f"  %c{i} = {v.aval.str_short()} constant({{...}})")
-    hosts = [v for e in program.eqns for v in e.invars] + list(program.outvars)
-    hosts = [v for v in hosts if isinstance(v, Var) and v.resolve().kind == "host"]
-    for i, v in enumerate({id(h.resolve()): h.resolve() for h in hosts}.values()):
-        names[id(v)] = f"%h{i}"
-        lines.append(f"  %h{i} = {v.aval.str_short()} custom-call(), custom_call_target=\"host\"  "
-                     f"// made outside a primitive (a transform's view or seed): no ledger event")
-    root = outs[-1] if len(outs) == 1 else None
-    for eqn in program.eqns:
-        args = ", ".join(name(v) for v in eqn.invars)
-        op = HLO_NAMES.get(eqn.prim, eqn.prim)
-        attrs = _hlo_attrs(eqn)
-        outvars = [v.resolve() for v in eqn.outvars]
-        if len(outvars) == 1:
-            lhs, ty = name(outvars[0]), outvars[0].aval.str_short()
-        else:
-            lhs = name(outvars[0]) if outvars else "%_"
-            for o in outvars[1:]:
-                name(o)
-            ty = "(" + ", ".join(o.aval.str_short() for o in outvars) + ")"
-        prefix = "ROOT " if root is not None and outvars and outvars[0] is root else ""
-        line = f"  {prefix}{lhs} = {ty} {op}({args})" + "".join(", " + a for a in attrs)
-        c = _comment(eqn)
-        lines.append(line + (f"  // {c}" if c else ""))
-    if root is None or not any(root is v.resolve() for e in program.eqns for v in e.outvars):
-        tys = ", ".join(v.aval.str_short() for v in outs)
-        lines.append(f"  ROOT %tuple = ({tys}) tuple({', '.join(name(v) for v in outs)})")
-    globals_ = [v.aval for v in program.outvars if v.aval.global_shape is not None and v.aval.mesh is not None]
-    if globals_:
-        lines.append("  // results: " + ", ".join(a.str_global() for a in globals_))
-    lines.append("}")
-    return "\n".join(lines)
