@@ -131,6 +131,36 @@ def test_partial_manual_axis_names():
                       axis_names={"x"})(ja)
 
 
+def test_partial_manual_infers_the_manual_part_of_each_spec():
+    m, jm = meshes()
+    a = sl.device_put(X, sl.NamedSharding(m, P("x", "y")))
+    ja = jax.device_put(X, jax.NamedSharding(jm, jax.P("x", "y")))
+    shapes = []
+    with sl.set_mesh(m):
+        got = sl.shard_map(lambda v: shapes.append(v.shape) or v + 1, out_specs=P("x"), axis_names={"x"})(a)
+    with jax.set_mesh(jm):
+        want = jax.shard_map(lambda v: v + 1, out_specs=jax.P("x"), axis_names={"x"})(ja)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert shapes == [(2, 4)]  # P('x', 'y') enters as P('x'): global along the auto axis
+
+
+def test_out_specs_unreduced():
+    m, jm = meshes((4,), ("x",))
+    a = sl.device_put(X, sl.NamedSharding(m, P("x")))
+    ja = jax.device_put(X, jax.NamedSharding(jm, jax.P("x")))
+    got = sl.shard_map(lambda v: v.sum(0), mesh=m, out_specs=P(unreduced={"x"}))(a)
+    want = jax.shard_map(lambda v: v.sum(0), mesh=jm, out_specs=jax.P(unreduced={"x"}))(ja)
+    assert str(sl.typeof(got)) == str(jax.typeof(want)) == "float32[4]{U:x}"
+    with jax.set_mesh(jm):
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(jax.reshard(want, jax.P())))
+    m2, jm2 = meshes()
+    with pytest.raises(NotImplementedError, match="full manual"):
+        jax.shard_map(lambda v: v, mesh=jm2, in_specs=jax.P("x"), out_specs=jax.P(unreduced={"x"}),
+                      axis_names={"x"})(jax.device_put(X, jax.NamedSharding(jm2, jax.P("x"))))
+    with pytest.raises(NotImplementedError, match="full manual"):
+        sl.shard_map(lambda v: v, mesh=m2, in_specs=P("x"), out_specs=P(unreduced={"x"}), axis_names={"x"})(X)
+
+
 def test_nested_shard_map_over_the_remaining_axis():
     m, jm = meshes()
     a = sl.device_put(X, sl.NamedSharding(m, P("x", "y")))
@@ -280,7 +310,12 @@ def test_axis_index_groups_match_jax(name):
     assert event["group_size"] == 2 and event["num_groups"] == 2 and event["bytes_sent"] > 0
 
 
-@pytest.mark.parametrize("name", ["psum", "all_gather_tiled", "psum_scatter", "all_to_all"])
+GROUPED["gather_then_scatter"] = (  # both transposes in one program (one JAX compile)
+    lambda lax, v: lax.psum_scatter(lax.all_gather(v, "x", axis_index_groups=G, axis=1, tiled=True) ** 2, "x",
+                                    axis_index_groups=G, scatter_dimension=1, tiled=True), True)
+
+
+@pytest.mark.parametrize("name", ["psum", "gather_then_scatter", "all_to_all"])
 def test_axis_index_groups_grad_matches_jax(name):
     fn, checked = GROUPED[name]
     m, jm = meshes((4,), ("x",))

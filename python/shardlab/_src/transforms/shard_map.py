@@ -137,6 +137,25 @@ def _check_specs(specs, manual, prefix: str, mesh_axes) -> None:
                          f"passed to shard_map.")
 
 
+def _check_unreduced(m: Mesh, manual, specs, prefix: str) -> None:
+    """JAX's _check_unreduced: unreduced/reduced specs only in a fully manual shard_map over
+    Explicit axes."""
+    if specs is None or specs is Infer:
+        return
+    for s in tree.flatten(specs, _is_spec)[0]:
+        if not isinstance(s, PartitionSpec) or not (s.unreduced or getattr(s, "reduced", frozenset())):
+            continue
+        if manual != frozenset(m.axis_names):
+            raise NotImplementedError(f"[shard_map] unreduced/reduced can only be passed to {prefix}_specs when "
+                                      f"shard_map is in full manual mode. Got mesh axis names {m.axis_names}, "
+                                      f"manual_axes: {set(manual)}, specs: {s!r}")
+        for kind in ("unreduced", "reduced"):
+            axes = getattr(s, kind, frozenset())
+            if any(m.axis_types[m.axis_names.index(a)] != AxisType.Explicit for a in axes if a in m.axis_names):
+                raise ValueError(f"[shard_map] {kind} in {prefix}_specs {s!r} can only be used when the mesh "
+                                 f"passed to shard_map contains axis names all of type `Explicit`. Got mesh {m!r}")
+
+
 def _manual_spec(manual, spec: PartitionSpec) -> PartitionSpec:
     """JAX's _manual_spec: `spec` with the non-manual axes dropped (inferred in_specs)."""
     out = []
@@ -176,6 +195,8 @@ def _shard_map(f, *, out_specs, in_specs, mesh, axis_names, check_vma):
         elif in_specs is not None:
             _check_specs(in_specs, manual, "in", m.axis_names)
         _check_specs(out_specs, manual, "out", m.axis_names)
+        _check_unreduced(m, manual, in_specs, "in")
+        _check_unreduced(m, manual, out_specs, "out")
         leaves, treedef = tree.flatten(args, _is_value)
         if in_specs is Infer:
             specs = [_inferred(x, manual) for x in leaves]
@@ -375,15 +396,17 @@ def _exit(x, spec, mesh: Mesh, i: int, check_vma: bool, fname: str = "f") -> Sha
         raise ValueError(f"[shard_map] out_specs {spec!r} for output {i} has {len(spec)} entries but "
                          f"the output has local rank {v.ndim} (local shape {v.shape})")
     mentioned = set(spec.mesh_axes())
+    unreduced = spec.unreduced  # each device's value is a partial sum along these (P(unreduced=...))
     storage = v.storage
     k = mesh.ndim
     for a, name in enumerate(mesh.axis_names):
-        if name in mentioned or storage.shape[a] == 1:
+        if name in mentioned or name in unreduced or storage.shape[a] == 1:
             continue
         if check_vma:
             raise ValueError(_vma_message(fname, mesh, spec, i, name))
         storage = _first(storage, a)  # device 0's value, as unchecked JAX
-    target = tuple(mesh.axis_sizes[a] if n in mentioned else 1 for a, n in enumerate(mesh.axis_names))
+    target = tuple(mesh.axis_sizes[a] if n in mentioned or n in unreduced else 1
+                   for a, n in enumerate(mesh.axis_names))
     local = tuple(storage.shape[k:])
     global_shape = tuple(s * sharding._core.dim_split(d) for d, s in enumerate(local))
     if is_abstract(storage):
