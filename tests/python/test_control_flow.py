@@ -238,3 +238,12 @@ def test_scan_over_a_global_array():
     assert isinstance(ys, sl.ShardedArray) and ys.sharding.spec == P(None, "x")
     np.testing.assert_array_equal(np.asarray(ys), np.arange(32).reshape(4, 8) * 2)
     np.testing.assert_array_equal(np.asarray(c), np.arange(32).reshape(4, 8).sum(0))
+
+
+def test_abstract_mode():
+    out = sl.eval_shape(lambda a: lax.scan(lambda c, r: (c + r, r * 2), jnp.zeros(3, np.float32), a), XS)
+    assert out[0].shape == (3,) and out[1].shape == (4, 3) and out[1].dtype == np.float32
+    picked = sl.eval_shape(lambda a: lax.cond(jnp.sum(a) > 0, lambda v: v * 2, lambda v: v, a), XS)
+    assert picked.shape == (4, 3)
+    with pytest.raises(TypeError, match="trip count is unknown"):
+        sl.eval_shape(lambda a: lax.while_loop(lambda v: jnp.sum(v) < 10, lambda v: v + 1, a), XS)

@@ -449,6 +449,11 @@ def while_loop(cond_fun, body_fun, init_val):
         if shape_of(c) != () or dtype_of(c) != np.bool_:
             raise TypeError(f"cond_fun must return a boolean scalar, but got output type(s) "
                             f"[ShapedArray({_short(_aval(c))})].")
+        if isinstance(c, (LocalArray, ShardedArray)) and is_abstract(c.storage if isinstance(c, LocalArray)
+                                                                     else c._storage):
+            raise TypeError("[while_loop] the loop condition has no value here (abstract mode: eval_shape or an "
+                            "abstract mesh), so the trip count is unknown; use fori_loop or scan with a static "
+                            "length")
         decided = _decided(c)
         if decided is False:
             return carry.value

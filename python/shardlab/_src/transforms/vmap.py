@@ -52,7 +52,7 @@ def _check_axes_tree(axes, what: str) -> None:
                             f"leaves, but got {axes}.")
 
 
-def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_name=None):
+def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_name=None, sum_match=False):
     """Vectorizing map, as ``jax.vmap``: ``vmap(f)(xs)`` is ``stack([f(x) for x in xs])``
     with the mapped axis of each argument and of each output chosen by `in_axes` and
     `out_axes`.
@@ -67,6 +67,8 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
         axis_name: a name for the mapped axis (collectives over it are not supported here).
         axis_size: the mapped size, needed when no argument is mapped.
         spmd_axis_name: mesh axes to shard the mapped dim of global outputs over.
+        sum_match: JAX's option to sum outputs mapped to ``out_axes=None``; not supported
+            (shardlab cannot tell a batched output from one equal for every element).
 
     Returns:
         The vectorized function.
@@ -87,6 +89,10 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
         raise TypeError(f"staticmethod arguments are not supported, got {fun}")
     if not callable(fun):
         raise TypeError(f"Expected a callable value, got {fun}")
+    if sum_match:
+        raise NotImplementedError("[vmap] sum_match=True is not supported: shardlab runs the function once per "
+                                  "element and cannot tell which outputs are batched; sum the mapped output "
+                                  "yourself (out_axes=0, then jnp.sum(..., axis=0))")
     if isinstance(in_axes, list):
         in_axes = tuple(in_axes)
     if not (in_axes is None or type(in_axes) in (int, tuple)):
