@@ -119,12 +119,16 @@ def test_global_view_arithmetic_keeps_the_layout_and_matmul_is_planned():
     c = a * 2 + 1
     assert isinstance(c, sl.ShardedArray) and c.sharding == a.sharding
     np.testing.assert_array_equal(np.asarray(c), A * 2 + 1)
-    d = a - b                                     # different layouts: laid out like `a`
+    with pytest.raises(sl.sharding.ShardingTypeError, match="incompatible shardings"):
+        a - b                                     # different layouts: JAX's ShardingTypeError
+    d = a - sl.reshard(b, a.sharding)
     assert d.sharding == a.sharding
     np.testing.assert_array_equal(np.asarray(d), np.zeros_like(A))
     np.testing.assert_allclose(np.asarray(np.exp(a)), np.exp(A), rtol=1e-6)
+    with pytest.raises(sl.sharding.ShardingTypeError, match="Contracting dimensions are sharded"):
+        a @ b                                     # ambiguous, as in JAX: say where the result goes
     with sl.Ledger() as ledger:
-        e = a @ b
+        e = sl.numpy.matmul(a, b, out_sharding=a.sharding)
     np.testing.assert_allclose(np.asarray(e), A @ A, rtol=1e-6)
     assert any(ev["op"] != "matmul" and ev["op"] != "einsum" for ev in ledger.events)  # it communicated
     assert (a > 3).dtype == np.bool_
