@@ -334,6 +334,17 @@ def test_axis_index_groups_grad_matches_jax(name):
     np.testing.assert_allclose(np.asarray(g), np.asarray(jg), rtol=1e-5)
 
 
+def test_psum_of_a_constant_over_groups_is_the_group_size():
+    m, jm = meshes((4,), ("x",))
+    f = lambda lax: (lambda v: v + lax.psum(1, "x", axis_index_groups=G))  # noqa: E731
+    with sl.Ledger() as ledger:
+        got = sl.shard_map(f(sl.lax), mesh=m, in_specs=P("x"), out_specs=P("x"))(np.zeros(4, np.float32))
+    want = jax.shard_map(f(jax.lax), mesh=jm, out_specs=jax.P("x"))(
+        jax.device_put(np.zeros(4, np.float32), jax.NamedSharding(jm, jax.P("x"))))
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    assert ledger.events == []  # no communication for a constant
+
+
 def test_axis_index_groups_bad_input():
     m, _ = meshes((4,), ("x",))
     for groups, match in (([[0, 1], [1, 2]], "cover all indices exactly once"),

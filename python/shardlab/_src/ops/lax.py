@@ -169,8 +169,12 @@ def _reduce_collective(x, axis_name, op: str, reduction: str, axis_index_groups=
     mesh, names = _axes(axis_name, op)
     groups = _groups(axis_index_groups, mesh, names, op, equal=False)
     if groups is not None:
-        return _tree_map(lambda v: bind(gp.GROUPED_PSUM, [_lift(v, mesh, op)], mesh, axes=names, groups=groups,
-                                        reduction=reduction), x)
+        def grouped(v):
+            if not isinstance(v, LocalArray) and isinstance(v, (int, float)) and not isinstance(v, bool):
+                return v * len(groups[0]) if reduction == "sum" else v  # a constant: no communication, as JAX
+            return bind(gp.GROUPED_PSUM, [_lift(v, mesh, op)], mesh, axes=names, groups=groups, reduction=reduction)
+
+        return _tree_map(grouped, x)
     if type(x) is LocalArray:  # the common case, without the pytree walk
         return bind(col.PSUM, [_lift(x, mesh, op)], mesh, axes=names, reduction=reduction)
     n = math.prod(mesh.shape[a] for a in names)
