@@ -68,6 +68,17 @@ def test_shard_map_program_text_lists_each_collective():
     assert "f32[4,4]{V:x} parameter(0)  // global f32[16@x,4]" in text
 
 
+def test_shard_map_entry_that_relays_out_on_the_host_is_a_line_of_its_own():
+    mesh = sl.make_mesh((4, 2), ("x", "y"))
+    a = _sds((8, 4), mesh, P("x"))
+    f = sl.shard_map(lambda v: v * 2, mesh=mesh, in_specs=P(None, "y"), out_specs=P(None, "y"))
+    text = sl.jit(f).lower(a).as_text()
+    assert "%0 = f32[8,2]{V:y} shard_map_enter(%p0), sharding=" in text
+    assert "ROOT %1 = f32[8,2]{V:y} multiply(%0, f32[] constant(2.0))" in text and "custom-call" not in text
+    g = sl.shard_map(lambda v: v * 2, mesh=mesh, in_specs=P("x"), out_specs=P(), check_vma=False)
+    assert "ROOT %1 = f32[2,4] shard_map_exit(%0)" in sl.jit(g).lower(a).as_text()
+
+
 def test_tracing_runs_nothing_and_compiled_runs_eagerly():
     mesh = sl.make_mesh((4, 2), ("x", "y"))
     f = sl.jit(sl.shard_map(_psum_matmul, mesh=mesh, in_specs=(P("x", "y"), P("y", None)), out_specs=P("x", None)))

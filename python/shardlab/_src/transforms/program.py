@@ -331,8 +331,8 @@ class Recorder:
             sharding = NamedSharding(mesh, spec)
             placeholder = self.env.get(id(inner))
             free = isinstance(x, ShardedArray) and x.sharding.is_equivalent_to(sharding, x.ndim)
-            if placeholder is not None and placeholder.kind == "const":
-                placeholder.kind = "value"
+            if placeholder is not None and placeholder.kind in ("const", "host"):
+                placeholder.kind = "value"  # read before this boundary told where it came from
                 self.consts = [(v, c) for v, c in self.consts if v is not placeholder]
             if free and isinstance(outer, Var):
                 var = placeholder or self.define(inner, Var(Aval.of(inner)))
