@@ -247,3 +247,13 @@ def test_abstract_mode():
     assert picked.shape == (4, 3)
     with pytest.raises(TypeError, match="trip count is unknown"):
         sl.eval_shape(lambda a: lax.while_loop(lambda v: jnp.sum(v) < 10, lambda v: v + 1, a), XS)
+
+
+def test_carry_with_both_dtype_and_shape_wrong_names_both_like_jax():
+    prog = lambda L, N: L.scan(lambda c, x: ({"a": N.zeros(2, np.int32), "b": c["b"]}, x),  # noqa: E731
+                               {"a": N.zeros((), np.float32), "b": N.ones(3, np.float32)}, np.arange(3.0))
+    with pytest.raises(TypeError) as theirs:
+        prog(jlax, jjnp)
+    with pytest.raises(TypeError) as ours:
+        prog(lax, jnp)
+    assert str(ours.value) == str(theirs.value)

@@ -64,7 +64,9 @@ def _mismatch_extra(a, b) -> str:
         why.append("the dtypes do not match")
     if a[0] != b[0]:
         why.append("the shapes do not match")
-    return ", so " + " and ".join(why) if why else ""
+    if not why:
+        return ""
+    return ", so " + why[0] if len(why) == 1 else ", so " + ", ".join(why[:-1]) + ", and " + why[-1]
 
 
 def _capitalize(s: str) -> str:
