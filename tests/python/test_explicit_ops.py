@@ -202,6 +202,13 @@ CONTRACTIONS = {
     "preferred_element_type": lambda e: e.jnp.dot(e.put(A, "X").astype(e.jnp.bfloat16),
                                                    e.put(B, None, "Y").astype(e.jnp.bfloat16),
                                                    preferred_element_type=e.jnp.float32),
+    "lax.dot_general": lambda e: e.lib.lax.dot_general(e.put(A, "X"), e.put(B, None, "Y"), (((1,), (0,)), ((), ()))),
+    "lax.dot_general batch": lambda e: e.lib.lax.dot_general(
+        e.put(np.stack([A, A]), "X", "Y"), e.put(np.stack([B.T, B.T]), "X"), (((2,), (2,)), ((0,), (0,)))),
+    "lax.dot_general ambiguous": lambda e: e.lib.lax.dot_general(e.put(A, None, "X"), e.put(B, "X"),
+                                                                 (((1,), (0,)), ((), ()))),
+    "lax.dot_general out_sharding": lambda e: e.lib.lax.dot_general(
+        e.put(A, None, "X"), e.put(B, "X"), (((1,), (0,)), ((), ())), out_sharding=e.ns(None, "X")),
     "out_sharding unknown axis": lambda e: e.jnp.einsum("ij,jk->ik", e.put(A, "X"), e.put(B),
                                                         out_sharding=e.ns("Z")),
 }

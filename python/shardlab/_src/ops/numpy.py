@@ -1011,6 +1011,36 @@ def outer(a, b, out=None):
     return einsum("i,j->ij", ravel(a), ravel(b))
 
 
+def _dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, *, out_sharding=None):
+    """``lax.dot_general``: contract ``lhs`` and ``rhs`` along ``dimension_numbers`` =
+    ((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch)); the result is batch dims,
+    then lhs's free dims, then rhs's. On global arrays JAX's ``_dot_general_sharding_rule``
+    (``out_sharding=`` where contracting dims are sharded on both sides) and the planner.
+
+    Example:
+        >>> import numpy as np, shardlab as sl
+        >>> sl.lax.dot_general(np.ones((2, 3)), np.ones((3, 4)), (((1,), (0,)), ((), ()))).shape
+        (2, 4)
+    """
+    (lc, rc), (lb, rb) = dimension_numbers
+    ra, rb_ = ndim(lhs), ndim(rhs)
+    lc, rc, lb, rb = ([int(i) % r for i in ax] for ax, r in ((lc, ra), (rc, rb_), (lb, ra), (rb, rb_)))
+    if len(lc) != len(rc) or len(lb) != len(rb):
+        raise TypeError(f"[dot_general] dimension_numbers {dimension_numbers} pair {len(lc)} lhs with {len(rc)} rhs "
+                        f"contracting and {len(lb)} with {len(rb)} batch dims; give as many on each side")
+    lt = list(_LETTERS[:ra])
+    rt = list(_LETTERS[ra:ra + rb_])
+    for i, j in zip(lc + lb, rc + rb):
+        rt[j] = lt[i]
+    out = "".join(lt[i] for i in lb) + "".join(c for i, c in enumerate(lt) if i not in lc and i not in lb) + \
+        "".join(c for j, c in enumerate(rt) if j not in rc and j not in rb)
+    sub = f"{''.join(lt)},{''.join(rt)}->{out}"
+    if _has_global((lhs, rhs)):
+        return GLOBAL["contract"]("dot_general", sub, (lhs, rhs), out_sharding=out_sharding,
+                                  preferred_element_type=preferred_element_type, jnp_order=False)
+    return einsum(sub, lhs, rhs, preferred_element_type=preferred_element_type, out_sharding=out_sharding)
+
+
 @_implements(np.einsum)
 def einsum(subscripts, *operands, out=None, optimize="auto", precision=None, preferred_element_type=None,
            _dot_general=None, out_sharding=None):

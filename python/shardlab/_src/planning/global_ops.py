@@ -13,7 +13,7 @@ Example:
     >>> b = sl.device_put(np.ones((8, 2), np.float32), sl.NamedSharding(mesh, P("X", None)))
     >>> c = sl.einsum("ij,jk->ik", a, b, out_sharding=P())
     >>> np.asarray(c)[0].tolist(), c.sharding.spec
-    ([8.0, 8.0], PartitionSpec())
+    ([8.0, 8.0], P())
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def matmul(a, b, out_sharding=None, *, unreduced=()):
         >>> mesh = sl.make_mesh((2,), ("X",))
         >>> a = sl.device_put(np.ones((4, 4), np.float32), sl.NamedSharding(mesh, P("X")))
         >>> sl.matmul(a, a, out_sharding=P("X")).sharding.spec
-        PartitionSpec('X')
+        P('X',)
     """
     ra, rb = len(a.shape), len(b.shape)
     if ra == 0 or rb == 0:
@@ -185,7 +185,7 @@ def reshard(x: ShardedArray, sharding, *, unreduced=()) -> ShardedArray:
         >>> a = sl.device_put(np.arange(16.0).reshape(4, 4), sl.NamedSharding(mesh, P("X")))
         >>> b = sl.reshard(a, P(None, "X"))
         >>> b.sharding.spec, bool((np.asarray(b) == np.asarray(a)).all())
-        (PartitionSpec(None, 'X'), True)
+        (P(None, 'X'), True)
     """
     if not isinstance(x, ShardedArray):
         raise TypeError(f"[reshard] x must be a ShardedArray, got {type(x).__name__}")
@@ -393,7 +393,7 @@ def _as_global(x, mesh, dtype) -> ShardedArray:
 
 
 def contract(op: str, subscripts: str, operands, *, out_sharding=None, preferred_element_type=None,
-             prim: str = "dot_general") -> ShardedArray:
+             prim: str = "dot_general", jnp_order: bool = True) -> ShardedArray:
     """A contraction (einsum, dot, matmul, tensordot, ...) on global arrays: the output sharding
     is ``out_sharding`` or JAX's rule (``sharding_rules.einsum``: batch and free dims keep their
     sharding, sharded contracting dims on both sides are ambiguous); then the planner runs it
@@ -415,8 +415,7 @@ def contract(op: str, subscripts: str, operands, *, out_sharding=None, preferred
     dtype = _dt.result_type(*[o.dtype for o in infos])
     want = R.out_sharding(out_sharding, op, len(out_labels), out_shape, mesh)
     if want is None:
-        dims = R.einsum(op, terms, out_labels, infos) if len(terms) <= 2 else \
-            R.einsum(op, terms, out_labels, infos)
+        dims = R.einsum(op, terms, out_labels, infos, jnp_order=jnp_order)
         dims = _dedupe_auto(dims, mesh)
         R.check_legal(op, infos, out_shape, dtype, dims, prim)
     else:

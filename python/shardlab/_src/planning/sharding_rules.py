@@ -212,10 +212,11 @@ def dot_general(op: str, lhs: Operand, rhs: Operand, contracting, batch) -> Spec
             + tuple(s for i, s in enumerate(rhs.dims) if i not in rused))
 
 
-def einsum(op: str, terms, out_labels: str, operands) -> Spec:
+def einsum(op: str, terms, out_labels: str, operands, *, jnp_order: bool = True) -> Spec:
     """The output sharding of ``jnp.einsum`` without out_sharding: operands contracted left to
     right as jnp.einsum's two-operand steps do (labels summed away first, then one
-    dot_general with the rule above, then a transpose), so JAX's errors come out with it."""
+    dot_general with the rule above, then a transpose), so JAX's errors come out with it.
+    ``jnp_order=False``: one ``lax.dot_general`` as written (lhs first)."""
     ops = list(operands)
     labs = list(terms)
     while True:
@@ -236,7 +237,7 @@ def einsum(op: str, terms, out_labels: str, operands) -> Spec:
         lrem = "".join(c for c in ln if c not in batch and c not in contracted)
         rrem = "".join(c for c in rn if c not in batch and c not in contracted)
         res_names = "".join(batch) + lrem + rrem
-        if len(ops) == 2 and "".join(batch) + rrem + lrem == out_labels:  # jnp.einsum's (rhs, lhs) order
+        if jnp_order and len(ops) == 2 and "".join(batch) + rrem + lrem == out_labels:  # jnp.einsum's (rhs, lhs)
             lhs, rhs, ln, rn, lrem, rrem = rhs, lhs, rn, ln, rrem, lrem
             res_names = "".join(batch) + lrem + rrem
         dims = dot_general(op, lhs, rhs,
