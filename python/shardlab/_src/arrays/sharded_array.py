@@ -51,6 +51,12 @@ class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
     ``unreduced`` names mesh axes the value is unreduced along (the book's {U_X}): for each
     such axis the storage dim has the full axis size and holds every device's partial sum.
     ``np.asarray`` of an unreduced array sums the partials (what psum would give).
+
+    It behaves as a ``jax.Array``: JAX's repr (values, then the sharding) and str, scalar
+    conversions, ``block_until_ready``, ``devices()``, ``global_shards``, and the methods
+    (``sum``, ``reshape``, ``astype``, ``T``, ...) that call ``shardlab.numpy``. Indexing,
+    iteration and ``.at[]`` are registered by the planning layer (``planning/global_index.py``),
+    arithmetic by ``GLOBAL_UFUNC``.
     """
 
     __array_priority__ = 100
@@ -138,11 +144,6 @@ class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
 
     def _value(self) -> np.ndarray:
         return np.asarray(self)
-
-    def __iter__(self):
-        if self.ndim == 0:
-            raise TypeError("iteration over a 0-d array")
-        return (self[i] for i in range(self.shape[0]))
 
     def __bool__(self):
         if self.size == 0:
@@ -238,13 +239,6 @@ class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
         """The array's layout and sharding (``jax.Array.format``); the layout is the default
         row-major one, shown as None."""
         return Format(None, self.sharding)
-
-    @property
-    def at(self) -> "_IndexUpdateHelper":
-        """Functional index updates, as ``jax.Array.at``: ``x.at[idx].set(v)``, ``.add``,
-        ``.multiply``, ``.divide``, ``.power``, ``.min``, ``.max``, ``.apply``, ``.get``. They
-        run ``shardlab.numpy``'s scatter for global arrays (``INDEX_UPDATE``)."""
-        return _IndexUpdateHelper(self)
 
     # -- shards ----------------------------------------------------------------------------
     def _local(self, pos: int) -> np.ndarray:
@@ -434,75 +428,6 @@ class Format:
     __hash__ = None
 
 
-# [update(x, index, op, values, **kwargs)] the scatter behind ``x.at[index].<op>(values)`` on
-# global arrays, registered by the layer that implements it (ops names: "set", "add", "multiply",
-# "divide", "power", "min", "max", "apply").
-INDEX_UPDATE: list = [None]
-
-
-class _IndexUpdateHelper:
-    __slots__ = ("array",)
-
-    def __init__(self, array):
-        self.array = array
-
-    def __getitem__(self, index):
-        return _IndexUpdateRef(self.array, index)
-
-    def __repr__(self):
-        return f"_IndexUpdateHelper({self.array!r})"
-
-
-class _IndexUpdateRef:
-    """``x.at[index]``: each method returns a new array (JAX's functional update)."""
-
-    __slots__ = ("array", "index")
-
-    def __init__(self, array, index):
-        self.array = array
-        self.index = index
-
-    def get(self, **kwargs):
-        return self.array[self.index]
-
-    def _update(self, op: str, values, **kwargs):
-        fn = INDEX_UPDATE[0]
-        if fn is None:
-            raise NotImplementedError(f"[x.at[...].{op}] index updates on a global ShardedArray are not "
-                                      f"implemented yet; run the update inside shard_map, or on "
-                                      f"np.asarray(x) and device_put the result")
-        return fn(self.array, self.index, op, values, **kwargs)
-
-    def set(self, values, **kwargs):
-        return self._update("set", values, **kwargs)
-
-    def add(self, values, **kwargs):
-        return self._update("add", values, **kwargs)
-
-    def subtract(self, values, **kwargs):
-        return self._update("subtract", values, **kwargs)
-
-    def multiply(self, values, **kwargs):
-        return self._update("multiply", values, **kwargs)
-
-    mul = multiply
-
-    def divide(self, values, **kwargs):
-        return self._update("divide", values, **kwargs)
-
-    def power(self, values, **kwargs):
-        return self._update("power", values, **kwargs)
-
-    def min(self, values, **kwargs):
-        return self._update("min", values, **kwargs)
-
-    def max(self, values, **kwargs):
-        return self._update("max", values, **kwargs)
-
-    def apply(self, func, **kwargs):
-        return self._update("apply", func, **kwargs)
-
-
 def _check_storage(storage, sharding: NamedSharding, shape: tuple, unreduced: frozenset) -> None:
     """Raises ValueError unless `storage` is the mesh-factorized layout of a `shape` array
     sharded as `sharding` (mesh dims: the axis size where the spec or `unreduced` names the
@@ -562,7 +487,7 @@ def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
         leaves, treedef = tree.flatten(x)
         return tree.unflatten(treedef, [_put(v, device) for v in leaves])
     leaves, treedef = tree.flatten(x)
-    targets = tree.broadcast_prefix(device, x, _is_placement, "device_put's device argument")
+    targets = tree.broadcast_prefix(device, x, _is_placement, "the device argument", "device_put")
     return tree.unflatten(treedef, [_put(v, d) for v, d in zip(leaves, targets)])
 
 
