@@ -79,6 +79,21 @@ def test_shard_map_entry_that_relays_out_on_the_host_is_a_line_of_its_own():
     assert "ROOT %1 = f32[2,4] shard_map_exit(%0)" in sl.jit(g).lower(a).as_text()
 
 
+def test_a_gradient_traces_into_one_connected_program():
+    mesh = sl.make_mesh((4,), ("x",))
+
+    def loss(w, x):
+        return jnp.sum(jnp.tanh(x @ w) ** 2)
+
+    lowered = sl.jit(sl.grad(loss)).lower(_sds((4, 2), mesh, P()), _sds((8, 4), mesh, P("x")))
+    text = lowered.as_text()
+    # forward matmul, the loss's all-reduce, the weight gradient's matmul and its all-reduce
+    # (data parallelism); the only value made outside a primitive is the seed cotangent
+    assert text.count(" dot(") == 2 and text.count(" all-reduce(") == 2
+    assert text.count("custom-call()") == 1 and "ROOT %" in text.splitlines()[-3]
+    assert lowered.out_info.shape == (4, 2)
+
+
 def test_tracing_runs_nothing_and_compiled_runs_eagerly():
     mesh = sl.make_mesh((4, 2), ("x", "y"))
     f = sl.jit(sl.shard_map(_psum_matmul, mesh=mesh, in_specs=(P("x", "y"), P("y", None)), out_specs=P("x", None)))
@@ -126,7 +141,7 @@ def test_out_shardings_reshard_records_the_collective():
     f = sl.jit(lambda v: v, out_shardings=sl.NamedSharding(mesh, P()))
     with sl.Ledger() as ledger:
         out = f(a)
-    assert out.sharding.spec == P() and [e["op"] for e in ledger.events] == ["all_gather"]
+    assert out.sharding == sl.NamedSharding(mesh, P()) and [e["op"] for e in ledger.events] == ["all_gather"]
     assert "all-gather(%p0)" in f.lower(a).as_text()
 
 

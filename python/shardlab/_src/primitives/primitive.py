@@ -138,6 +138,8 @@ def push_entry(rule, params, inputs, outputs, mesh) -> None:
     """Records a non-primitive step (a boundary, a remat block) on every active tape."""
     for tape in CTX.tapes:
         tape.push(rule, params, inputs, outputs, mesh)
+    for r in CTX.recorders:  # jit(f).trace: a backward walk's boundary links its values
+        r.step(rule, params, inputs, outputs, mesh)
 
 
 def avals_shape_rule(prim: Primitive, storages, mesh, **params):

@@ -189,9 +189,9 @@ class Eqn:
     """One step: a primitive bind (``prim`` its name) or a shard_map boundary that moves data
     on the host ('shard_map_enter' / 'shard_map_exit': recorded in no ledger)."""
 
-    __slots__ = ("prim", "params", "invars", "outvars", "mesh", "event", "primitive")
+    __slots__ = ("prim", "params", "invars", "outvars", "mesh", "event", "primitive", "note")
 
-    def __init__(self, prim: str, params: dict, invars, outvars, mesh, event=None, primitive=None):
+    def __init__(self, prim: str, params: dict, invars, outvars, mesh, event=None, primitive=None, note=""):
         self.prim = prim
         self.params = params
         self.invars = list(invars)
@@ -199,6 +199,7 @@ class Eqn:
         self.mesh = mesh
         self.event = event
         self.primitive = primitive
+        self.note = note  # what the text's comment says of a step that is not a primitive
 
     def __repr__(self):
         return f"Eqn({self.prim})"
@@ -316,6 +317,26 @@ class Recorder:
         self.eqns.append(Eqn(prim.name, dict(params), invars, outvars, mesh, event, prim))
         if event is not None:
             self.events.append(event)
+
+    def step(self, rule, params, inputs, outputs, mesh) -> None:
+        """A non-primitive step (a shard_map boundary crossed by the backward walk): an output
+        of the same per-device type is the input's buffer; another is a step of its own."""
+        if CTX.phase != "backward" or not inputs or not outputs:
+            return  # forward boundaries come from shard_map itself (end_shard_map)
+        src = self.read(inputs[0])
+        for o in outputs:
+            if id(o) in self.env or not _is_array(o):
+                continue
+            var = self.define(o, Var(Aval.of(o)))
+            a, b = var.aval, src.aval if isinstance(src, Var) else None
+            if b is not None and (a.shape, a.dtype, sorted(a.varying)) == (b.shape, b.dtype, sorted(b.varying)):
+                var.alias = src
+            else:
+                name = getattr(rule, "name", type(rule).__name__).replace(" (", "_").replace(")", "")
+                sharding = params.get("sharding")
+                self.eqns.append(Eqn(name.replace(" ", "_"), {"spec": getattr(sharding, "spec", None)},
+                                     [src], [var], mesh, note="host re-layout where the backward pass crosses a "
+                                     "shard_map boundary (no ledger event)"))
 
     def begin_shard_map(self, mesh) -> None:
         self.frames.append(len(self.eqns))

@@ -56,6 +56,8 @@ def _hlo_attrs(eqn: Eqn) -> list:
 
 def _comment(eqn: Eqn) -> str:
     e = eqn.event
+    if eqn.note:
+        return eqn.note
     if eqn.prim == "shard_map_enter":
         return "host re-layout on entering shard_map (no ledger event)"
     if eqn.prim == "shard_map_exit":
