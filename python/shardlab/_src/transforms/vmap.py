@@ -11,8 +11,13 @@ Global ShardedArrays keep their sharding: each element is a ShardedArray of the 
 dims, and the stacked output's mapped dim is sharded as the inputs' mapped dims were
 (explicit sharding), or over ``spmd_axis_name``.
 
-Collectives over the vmapped axis itself (``psum(x, axis_name)`` inside ``vmap(...,
-axis_name=...)``) are not supported: they raise NotImplementedError naming what to use.
+Collectives over the vmapped axis itself (``psum(x, axis_name)``, ``pmean``, ``all_gather``,
+``axis_index``, ``ppermute`` ... inside ``vmap(..., axis_name=...)``): when `f` runs one, the
+elements run together instead, as the devices of a virtual mesh with the single axis
+`axis_name` (one call of `f` on per-device values; the virtual mesh records no ledger events,
+as a vmapped axis moves nothing). This works outside ``shard_map`` on host values and under
+``grad``; inside ``shard_map``, or on global arrays, it raises NotImplementedError naming what
+to use.
 
 Example:
     >>> import numpy as np, shardlab as sl
@@ -31,11 +36,16 @@ import numpy as np
 
 from ..arrays.local_array import LocalArray
 from ..arrays.sharded_array import ShardedArray
-from ..arrays.storage import is_abstract
+from ..arrays.storage import AbstractStorage, is_abstract
 from ..core import tree
+from ..core.context import CTX
+from ..core.mesh import UNIT_MESH, make_mesh
+from ..core.sharding import P
 from ..core.tree_util import _prefix_error, keystr
 from ..ops import batch_axis
 from ..ops.batch_axis import as_array, shape_of, stack, take, type_str
+from ..ops import numpy as jnp
+from ..primitives.primitive import push_entry
 from .shard_map import shard_map
 
 batch_axis.SHARD_MAP[0] = shard_map
@@ -64,7 +74,7 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
             at its leaves. Keyword arguments are mapped over axis 0.
         out_axes: the same for the outputs; None for an output that is the same for every
             element.
-        axis_name: a name for the mapped axis (collectives over it are not supported here).
+        axis_name: a name for the mapped axis, for collectives over it (see above).
         axis_size: the mapped size, needed when no argument is mapped.
         spmd_axis_name: mesh axes to shard the mapped dim of global outputs over.
         sum_match: JAX's option to sum outputs mapped to ``out_axes=None``; not supported
@@ -84,6 +94,8 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
         [3.0, 5.0, 7.0]
         >>> sl.vmap(lambda x: (x, x * 2), out_axes=(0, 1))(xs)[1].shape
         (3, 2)
+        >>> sl.vmap(lambda x: x - sl.lax.pmean(x, "i"), axis_name="i")(xs).tolist()
+        [[-1.5, -1.5, -1.5], [1.5, 1.5, 1.5]]
     """
     if isinstance(fun, staticmethod):
         raise TypeError(f"staticmethod arguments are not supported, got {fun}")
@@ -118,10 +130,100 @@ def vmap(fun, in_axes=0, out_axes=0, axis_name=None, axis_size=None, spmd_axis_n
         for i in range(size):
             sliced = [x if d is None else take(x, i, d, "vmap") for x, d in zip(leaves, axes)]
             a, k = treedef.unflatten(sliced)
-            rows.append(_call(fun, a, k, axis_name))
+            try:
+                rows.append(_call(fun, a, k, axis_name))
+            except _NamedAxisUsed:
+                if not _named_ok(leaves, axis_name):
+                    raise _unsupported(axis_name) from None
+                return _run_named(fun, leaves, treedef, axes, size, axis_name, out_axes)
         return _assemble(rows, out_axes, batch_axes, size)
 
     return vmap_f
+
+
+def _named_ok(leaves, axis_name) -> bool:
+    """The named-axis path runs the elements as the devices of a one-axis virtual mesh: outside
+    shard_map, on host values (or one-device values under grad), with a string axis name."""
+    return isinstance(axis_name, str) and not CTX.meshes and not any(
+        isinstance(x, ShardedArray) or (isinstance(x, LocalArray) and x.mesh is not UNIT_MESH) for x in leaves)
+
+
+class _Unit:
+    """Tape step: a global value of the vmap's virtual mesh becoming a host (one-device) value."""
+
+    name = "vmap (leave the named axis)"
+
+    @staticmethod
+    def vjp(cts, ins, outs, mesh):
+        return [cts[0]]
+
+
+def _run_named(fun, leaves, treedef, axes, size, axis_name, out_axes):
+    """vmap with a named axis: element i runs as device i of a virtual mesh with the one axis
+    `axis_name` (which records no ledger events: it is not a mesh the user made), so psum,
+    pmean, all_gather, axis_index, ppermute ... over `axis_name` are the mesh's collectives."""
+    mesh = make_mesh((size,), (axis_name,))
+    mesh.records = False
+    traced = bool(CTX.tapes)
+    arrays = [i for i, (x, d) in enumerate(zip(leaves, axes)) if d is not None or
+              isinstance(x, (LocalArray, np.ndarray, np.generic, bool, int, float, complex))]
+    ins = []
+    for i in arrays:
+        x, d = leaves[i], axes[i]
+        x = x if isinstance(x, LocalArray) else as_array(x, "vmap")
+        ins.append(x if d in (None, 0) else jnp.moveaxis(x, d, 0))
+    info = {}
+
+    def body(*vals):
+        full = list(leaves)
+        for i, v in zip(arrays, vals):
+            full[i] = jnp.squeeze(v, 0) if axes[i] is not None else v
+        a, k = treedef.unflatten(full)
+        out_leaves, out_def = tree.flatten(fun(*a, **k))
+        info["def"] = out_def
+        info["varying"] = [isinstance(o, LocalArray) and o.storage.shape[0] != 1 for o in out_leaves]
+        return [jnp.expand_dims(as_array(o, "vmap"), 0) for o in out_leaves]
+
+    specs = tuple(P(axis_name) if axes[i] is not None else P() for i in arrays)
+    try:
+        outs = shard_map(body, mesh=mesh, in_specs=specs, out_specs=P(axis_name), check_vma=False)(*ins)
+    except ValueError as e:
+        if "different meshes" not in str(e):
+            raise
+        raise NotImplementedError(
+            f"[vmap] with collectives over {axis_name!r}, the function runs on a virtual mesh and cannot use a "
+            f"value it closes over that is being differentiated; pass that value as an argument (in_axes None)"
+        ) from e
+    out_def = info["def"]
+    spec = _flatten_axes("vmap out_axes", out_def.unflatten([0] * out_def.num_leaves), out_axes)
+    paths = [p for p, _ in tree.flatten_with_path(out_def.unflatten([0] * out_def.num_leaves))[0]]
+    result = []
+    for j, o in enumerate(outs):
+        if o.is_abstract:
+            host = AbstractStorage(o.shape, o.dtype)
+            v = LocalArray(host, UNIT_MESH)
+        else:
+            v = LocalArray(np.asarray(o), UNIT_MESH)
+        if traced:
+            push_entry(_Unit, {}, [o], [v], mesh)
+        d = spec[j]
+        if d is None:
+            if info["varying"][j]:
+                raise ValueError(f"at vmap out_axes{keystr(paths[j])}, got axis spec None but output was batched "
+                                 f"on axis 0")
+            v = v[0]
+        else:
+            rank = len(v.shape)
+            if not -rank <= d < rank:
+                raise ValueError(f"axis {d} is out of bounds for array of dimension {rank}")
+            if d % rank:
+                v = jnp.moveaxis(v, 0, d % rank)
+        result.append(v if traced or is_abstract(v.storage) else np.asarray(v.storage))
+    return out_def.unflatten(result)
+
+
+class _NamedAxisUsed(Exception):
+    """The function ran a collective over the vmapped axis (so the elements must run together)."""
 
 
 def _call(fun, args, kwargs, axis_name):
@@ -131,12 +233,16 @@ def _call(fun, args, kwargs, axis_name):
         return fun(*args, **kwargs)
     except NameError as e:
         if repr(axis_name) in str(e) or str(axis_name) in str(e):
-            raise NotImplementedError(
-                f"[vmap] collectives over the vmapped axis {axis_name!r} are not supported (shardlab's vmap "
-                f"runs the function once per element). Reduce after the vmap instead (e.g. jnp.sum(vmap(f)(x), "
-                f"axis=0) for psum, the stacked output itself for all_gather, jnp.arange(n) for axis_index), "
-                f"or map with shard_map over a mesh axis of that size and use lax collectives there") from e
+            raise _NamedAxisUsed() from e
         raise
+
+
+def _unsupported(axis_name) -> NotImplementedError:
+    return NotImplementedError(
+        f"[vmap] collectives over the vmapped axis {axis_name!r} run only outside shard_map, on host or "
+        f"one-device values (there the elements run as the devices of a virtual mesh). Here, reduce after the "
+        f"vmap instead (e.g. jnp.sum(vmap(f)(x), axis=0) for psum, the stacked output itself for all_gather, "
+        f"jnp.arange(n) for axis_index), or map with shard_map over a mesh axis of that size")
 
 
 def _flatten_axes(name: str, value_tree, axes_tree) -> list:
