@@ -78,6 +78,38 @@ def test_mesh_from_set_mesh_and_decorators():
     assert total.__name__ == "total"
 
 
+def test_smap_single_axis():
+    m, jm = meshes()
+    a = sl.device_put(X, sl.NamedSharding(m, P("x", "y")))
+    ja = jax.device_put(X, jax.NamedSharding(jm, jax.P("x", "y")))
+    with sl.set_mesh(m):
+        got = (sl.smap(lambda v: v * 2, in_axes=0, out_axes=0, axis_name="x")(a),
+               sl.smap(lambda v: sl.lax.psum(v, "x"), out_axes=None, axis_name="x")(a),
+               sl.smap(lambda v: v + 1, in_axes=1, out_axes=1, axis_name="y")(a))
+    with jax.set_mesh(jm):
+        want = (jax.smap(lambda v: v * 2, in_axes=0, out_axes=0, axis_name="x")(ja),
+                jax.smap(lambda v: jax.lax.psum(v, "x"), out_axes=None, axis_name="x")(ja),
+                jax.smap(lambda v: v + 1, in_axes=1, out_axes=1, axis_name="y")(ja))
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    for bad in (dict(axis_name=("x", "y"), out_axes=0), dict(axis_name="x", out_axes="0")):
+        with pytest.raises(TypeError, match="smap"):
+            jax.smap(lambda v: v, **bad)
+        with pytest.raises(TypeError, match="smap"):
+            sl.smap(lambda v: v, **bad)
+
+
+def test_mesh_must_match_the_context_mesh():
+    m, jm = meshes()
+    other, jother = meshes((2, 4))
+    with jax.set_mesh(jm), pytest.raises(ValueError, match="should match the mesh passed to shard_map"):
+        jax.shard_map(lambda v: v, mesh=jother, in_specs=jax.P(), out_specs=jax.P())(X)
+    with sl.set_mesh(m), pytest.raises(ValueError, match="should match the mesh passed to shard_map"):
+        sl.shard_map(lambda v: v, mesh=other, in_specs=P(), out_specs=P())(X)
+    with sl.set_mesh(m):  # the same mesh passed again is fine
+        np.testing.assert_array_equal(np.asarray(sl.shard_map(lambda v: v, mesh=m, in_specs=P(), out_specs=P())(X)), X)
+
+
 def test_static_in_specs_none():
     m, jm = meshes()
     seen = []

@@ -115,6 +115,52 @@ def shard_map(f=None, /, *, out_specs, in_specs=Infer, mesh: Mesh | None = None,
     return _shard_map(f, **kwargs)
 
 
+def smap(f=None, /, *, in_axes=Infer, out_axes, axis_name):
+    """Single-axis shard_map, as ``jax.smap``: `f` is manual over the one mesh axis
+    `axis_name` of the context mesh (``set_mesh``); ``in_axes``/``out_axes`` (an int, None,
+    or a tuple/pytree of them) name the array axis split over it (None: replicated).
+
+    Example:
+        >>> import numpy as np, shardlab as sl
+        >>> mesh = sl.make_mesh((4,), ("x",))
+        >>> with sl.set_mesh(mesh):
+        ...     y = sl.smap(lambda a: a + sl.lax.axis_index("x"), in_axes=0, out_axes=0, axis_name="x")(
+        ...         np.zeros(8, np.float32))
+        >>> np.asarray(y).tolist()
+        [0.0, 0.0, 1.0, 1.0, 2.0, 2.0, 3.0, 3.0]
+    """
+    if isinstance(axis_name, (list, tuple)):
+        raise TypeError(f"smap axis_name should be a `str` or a `Hashable`, but got {axis_name}")
+    if in_axes is not None and in_axes is not Infer and not isinstance(in_axes, (int, tuple)):
+        raise TypeError(f"smap in_axes must be an int, None, jax.sharding.Infer, or a tuple of entries "
+                        f"corresponding to the positional arguments passed to the function, but got {in_axes}.")
+
+    def leaves_ok(t):
+        return all(isinstance(v, int) and not isinstance(v, bool) for v in tree.flatten(t, lambda v: v is None)[0]
+                   if v is not None)
+
+    if in_axes is not Infer and not leaves_ok(in_axes):
+        raise TypeError(f"smap in_axes must be an int, None, jax.sharding.Infer, or (nested) container with "
+                        f"those types as leaves, but got {in_axes}.")
+    if not leaves_ok(out_axes):
+        raise TypeError(f"smap out_axes must be an int, None, or (nested) container with those types as leaves, "
+                        f"but got {out_axes}.")
+
+    def to_spec(axis):
+        return PartitionSpec() if axis is None else PartitionSpec(*([None] * axis + [axis_name]))
+
+    def to_specs(t):
+        leaves, treedef = tree.flatten(t, lambda v: v is None)
+        return tree.unflatten(treedef, [to_spec(v) for v in leaves])
+
+    in_specs = Infer if in_axes is Infer else to_specs(in_axes)
+    kwargs = dict(out_specs=to_specs(out_axes), in_specs=in_specs, mesh=None, axis_names=frozenset({axis_name}),
+                  check_vma=True)
+    if f is None:
+        return lambda g: _shard_map(g, **kwargs)
+    return _shard_map(f, **kwargs)
+
+
 def _spec_names(spec) -> list:
     return [n for n in spec.mesh_axes()]
 
@@ -238,7 +284,11 @@ def _mesh(mesh, outer) -> Mesh:
                              f"{mesh!r}: a shard_map nested in another runs on the outer one's mesh; leave "
                              f"mesh= out")
         return inner
-    m = mesh if mesh is not None else get_mesh()
+    ctx = get_mesh()
+    if mesh is not None and ctx is not None and _abstract_key(mesh) != _abstract_key(ctx):
+        raise ValueError(f"[shard_map] The context mesh {ctx!r} should match the mesh passed to shard_map "
+                         f"{mesh!r}: leave mesh= out, or pass the mesh set by set_mesh")
+    m = mesh if mesh is not None else ctx
     if m is None:
         raise ValueError("[shard_map] no mesh: the context mesh cannot be empty. Use `jax.set_mesh(mesh)` to enter "
                          "into a mesh context, or pass mesh=")
@@ -246,6 +296,11 @@ def _mesh(mesh, outer) -> Mesh:
         raise TypeError(f"[shard_map] shard_map requires a `jax.sharding.Mesh` or a `jax.sharding.AbstractMesh` instance for "
                         f"its second argument, but got {m!r} of type {type(m)}.")
     return m
+
+
+def _abstract_key(m) -> tuple:
+    """What JAX compares between the context mesh and shard_map's (``mesh.abstract_mesh``)."""
+    return (tuple(m.axis_names), tuple(m.axis_sizes), tuple(m.axis_types))
 
 
 def _axis_names(axis_names, m: Mesh, outer) -> frozenset:
