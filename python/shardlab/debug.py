@@ -2,8 +2,9 @@
 (see ``shardlab._src.debug``)."""
 
 from ._src.debug import (  # noqa: F401
-    ShardingDiagram, device_values, notation, sharding_diagram, visualize_array_sharding, visualize_sharding,
+    ShardingDiagram, device_values, inspect_array_sharding, notation, sharding_diagram, sharding_table,
+    visualize_array_sharding, visualize_sharding,
 )
 
-__all__ = ["ShardingDiagram", "device_values", "notation", "sharding_diagram", "visualize_array_sharding",
-           "visualize_sharding"]
+__all__ = ["ShardingDiagram", "device_values", "inspect_array_sharding", "notation", "sharding_diagram", "sharding_table",
+           "visualize_array_sharding", "visualize_sharding"]

@@ -12,8 +12,6 @@ Example:
 from __future__ import annotations
 
 VIEWS: dict = {}  # class name → function(obj) -> HTML string
-# [function(shape, sharding) -> a picture with .html and a rich .renderable] (shardlab.viz's)
-SHARDING_PICTURE: list = [None]
 
 
 def register(class_name: str, fn) -> None:
