@@ -79,7 +79,6 @@ for _cls, _fn in viz.VIEWS.items():
         _cls._repr_html_ = _fn
         _cls.__repr__ = viz.TEXTS[_cls]
 _views.register("ShardedArray", lambda arr: f"<div><code>{_html.escape(repr(arr))}</code>{viz.sharding(arr).html}</div>")
-_views.SHARDING_PICTURE[0] = lambda shape, sharding: viz.sharding(shape, sharding)
 
 
 def _roofline_plot(self, ax=None):
