@@ -5,7 +5,7 @@ JOBS ?= 2
 APT_PACKAGES := xtensor-dev libgtest-dev g++ cmake
 export CMAKE_BUILD_PARALLEL_LEVEL := $(JOBS)
 
-.PHONY: fuzz notebooks demo test system-deps install cpp-test cpp-test-sanitize py-test bench docs
+.PHONY: conformance fuzz notebooks demo test system-deps install cpp-test cpp-test-sanitize py-test bench docs
 
 demo: install
 	$(PYTHON) -m shardlab.demo
@@ -64,3 +64,8 @@ notebooks: install
 # test; the test command runs a bounded number).
 fuzz:
 	HYPOTHESIS_PROFILE=fuzz $(PYTHON) -m pytest -q -p no:cacheprovider tests/python/test_fuzz.py
+
+# The import-swap acceptance (issue #24 §6): every committed document of tests/data/conformance run
+# cell by cell with JAX and with shardlab's imports; writes docs/conformance.md.
+conformance:
+	$(PYTHON) tests/python/conformance.py --report docs/conformance.md

@@ -1,0 +1,991 @@
+"""Import swap on real code: the JAX docs' sharding notebooks and the scaling book, cell by cell.
+
+Each document under tests/data/conformance/ (one JSON per notebook or chapter, its cells in order)
+runs twice, each time in its own subprocess and in one namespace: once with real JAX on 8 CPU
+devices, once with the imports rewritten to shardlab (``import jax`` -> ``import shardlab as jax``,
+see REWRITES). After every cell the worker records its outcome (ok, raised with the exception's
+class, timeout, skipped) and its values: the last expression's value and every array, scalar,
+dtype, shape, tuple, mesh, sharding or PartitionSpec the cell bound or rebound, converted to
+plain data (numpy arrays, strings, tuples), plus what it printed. The parent compares the two
+runs cell by cell (see compare_cell) and writes the report (docs/conformance.md).
+
+    python tests/python/conformance.py                      # every document, a summary
+    python tests/python/conformance.py --doc jax-parallel   # one document, failing cells in full
+    python tests/python/conformance.py --report docs/conformance.md --update-expected
+
+Nothing is fetched: the cells are committed data (tests/data/conformance/README.md names their
+sources, commits and licences).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import io
+import json
+import math
+import os
+import pathlib
+import pickle
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import types
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data" / "conformance"
+EXPECTED = DATA / "expected_pass.json"
+CELL_TIMEOUT_S = 120  # per cell, in each run
+DOC_TIMEOUT_S = 1800  # per document and run (the subprocess)
+PYTHON_TREE = [ROOT / "python"]  # the shardlab sources the shardlab run imports (--commit changes it)
+MAX_ELEMENTS = 1 << 20  # larger arrays are compared by a summary (sums and a strided sample)
+
+# --------------------------------------------------------------------------------------------
+# The import rewrites (applied to import statements only, found with the ast module).
+# --------------------------------------------------------------------------------------------
+# Every module path that starts with `jax` starts with `shardlab` instead; the names a statement
+# binds stay the names the cell uses:
+REWRITES = [
+    ("import jax", "import shardlab as jax"),
+    ("import jax as j", "import shardlab as j"),
+    ("import jax.numpy as jnp", "import shardlab.numpy as jnp"),
+    ("import jax.sharding as shd", "import shardlab.sharding as shd"),
+    ("import jax.lax", "import shardlab.lax, shardlab as jax"),
+    ("from jax import lax, random, tree_util", "from shardlab import lax, random, tree_util"),
+    ("from jax.sharding import Mesh, PartitionSpec as P", "from shardlab.sharding import Mesh, PartitionSpec as P"),
+    ("from jax.experimental.shard_map import shard_map", "from shardlab.experimental.shard_map import shard_map"),
+    ("from jax.experimental import mesh_utils", "from shardlab.experimental import mesh_utils"),
+    ("from jax.tree_util import tree_map", "from shardlab.tree_util import tree_map"),
+]
+
+
+def _swap_module(name):
+    if name == "jax" or (name and name.startswith("jax.")):
+        return "shardlab" + name[3:]
+    return name
+
+
+def _rewrite_node(node):
+    """The shardlab version of one Import / ImportFrom node, or None when it names no jax module."""
+    if isinstance(node, ast.ImportFrom):
+        if node.level or _swap_module(node.module) == node.module:
+            return None
+        return ast.ImportFrom(module=_swap_module(node.module), names=node.names, level=0)
+    names, changed = [], False
+    for a in node.names:
+        new = _swap_module(a.name)
+        if new == a.name:
+            names.append(a)
+        elif a.asname:
+            names.append(ast.alias(new, a.asname)); changed = True
+        elif "." not in a.name:  # import jax
+            names.append(ast.alias("shardlab", "jax")); changed = True
+        else:  # import jax.lax: load shardlab.lax and bind `jax` as the cell expects
+            names += [ast.alias(new), ast.alias("shardlab", "jax")]; changed = True
+    return ast.Import(names=names) if changed else None
+
+
+def rewrite_imports(source):
+    """``source`` with every import of a jax module rewritten to the shardlab module.
+
+    Only import statements change (located with the ast module, replaced in place so that line
+    numbers and everything else stay as written):
+
+    >>> print(rewrite_imports("import jax, numpy as np\\nfrom jax.sharding import PartitionSpec as P"))
+    import shardlab as jax, numpy as np
+    from shardlab.sharding import PartitionSpec as P
+    >>> rewrite_imports("x = 'import jax'  # not an import")
+    "x = 'import jax'  # not an import"
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return source
+    edits = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            new = _rewrite_node(node)
+            if new is not None:
+                edits.append((node.lineno, node.col_offset, node.end_lineno, node.end_col_offset, ast.unparse(new)))
+    if not edits:
+        return source
+    lines = source.splitlines(keepends=True)
+    for l0, c0, l1, c1, text in sorted(edits, reverse=True):
+        first, last = lines[l0 - 1], lines[l1 - 1]
+        merged = first[:c0] + text + last[c1:]
+        lines[l0 - 1:l1] = [merged] + [""] * (l1 - l0)
+    return "".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# Cells: IPython line magics and the last expression.
+# --------------------------------------------------------------------------------------------
+_TIMEIT = re.compile(r"^(\s*)%timeit\s+(?:-\w\s*\d*\s+)*(.*)$")
+
+
+def strip_magics(source):
+    """(python source, note): ``%timeit [-n N -r R] stmt`` runs ``stmt`` once; other magics or
+    shell escapes make the cell unrunnable (note says which)."""
+    out, note = [], None
+    for line in source.splitlines():
+        m = _TIMEIT.match(line)
+        if m:
+            out.append(m.group(1) + m.group(2)); note = "timeit"
+        elif line.lstrip().startswith(("%", "!")):
+            return None, f"IPython magic or shell escape: {line.strip()[:60]}"
+        else:
+            out.append(line)
+    return "\n".join(out) + "\n", note
+
+
+def split_last_expression(source, filename):
+    """(code for the body, code for the last expression or None), compiled."""
+    tree = ast.parse(source, filename)
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    body = compile(tree, filename, "exec")
+    return body, (compile(last, filename, "eval") if last is not None else None)
+
+
+# --------------------------------------------------------------------------------------------
+# Values as plain data (numpy arrays, str, tuples), the same for both runs.
+# --------------------------------------------------------------------------------------------
+SKIP = object()  # a value the comparison does not look at (functions, modules, ...)
+
+
+def Opaque(tag):  # noqa: N802 - reads like the type it stands for
+    """("object", type name): a value the converter could not turn into data (a plain tuple, so that
+    the records unpickle in any process)."""
+    return tuple(tag)
+
+
+def _is_opaque(v):
+    return isinstance(v, tuple) and len(v) == 2 and v[0] == "object"
+
+
+def _spec_tuple(spec):
+    out = []
+    for e in tuple(spec):
+        if e is None or isinstance(e, str):
+            out.append(e)
+        elif isinstance(e, (tuple, list)):
+            out.append(tuple(e))
+        else:
+            out.append(str(e))
+    return tuple(out)
+
+
+def _normal_spec(spec):
+    """A spec tuple without trailing Nones (P('x', None) and P('x') shard alike)."""
+    spec = list(spec)
+    while spec and spec[-1] is None:
+        spec.pop()
+    return tuple(tuple(e) if isinstance(e, tuple) and len(e) != 1 else (e[0] if isinstance(e, tuple) else e)
+                 for e in spec)
+
+
+def _mesh_plain(mesh):
+    names = tuple(getattr(mesh, "axis_names", ()))
+    shape = getattr(mesh, "shape", None)
+    sizes = tuple(shape[n] for n in names) if isinstance(shape, dict) or hasattr(shape, "keys") else \
+        tuple(getattr(mesh, "axis_sizes", ()))
+    types_ = tuple(str(t).split(".")[-1] for t in (getattr(mesh, "axis_types", None) or ()))
+    return ("Mesh", names, sizes, types_)
+
+
+def _array_plain(obj):
+    dtype = str(getattr(obj, "dtype", "?"))
+    shape = tuple(int(s) for s in obj.shape)
+    spec = None
+    sharding = getattr(obj, "sharding", None) if not isinstance(obj, __import__("numpy").ndarray) else None
+    if sharding is not None and getattr(sharding, "spec", None) is not None:
+        try:
+            spec = _normal_spec(_spec_tuple(sharding.spec))
+        except Exception:
+            spec = None
+    import numpy as np
+    try:
+        data = np.asarray(obj)
+    except Exception as e:  # key arrays, abstract values
+        return ("array", dtype, shape, ("unreadable", type(e).__name__), spec)
+    if data.dtype == object:  # e.g. np.array(jax.devices()): the elements as plain data
+        flat = data.reshape(-1)
+        return ("objarray", shape, tuple(to_plain(x, 5 - 1) if k < 64 else SKIP for k, x in enumerate(flat[:64])))
+    if data.size > MAX_ELEMENTS:
+        flat = data.reshape(-1)
+        step = max(1, flat.size // 4096)
+        as64 = flat.astype(np.float64) if data.dtype.kind in "biuf" or str(data.dtype) == "bfloat16" else None
+        summary = (("summary", float(as64.sum()), float((as64 * as64).sum()), np.array(flat[::step]))
+                   if as64 is not None else ("summary-opaque",))
+        return ("array", dtype, shape, summary, spec)
+    return ("array", dtype, shape, np.array(data), spec)
+
+
+def to_plain(obj, depth=0):
+    """Plain data for the comparison, SKIP for values it ignores, Opaque for unconvertible ones."""
+    import numpy as np
+    if depth > 4:
+        return SKIP
+    if obj is None or isinstance(obj, (bool, int, float, complex)):
+        return obj
+    if isinstance(obj, str):
+        return SKIP  # strings are compared through what a cell prints
+    if isinstance(obj, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
+                        type(print), io.IOBase)) or callable(obj) and not hasattr(obj, "shape"):
+        if isinstance(obj, type) or type(obj).__name__ == "_ScalarMeta":
+            try:
+                return ("dtype", str(np.dtype(obj)))
+            except Exception:
+                return SKIP
+        return SKIP
+    if isinstance(obj, np.dtype):
+        return ("dtype", str(obj))
+    if isinstance(obj, np.generic):
+        return ("scalar", str(obj.dtype), obj.item() if obj.dtype.kind != "V" else str(obj))
+    cls = type(obj).__name__
+    if cls == "PartitionSpec":
+        return ("P", _spec_tuple(obj))
+    if cls in ("NamedSharding",):
+        return ("NamedSharding", _mesh_plain(obj.mesh), _normal_spec(_spec_tuple(obj.spec)))
+    if cls in ("Mesh", "AbstractMesh"):
+        return _mesh_plain(obj)
+    if cls in ("ShapedArray", "ShapeDtypeStruct") or (hasattr(obj, "shape") and hasattr(obj, "dtype")
+                                                       and not hasattr(obj, "__array__")):
+        return ("aval", str(getattr(obj, "dtype", "?")), tuple(getattr(obj, "shape", ())))
+    if hasattr(obj, "shape") and hasattr(obj, "dtype"):
+        return _array_plain(obj)
+    if hasattr(obj, "platform") and hasattr(obj, "id") and isinstance(getattr(obj, "id"), int):
+        return ("Device", obj.id)
+    if isinstance(obj, (tuple, list)):
+        if len(obj) > 64:
+            return ("seq-long", len(obj))
+        items = [to_plain(x, depth + 1) for x in obj]
+        if all(x is SKIP for x in items) and items:
+            return SKIP
+        return ("seq", tuple(items))
+    if isinstance(obj, dict):
+        if len(obj) > 64 or not all(isinstance(k, (str, int)) for k in obj):
+            return SKIP
+        items = {k: to_plain(v, depth + 1) for k, v in obj.items()}
+        items = {k: v for k, v in items.items() if v is not SKIP}
+        return ("dict", tuple(sorted(items.items(), key=lambda kv: str(kv[0])))) if items else SKIP
+    return Opaque(("object", cls))
+
+
+# --------------------------------------------------------------------------------------------
+# The worker: runs one document in this process, writing one pickled record per cell.
+# --------------------------------------------------------------------------------------------
+class CellTimeout(BaseException):
+    """Raised by the alarm when a cell runs past CELL_TIMEOUT_S (a BaseException, so that a
+    cell's own ``except Exception`` does not swallow it)."""
+
+
+def _on_alarm(signum, frame):
+    raise CellTimeout()
+
+
+def _exc_record(e, tb, filename):
+    line = None
+    for frame, lineno in traceback.walk_tb(tb):
+        if frame.f_code.co_filename == filename:
+            line = lineno
+    msg = re.sub(r" \(/\S+\.py\)", "", str(e)).strip().splitlines()  # no temporary paths
+    return {"type": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__],
+            "msg": msg[0][:300] if msg else "", "lineno": line}
+
+
+def _install_shims():
+    """Harness stand-ins for optional helpers the notebooks import (the same in both runs)."""
+    try:
+        import termcolor  # noqa: F401
+    except ImportError:
+        mod = types.ModuleType("termcolor")
+        mod.colored = lambda text, *a, **k: text
+        sys.modules["termcolor"] = mod
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+    except ImportError:
+        pass
+
+
+def run_worker(mode, doc_path, out_path, only=None):
+    doc = json.loads(pathlib.Path(doc_path).read_text())
+    _install_shims()
+    if mode == "jax":
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    ns = {"__name__": "__main__", "__builtins__": __builtins__}
+    if doc.get("prelude"):  # the imports a book chapter's prose assumes (see the README)
+        prelude = doc["prelude"] if mode == "jax" else rewrite_imports(doc["prelude"])
+        exec(compile(prelude, f"<{doc['name']} prelude>", "exec"), ns)
+    seen = {}
+    signal.signal(signal.SIGALRM, _on_alarm)
+    with open(out_path, "wb") as out:
+        for cell in doc["cells"]:
+            rec = {"id": cell["id"], "status": "ok", "values": {}, "stdout": "", "seconds": 0.0}
+            if cell.get("skip") or (only is not None and cell["id"] not in only):
+                rec["status"] = "skipped"
+                rec["reason"] = cell.get("skip") or "not selected"
+                pickle.dump(rec, out); out.flush()
+                continue
+            source = cell["source"]
+            for a, b in cell.get("edits", ()):
+                source = source.replace(a, b)
+            src, note = strip_magics(source)
+            if src is None:
+                rec.update(status="skipped", reason=note)
+                pickle.dump(rec, out); out.flush()
+                continue
+            rec["timeit"] = note == "timeit"
+            if mode == "shardlab":
+                src = rewrite_imports(src)
+            filename = f"<{doc['name']} cell {cell['id']}>"
+            buf = io.StringIO()
+            t0 = time.perf_counter()
+            try:
+                body, last = split_last_expression(src, filename)
+                signal.alarm(int(cell.get("timeout", CELL_TIMEOUT_S)))
+                with contextlib.redirect_stdout(buf):
+                    exec(body, ns)
+                    value = eval(last, ns) if last is not None else SKIP
+                signal.alarm(0)
+                if value is not SKIP:
+                    rec["last"] = _safe_plain(value)
+            except CellTimeout:
+                rec["status"] = "timeout"
+            except BaseException as e:  # noqa: BLE001 - every outcome is data here
+                signal.alarm(0)
+                if isinstance(e, KeyboardInterrupt):
+                    raise
+                rec["status"] = "raised"
+                rec["exc"] = _exc_record(e, e.__traceback__, filename)
+            rec["seconds"] = time.perf_counter() - t0
+            rec["stdout"] = buf.getvalue()[-20000:]
+            for name, val in list(ns.items()):
+                if name.startswith("_") or (name in seen and seen[name] is val):
+                    continue
+                seen[name] = val
+                plain = _safe_plain(val)
+                if plain is not SKIP:
+                    rec["values"][name] = plain
+            _dump(rec, out)
+
+
+def _dump(rec, out):
+    try:
+        data = pickle.dumps(rec)
+    except Exception as e:  # a value that will not pickle is reported as unconvertible
+        rec["values"] = {k: v if _picklable(v) else Opaque(("object", f"unpicklable {type(e).__name__}"))
+                         for k, v in rec["values"].items()}
+        if "last" in rec and not _picklable(rec["last"]):
+            rec["last"] = Opaque(("object", "unpicklable"))
+        data = pickle.dumps(rec)
+    out.write(data)
+    out.flush()
+
+
+def _picklable(v):
+    try:
+        pickle.dumps(v)
+        return True
+    except Exception:
+        return False
+
+
+def _safe_plain(value):
+    try:
+        return to_plain(value)
+    except Exception as e:  # a value whose conversion itself fails is reported as such
+        return Opaque(("object", f"{type(value).__name__} (conversion raised {type(e).__name__})"))
+
+
+# --------------------------------------------------------------------------------------------
+# The parent: two subprocesses per document, then the comparison.
+# --------------------------------------------------------------------------------------------
+def _worker_env(mode):
+    env = dict(os.environ)
+    if mode == "jax":
+        flag = "--xla_force_host_platform_device_count=8"
+        if flag not in env.get("XLA_FLAGS", ""):
+            env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {flag}".strip()
+        env["JAX_PLATFORMS"] = "cpu"
+    # The worker runs in the temporary directory: relative paths given by the caller become absolute.
+    if env.get("SHARDLAB_CORE_DIR"):
+        env["SHARDLAB_CORE_DIR"] = os.path.abspath(env["SHARDLAB_CORE_DIR"])
+    if env.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.pathsep.join(os.path.abspath(p) for p in env["PYTHONPATH"].split(os.pathsep) if p)
+    core = ROOT / "build" / "core"
+    if mode == "shardlab" and (env.get("SHARDLAB_CORE_DIR") or core.is_dir()):
+        env.setdefault("SHARDLAB_CORE_DIR", str(core))
+        env["PYTHONPATH"] = os.pathsep.join([str(PYTHON_TREE[0])] + [p for p in [env.get("PYTHONPATH")] if p])
+    env["PYTHONWARNINGS"] = "ignore"
+    env.setdefault("OMP_NUM_THREADS", "2")
+    return env
+
+
+def run_document(doc_path, mode, only=None, timeout=DOC_TIMEOUT_S):
+    """The records of one run (a list of dicts, one per cell in order)."""
+    doc = json.loads(pathlib.Path(doc_path).read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        out = pathlib.Path(tmp) / "records.pkl"
+        cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--worker", mode, str(doc_path), str(out)]
+        if only is not None:
+            cmd += ["--only", ",".join(map(str, sorted(only)))]
+        try:
+            proc = subprocess.run(cmd, env=_worker_env(mode), cwd=tempfile.gettempdir(), capture_output=True,
+                                  text=True, timeout=timeout)
+            died = None if proc.returncode == 0 else f"worker exited with {proc.returncode}: " + \
+                (proc.stderr.strip().splitlines() or [""])[-1][:200]
+        except subprocess.TimeoutExpired:
+            died = f"document timed out after {timeout} s"
+        records = []
+        if out.exists():
+            with open(out, "rb") as f:
+                while True:
+                    try:
+                        records.append(pickle.load(f))
+                    except EOFError:
+                        break
+                    except Exception as e:  # a record cut short when the worker died
+                        died = died or f"record unreadable ({type(e).__name__}: {e})"
+                        break
+    done = {r["id"] for r in records}
+    for cell in doc["cells"]:
+        if cell["id"] not in done:
+            records.append({"id": cell["id"], "status": "crashed", "reason": died or "no record",
+                            "values": {}, "stdout": ""})
+    records.sort(key=lambda r: r["id"])
+    return records
+
+
+# Exception classes that JAX raises and shardlab may raise under another name: JAX's name ->
+# names accepted from shardlab (besides the same name anywhere in shardlab's exception's MRO).
+EXCEPTION_EQUIVALENTS = {
+    "ShardingTypeError": {"ShardingTypeError"},
+    "JaxRuntimeError": {"JaxRuntimeError", "XlaRuntimeError", "RuntimeError"},
+    "XlaRuntimeError": {"JaxRuntimeError", "XlaRuntimeError", "RuntimeError"},
+    "ConcretizationTypeError": {"ConcretizationTypeError", "TracerBoolConversionError", "TypeError"},
+    "TracerBoolConversionError": {"ConcretizationTypeError", "TracerBoolConversionError", "TypeError"},
+    "TracerIntegerConversionError": {"ConcretizationTypeError", "TracerIntegerConversionError", "TypeError"},
+    "UnexpectedTracerError": {"UnexpectedTracerError"},
+}
+
+
+def same_exception_kind(jax_exc, sl_exc):
+    """True when shardlab's exception is the kind JAX raised (same class name, one of its MRO
+    names, or an EXCEPTION_EQUIVALENTS entry)."""
+    if jax_exc["type"] in sl_exc["mro"]:
+        return True
+    return sl_exc["type"] in EXCEPTION_EQUIVALENTS.get(jax_exc["type"], ())
+
+
+_NUMBER = re.compile(r"(?<![A-Za-z_\d.])[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?|(?<![A-Za-z_])(?:nan|inf)(?![A-Za-z_])")
+
+
+def numbers_in(text):
+    """The numbers a cell printed (words with digits such as float32 or TFRT_CPU_0 are not numbers).
+
+    >>> numbers_in("f32[8@X,4] Array([1., 2.5], dtype=float32) 1e-3 nan")
+    [8.0, 4.0, 1.0, 2.5, 0.001, nan]
+    """
+    out = []
+    for tok in _NUMBER.findall(text):
+        try:
+            out.append(float(tok))
+        except ValueError:
+            pass
+    return out
+
+
+def _close(a, b, rtol):
+    if math.isnan(a) and math.isnan(b):
+        return True
+    return a == b or abs(a - b) <= rtol * max(abs(a), abs(b)) + 1e-6
+
+
+def _tolerance(dtype):
+    return {"bfloat16": 1e-2, "float16": 1e-3}.get(dtype, 1e-5)
+
+
+def compare_plain(j, s, where="value"):
+    """None when the two plain values agree, else a one-line description of the first difference."""
+    import numpy as np
+    if _is_opaque(j) or j is SKIP:
+        return None
+    if _is_opaque(s) or s is SKIP:
+        return f"{where}: JAX gives {_describe(j)}, shardlab gives {s[1] if _is_opaque(s) else 'nothing'}"
+    if isinstance(j, tuple) and j and j[0] == "array":
+        if not (isinstance(s, tuple) and s and s[0] == "array"):
+            return f"{where}: JAX gives {_describe(j)}, shardlab gives {_describe(s)}"
+        _, jd, jshape, jdata, jspec = j
+        _, sd, sshape, sdata, sspec = s
+        if jshape != sshape:
+            return f"{where}: shape {list(sshape)} where JAX has {list(jshape)}"
+        if jd != sd:
+            return f"{where}: dtype {sd} where JAX has {jd}"
+        if isinstance(jdata, tuple) or isinstance(sdata, tuple):
+            if isinstance(jdata, tuple) and isinstance(sdata, tuple):
+                if jdata[0] == "summary" and sdata[0] == "summary":
+                    tol = _tolerance(jd) * 10
+                    if not (_close(jdata[1], sdata[1], tol) and _close(jdata[2], sdata[2], tol)
+                            and np.allclose(jdata[3].astype(np.float64), sdata[3].astype(np.float64),
+                                            rtol=_tolerance(jd), atol=1e-6, equal_nan=True)):
+                        return f"{where}: values differ (large array summary)"
+                elif jdata[0] != sdata[0]:
+                    return f"{where}: values {sdata} where JAX has {jdata}"
+            elif isinstance(sdata, tuple):
+                return f"{where}: values unreadable in shardlab ({sdata[1] if len(sdata) > 1 else sdata[0]})"
+            else:
+                return None  # JAX's are unreadable (a key array): nothing to compare
+        else:
+            err = _array_diff(jdata, sdata, jd)
+            if err:
+                return f"{where}: {err}"
+        if jspec is not None and sspec is not None and jspec != sspec:
+            return f"{where}: sharding spec {sspec} where JAX has {jspec}"
+        return None
+    if isinstance(j, (bool, int, float, complex)) or j is None:
+        if type(j) is not type(s) and not (isinstance(j, (int, float)) and isinstance(s, (int, float))
+                                           and not isinstance(j, bool) and not isinstance(s, bool)):
+            return f"{where}: {_describe(s)} where JAX has {_describe(j)}"
+        if isinstance(j, float) or isinstance(s, float):
+            return None if _close(float(j), float(s), 1e-5) else f"{where}: {s!r} where JAX has {j!r}"
+        return None if j == s else f"{where}: {s!r} where JAX has {j!r}"
+    if isinstance(j, tuple) and j and j[0] in ("seq", "dict"):
+        if not (isinstance(s, tuple) and s and s[0] == j[0]) or len(s[1]) != len(j[1]):
+            return f"{where}: {_describe(s)} where JAX has {_describe(j)}"
+        for k, (jj, ss) in enumerate(zip(j[1], s[1])):
+            if j[0] == "dict":
+                if jj[0] != ss[0]:
+                    return f"{where}: keys {[x[0] for x in s[1]]} where JAX has {[x[0] for x in j[1]]}"
+                err = compare_plain(jj[1], ss[1], f"{where}[{jj[0]!r}]")
+            else:
+                err = compare_plain(jj, ss, f"{where}[{k}]")
+            if err:
+                return err
+        return None
+    if isinstance(j, tuple) and j and j[0] == "objarray":
+        if not (isinstance(s, tuple) and s and s[0] == "objarray") or s[1] != j[1]:
+            return f"{where}: {_describe(s)} where JAX has an object array of shape {list(j[1])}"
+        for k, (jj, ss) in enumerate(zip(j[2], s[2])):
+            err = compare_plain(jj, ss, f"{where}.flat[{k}]")
+            if err:
+                return err
+        return None
+    if isinstance(j, tuple) and j and j[0] == "scalar":
+        if not (isinstance(s, tuple) and s and s[0] == "scalar"):
+            return f"{where}: {_describe(s)} where JAX has {_describe(j)}"
+        if j[1] != s[1]:
+            return f"{where}: scalar dtype {s[1]} where JAX has {j[1]}"
+        try:
+            ok = _close(float(j[2]), float(s[2]), _tolerance(j[1]))
+        except (TypeError, ValueError):
+            ok = j[2] == s[2]
+        return None if ok else f"{where}: {s[2]!r} where JAX has {j[2]!r}"
+    try:
+        differ = bool(j != s)
+    except Exception:  # arrays nested somewhere unexpected: compare their pickles
+        differ = pickle.dumps(j) != pickle.dumps(s)
+    if differ:
+        return f"{where}: {_describe(s)} where JAX has {_describe(j)}"
+    return None
+
+
+def _array_diff(a, b, dtype):
+    import numpy as np
+    if a.dtype.kind in "fc" or str(a.dtype) in ("bfloat16", "float16"):
+        a64, b64 = a.astype(np.complex128 if a.dtype.kind == "c" else np.float64), \
+            b.astype(np.complex128 if b.dtype.kind == "c" else np.float64)
+        tol = _tolerance(dtype)
+        close = np.isclose(a64, b64, rtol=tol, atol=tol * 0.1, equal_nan=True)
+        if close.all():
+            return None
+        idx = tuple(int(i) for i in np.argwhere(~close)[0])
+        return f"values differ at {list(idx)}: {b64[idx]!r} where JAX has {a64[idx]!r} ({int((~close).sum())} of {a.size})"
+    if a.dtype.kind == "V" or b.dtype.kind == "V":
+        return None if a.tobytes() == b.tobytes() else "values differ"
+    neq = a != b
+    if not np.any(neq):
+        return None
+    idx = tuple(int(i) for i in np.argwhere(neq)[0]) if neq.ndim else ()
+    return f"values differ at {list(idx)}: {b[idx]!r} where JAX has {a[idx]!r} ({int(np.sum(neq))} of {a.size})"
+
+
+def _describe(v):
+    if isinstance(v, tuple) and v:
+        if v[0] == "array":
+            return f"array {v[1]}{list(v[2])}"
+        if v[0] == "object":
+            return f"a {v[1]} object"
+        if v[0] == "seq":
+            return f"a sequence of {len(v[1])}"
+        if v[0] == "dict":
+            return f"a dict of {len(v[1])}"
+        if v[0] in ("dtype", "P", "Mesh", "NamedSharding", "Device", "aval", "scalar"):
+            return repr(v)
+    if v is SKIP:
+        return "nothing"
+    return f"{type(v).__name__} {v!r}"[:120]
+
+
+def compare_cell(jrec, srec, cell):
+    """(verdict, detail) for one cell: verdict one of 'pass', 'fail', 'skip' (skipped by its
+    metadata, or JAX itself times out or crashes), 'jax-error' (JAX raises for a reason of this
+    environment, named in the cell's "jax_fails" metadata: listed, not counted). A cell that
+    JAX makes raise counts like any other: it passes when shardlab raises the same kind."""
+    if jrec["status"] == "skipped":
+        return "skip", jrec.get("reason", "")
+    if jrec["status"] in ("timeout", "crashed"):
+        return "skip", f"JAX: {jrec['status']} ({jrec.get('reason', '')})"
+    verdict = "jax-error" if jrec["status"] == "raised" and cell.get("jax_fails") else None
+    if srec["status"] in ("timeout", "crashed", "skipped"):
+        return verdict or "fail", f"shardlab: {srec['status']} {srec.get('reason', '')}".strip()
+    if jrec["status"] == "raised":
+        if srec["status"] != "raised":
+            return verdict or "fail", f"no error where JAX raises {jrec['exc']['type']}: {jrec['exc']['msg'][:120]}"
+        if not same_exception_kind(jrec["exc"], srec["exc"]):
+            return verdict or "fail", (f"raises {srec['exc']['type']}: {srec['exc']['msg'][:160]} where JAX raises "
+                                       f"{jrec['exc']['type']}")
+        return verdict or "pass", ""
+    if srec["status"] == "raised":
+        e = srec["exc"]
+        return "fail", f"raises {e['type']}: {e['msg'][:200]}"
+    if "last" in jrec:
+        err = compare_plain(jrec["last"], srec.get("last", SKIP), "the cell's value")
+        if err:
+            return "fail", err
+    for name, jv in jrec["values"].items():
+        err = compare_plain(jv, srec["values"].get(name, SKIP), name)
+        if err:
+            return "fail", err
+    if not cell.get("ignore_stdout") and not jrec.get("timeit"):
+        jn, sn = numbers_in(jrec["stdout"]), numbers_in(srec["stdout"])
+        if len(jn) != len(sn) or not all(_close(a, b, 1e-5) for a, b in zip(jn, sn)):
+            return "fail", f"printed output differs: {_first_line_diff(jrec['stdout'], srec['stdout'])}"
+    return "pass", ""
+
+
+def _first_line_diff(a, b):
+    al, bl = a.splitlines(), b.splitlines()
+    for k in range(max(len(al), len(bl))):
+        x = al[k] if k < len(al) else "<nothing>"
+        y = bl[k] if k < len(bl) else "<nothing>"
+        if numbers_in(x) != numbers_in(y) or (x != y and not numbers_in(x)):
+            if len(numbers_in(x)) != len(numbers_in(y)) or not all(_close(p, q, 1e-5) for p, q in zip(numbers_in(x), numbers_in(y))):
+                return f"line {k + 1}: {y.strip()[:100]!r} where JAX prints {x.strip()[:100]!r}"
+    return "the numbers differ"
+
+
+# --------------------------------------------------------------------------------------------
+# Causes: what a failing cell is missing, as a key the ranking can count.
+# --------------------------------------------------------------------------------------------
+def _jaxname(mod):
+    return "jax" + mod[len("shardlab"):] if mod.startswith("shardlab") else mod
+
+
+def cause_of(detail, srec, cell_source):
+    """A short key naming the missing or mismatching API behind a failure."""
+    exc = srec.get("exc")
+    if srec["status"] == "raised" and detail.startswith("raises"):
+        t, m = exc["type"], exc["msg"]
+        r = re.search(r"module '([\w.]+)' has no attribute '(\w+)'", m)
+        if r:
+            return f"missing {_jaxname(r.group(1))}.{r.group(2)}"
+        r = re.search(r"cannot import name '(\w+)' from '([\w.]+)'", m)
+        if r:
+            return f"missing {_jaxname(r.group(2))}.{r.group(1)}"
+        r = re.search(r"No module named '([\w.]+)'", m)
+        if r:
+            return f"missing module {_jaxname(r.group(1))}"
+        if "ndarray" in m and ("object has no attribute" in m or "got ndarray" in m):
+            return "jnp on host data returns a numpy.ndarray, not an Array (issue #24 section 3)"
+        r = re.search(r"'([\w.]+)' object has no attribute '(\w+)'", m)
+        if r:
+            return f"missing {r.group(1)}.{r.group(2)}"
+        r = re.search(r"([\w.]+)\(\) got an unexpected keyword argument '(\w+)'", m)
+        if r:
+            return f"missing keyword {r.group(1)}({r.group(2)}=)"
+        r = re.search(r"([\w.]+)\(\) (?:takes|missing) ", m)
+        if r:
+            return f"signature of {r.group(1)}(): {re.sub(r'[0-9]+', '#', m)[:80]}"
+        line = _cell_line(cell_source, exc.get("lineno"))
+        return f"{t}: {re.sub(r'[0-9]+', '#', m)[:90]}" + (f"  [at: {line}]" if line else "")
+    if detail.startswith("printed output"):
+        m = re.search(r"where JAX prints '(.*)'$", detail)
+        jline = m.group(1) if m else ""
+        if re.search("[\u2500-\u257f]", jline) or ("visualize_array_sharding" in cell_source and not jline):
+            what = "jax.debug.visualize_array_sharding picture"
+        elif re.search(r"\w\[[^\]]*@|\{V:|typeof", jline) or re.search(r"\w+\[[\d,]*\]", jline):
+            what = "jax.typeof / aval string"
+        elif "Sharding(" in jline or "PartitionSpec(" in jline or "P(" in jline or "Mesh(" in jline:
+            what = "sharding / mesh repr"
+        elif re.match(r"^\s*(\[|Array\(|-?\d)", jline) or "Array(" in jline:
+            what = "array str/repr"
+        elif "Device" in jline or "CPU" in jline or "cpu" in jline:
+            what = "device repr"
+        else:
+            what = "other printed text"
+        return f"printed output differs: {what}"
+    r = re.match(r"[^:]+: (dtype|shape|sharding spec|values differ|values unreadable)", detail)
+    if r:
+        kind = r.group(1)
+        if kind == "dtype":
+            m = re.search(r"dtype (\S+) where JAX has (\S+)", detail)
+            return f"value: dtype {m.group(1)} where JAX has {m.group(2)}" if m else "value: dtype"
+        return f"value: {kind}"
+    if detail.startswith("no error where JAX raises"):
+        return "no error where JAX raises " + detail.split("raises ")[1].split(":")[0]
+    if detail.startswith("shardlab:"):
+        return detail.split(" (")[0][:60]
+    return "value: " + re.sub(r"[0-9]+", "#", detail.split(": ", 1)[-1])[:80]
+
+
+def _cell_line(source, lineno):
+    if not lineno:
+        return None
+    lines = source.splitlines()
+    return lines[lineno - 1].strip()[:90] if 0 < lineno <= len(lines) else None
+
+
+# --------------------------------------------------------------------------------------------
+# One document, all documents, the report.
+# --------------------------------------------------------------------------------------------
+def documents():
+    return sorted(p.stem for p in DATA.glob("*.json") if p.stem not in ("expected_pass", "overrides"))
+
+
+def load_doc(name):
+    return json.loads((DATA / f"{name}.json").read_text())
+
+
+def check_document(name, only=None, shardlab_records=None, jax_records=None):
+    """Runs (or takes) both runs of one document and compares them: a dict with the cells' verdicts.
+
+    ``name`` is a document under tests/data/conformance or the path of a JSON file like them."""
+    path = pathlib.Path(name) if str(name).endswith(".json") else DATA / f"{name}.json"
+    doc = json.loads(path.read_text())
+    name = doc.get("name", path.stem)
+    t0 = time.time()
+    jrecs = jax_records if jax_records is not None else run_document(path, "jax", only)
+    t1 = time.time()
+    srecs = shardlab_records if shardlab_records is not None else run_document(path, "shardlab", only)
+    t2 = time.time()
+    cells = []
+    failed_defs = {}  # name -> id of an earlier cell that bound it in JAX but failed in shardlab
+    for cell, jr, sr in zip(doc["cells"], jrecs, srecs):
+        verdict, detail = compare_cell(jr, sr, cell)
+        entry = {"id": cell["id"], "verdict": verdict, "detail": detail,
+                 "jax": jr["status"], "shardlab": sr["status"], "source": cell["source"],
+                 "seconds": (round(jr.get("seconds", 0), 1), round(sr.get("seconds", 0), 1))}
+        if sr.get("exc") and sr["exc"].get("lineno"):
+            entry["line"] = _cell_line(cell["source"], sr["exc"]["lineno"])
+        if verdict == "fail":
+            cause = cause_of(detail, sr, cell["source"])
+            if sr.get("exc", {}).get("type") == "NameError":
+                m = re.search(r"name '(\w+)' is not defined", sr["exc"]["msg"])
+                if m and m.group(1) in failed_defs:
+                    cause = f"cascade from cell {failed_defs[m.group(1)]}"
+            entry["cause"] = cause
+            if sr["status"] != "ok":
+                for n in jr["values"]:
+                    failed_defs.setdefault(n, cell["id"])
+                try:
+                    for node in ast.walk(ast.parse(strip_magics(cell["source"])[0] or "")):
+                        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                            failed_defs.setdefault(node.name, cell["id"])
+                        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                            failed_defs.setdefault(node.id, cell["id"])
+                        elif isinstance(node, ast.alias):
+                            failed_defs.setdefault((node.asname or node.name).split(".")[0], cell["id"])
+                except SyntaxError:
+                    pass
+        cells.append(entry)
+    return {"name": name, "title": doc.get("title", name), "cells": cells,
+            "seconds": {"jax": round(t1 - t0, 1), "shardlab": round(t2 - t1, 1)}}
+
+
+def summarize(result):
+    c = result["cells"]
+    counted = [e for e in c if e["verdict"] in ("pass", "fail")]
+    return {"cells": len(c), "counted": len(counted), "pass": sum(e["verdict"] == "pass" for e in c),
+            "skip": sum(e["verdict"] == "skip" for e in c), "jax_error": sum(e["verdict"] == "jax-error" for e in c)}
+
+
+def ranking(results):
+    """[(cause, count, [(doc, cell id)...], example source line)] sorted by count, cascades charged
+    to the cell that caused them."""
+    by_cell = {}
+    for r in results:
+        for e in r["cells"]:
+            if e["verdict"] == "fail":
+                by_cell[(r["name"], e["id"])] = e
+    counts = {}
+    for (doc, cid), e in by_cell.items():
+        cause = e["cause"]
+        seen = set()
+        while cause.startswith("cascade from cell") and (doc, cid) not in seen:
+            seen.add((doc, cid))
+            root = int(cause.rsplit(" ", 1)[1])
+            root_entry = by_cell.get((doc, root))
+            if root_entry is None:
+                break
+            cid, cause = root, root_entry["cause"]
+        counts.setdefault(cause, []).append((doc, e["id"]))
+    out = []
+    for cause, where in counts.items():
+        doc, cid = where[0]
+        e = by_cell[(doc, cid)]
+        out.append((cause, len(where), where, e))
+    out.sort(key=lambda t: (-t[1], t[0]))
+    return out
+
+
+def render_report(results, when):
+    lines = ["# Import swap on real code (conformance)", "",
+             "The JAX documentation's sharding notebooks and the code blocks of the scaling book "
+             "(\"How to Scale Your Model\"), run cell by cell twice: with JAX 0.10.2 on 8 CPU devices, "
+             "and with the imports swapped to shardlab (`import shardlab as jax`, `import shardlab.numpy as jnp`, "
+             "...). A cell passes when shardlab runs it if and only if JAX does, every value it binds "
+             "(arrays with their dtype, shape and sharding spec; scalars, dtypes, shapes, meshes, "
+             "PartitionSpecs) and what it prints (its numbers) are equal (float32 to 1e-5), and, where JAX "
+             "raises, shardlab raises the same kind of error. The cells, their sources and licences: "
+             "`tests/data/conformance/` (README.md there). Run it with `make conformance` "
+             "(`python tests/python/conformance.py --report docs/conformance.md`).", "",
+             f"Last run: {when}.", "",
+             "## Pass rate per document", "",
+             "| document | cells | JAX runs on CPU (counted) | shardlab passes | pass rate | not counted |",
+             "|---|---:|---:|---:|---:|---|"]
+    tot_c = tot_p = 0
+    for r in results:
+        s = summarize(r)
+        tot_c += s["counted"]; tot_p += s["pass"]
+        rate = f"{100 * s['pass'] / s['counted']:.0f}%" if s["counted"] else "-"
+        nc = []
+        if s["skip"]:
+            nc.append(f"{s['skip']} skipped")
+        if s["jax_error"]:
+            nc.append(f"{s['jax_error']} JAX errors")
+        lines.append(f"| {r['name']} | {s['cells']} | {s['counted']} | {s['pass']} | {rate} | {', '.join(nc)} |")
+    rate = f"{100 * tot_p / tot_c:.0f}%" if tot_c else "-"
+    lines += [f"| **all** | | **{tot_c}** | **{tot_p}** | **{rate}** | |", "",
+              "## What costs the most cells", "",
+              "Each failing cell is charged to one cause (a cell that fails only because an earlier "
+              "cell failed is charged to the earlier cell's cause). Examples are `document:cell`.", "",
+              "| cause | cells | example | first difference there |", "|---|---:|---|---|"]
+    for cause, n, where, e in ranking(results):
+        ex = ", ".join(f"{d}:{c}" for d, c in where[:3]) + (" ..." if len(where) > 3 else "")
+        lines.append(f"| {_md(cause)} | {n} | {ex} | {_md(e['detail'][:140])} |")
+    lines += ["", "## Cells that cannot pass on 8 CPU devices, and cells JAX itself fails", ""]
+    for r in results:
+        rows = [e for e in r["cells"] if e["verdict"] in ("skip", "jax-error")]
+        if not rows:
+            continue
+        lines.append(f"**{r['name']}**")
+        lines.append("")
+        for e in rows:
+            why = e["detail"] if e["verdict"] == "skip" else f"JAX raises on CPU ({e['jax']}); {e['detail'] or 'shardlab agrees'}"
+            lines.append(f"- cell {e['id']}: {_md(why[:200])}")
+        lines.append("")
+    lines += ["## Failing cells", ""]
+    for r in results:
+        rows = [e for e in r["cells"] if e["verdict"] == "fail"]
+        if not rows:
+            continue
+        lines += [f"### {r['name']} ({r['title']})", ""]
+        for e in rows:
+            first = e.get("line") or next((ln.strip() for ln in e["source"].splitlines() if ln.strip() and not
+                                           ln.strip().startswith(("#", "import ", "from ", "@"))), "")
+            casc = f" ({e['cause']})" if e.get("cause", "").startswith("cascade") else ""
+            lines.append(f"- cell {e['id']} (`{_md(first[:80])}`): {_md(e['detail'][:220])}{casc}")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def _md(text):
+    return str(text).replace("|", "\\|").replace("\n", " ").replace("`", "'")
+
+
+def expected_passes():
+    return json.loads(EXPECTED.read_text()) if EXPECTED.exists() else {}
+
+
+def use_commit(rev):
+    """Makes the shardlab runs import ``rev``'s python/ tree; ``auto``: the newest of the last 20
+    commits whose shardlab imports (others land features while this runs). Returns the commit."""
+    revs = [rev] if rev != "auto" else subprocess.run(
+        ["git", "-C", str(ROOT), "rev-list", "-n", "20", "HEAD"], capture_output=True, text=True,
+        check=True).stdout.split()
+    for r in revs:
+        tmp = tempfile.mkdtemp(prefix="conformance-tree-")
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", r, "python"], check=True,
+                                 capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        PYTHON_TREE[0] = pathlib.Path(tmp) / "python"
+        ok = subprocess.run([sys.executable, "-c", "import shardlab, shardlab.numpy, shardlab.sharding"],
+                            env=_worker_env("shardlab"), capture_output=True, cwd=tempfile.gettempdir())
+        if ok.returncode == 0 or rev != "auto":
+            return r
+        print(f"commit {r[:10]}: shardlab does not import, trying its parent", file=sys.stderr)
+    raise SystemExit("no importable commit among the last 20")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--doc", action="append", help="a document's name (repeatable); default: all")
+    ap.add_argument("--report", help="write the markdown report here (e.g. docs/conformance.md)")
+    ap.add_argument("--update-expected", action="store_true",
+                    help="record the passing cells in tests/data/conformance/expected_pass.json")
+    ap.add_argument("--json", help="write the raw results here")
+    ap.add_argument("--worker", nargs=3, metavar=("MODE", "DOC", "OUT"), help=argparse.SUPPRESS)
+    ap.add_argument("--only", help=argparse.SUPPRESS)
+    ap.add_argument("--commit", help="measure this commit's python/ tree (git archive into a temporary "
+                    "directory; the C++ core from build/core) instead of the working tree; 'auto': the "
+                    "newest commit whose shardlab imports")
+    args = ap.parse_args(argv)
+    if args.commit and not args.worker:
+        args.commit = use_commit(args.commit)
+    if args.worker:
+        only = {int(x) for x in args.only.split(",")} if args.only else None
+        run_worker(*args.worker, only=only)
+        return 0
+    names = args.doc or documents()
+    results = []
+    for name in names:
+        r = check_document(name)
+        results.append(r)
+        s = summarize(r)
+        print(f"{name}: {s['pass']}/{s['counted']} pass ({s['skip']} skipped, {s['jax_error']} JAX errors) "
+              f"[jax {r['seconds']['jax']} s, shardlab {r['seconds']['shardlab']} s]", flush=True)
+        if args.doc:
+            for e in r["cells"]:
+                if e["verdict"] != "pass":
+                    print(f"  cell {e['id']} {e['verdict']}: {e['detail'][:200]}  <{e.get('cause', '')}>")
+    if args.report:
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        try:
+            rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.commit or "HEAD"],
+                                 capture_output=True, text=True).stdout.strip()
+            when += f" on commit {rev}" if args.commit else f" on the working tree (HEAD {rev})"
+        except OSError:
+            pass
+        pathlib.Path(args.report).write_text(render_report(results, when))
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(results, indent=1, default=str))
+    if args.update_expected:
+        exp = expected_passes()
+        for r in results:
+            exp[r["name"]] = [e["id"] for e in r["cells"] if e["verdict"] == "pass"]
+        EXPECTED.write_text(json.dumps(exp, indent=1, sort_keys=True) + "\n")
+    tot = [summarize(r) for r in results]
+    print(f"all: {sum(s['pass'] for s in tot)}/{sum(s['counted'] for s in tot)} cells pass")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
