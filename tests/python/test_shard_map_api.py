@@ -538,3 +538,25 @@ def test_bad_input_as_jax():
         warnings.simplefilter("error")
         with pytest.raises(ValueError, match="no mesh"):
             sl.shard_map(lambda v: v, out_specs=P())(X)
+
+
+def test_abstract_ledger_equals_the_real_one():
+    """Grouped collectives and nested shard_maps record the same events shape-only."""
+    m = sl.make_mesh((4, 2), ("x", "y"))
+
+    def program(v):
+        def outer(a):
+            b = sl.lax.all_to_all(a, "x", 1, 1, axis_index_groups=G, tiled=True)
+            inner = sl.shard_map(lambda c: sl.lax.psum(c, "y"), in_specs=P(None, "y"), out_specs=P(),
+                                 axis_names={"y"})
+            return sl.lax.psum(inner(b), "x", axis_index_groups=G)
+
+        return sl.shard_map(outer, mesh=m, in_specs=P("x"), out_specs=P(), axis_names={"x"}, check_vma=False)(v)
+
+    with sl.Ledger() as real:
+        out = program(X)
+    with sl.Ledger() as abstract:
+        shape = sl.eval_shape(program, sl.ShapeDtypeStruct(X.shape, X.dtype))
+    assert shape.shape == np.asarray(out).shape
+    assert real.program_events() == abstract.program_events()
+    assert [e["op"] for e in real.events] == ["all_to_all", "psum", "psum"]
