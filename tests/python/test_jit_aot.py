@@ -255,9 +255,23 @@ class TestAgainstJax:
         assert (got.alias_size_in_bytes, got.argument_size_in_bytes, got.output_size_in_bytes) == \
             (want.alias_size_in_bytes, want.argument_size_in_bytes, want.output_size_in_bytes)
 
-    def test_make_jaxpr_text_equals_jax(self):
-        x = np.ones((8, 4), np.float32)
-        assert str(sl.make_jaxpr(lambda x: x * 2.0)(x)) == str(self.jax.make_jaxpr(lambda x: x * 2.0)(x))
+    @pytest.mark.parametrize("program", ["scale", "sin_sum", "exp_sub", "max", "gram", "tanh_div", "matmul"])
+    def test_make_jaxpr_text_equals_jax(self, program):
+        jnpj = self.jnp
+        x, w = np.ones((8, 4), np.float32), np.ones((4, 3), np.float32)
+        programs = {
+            "scale": (lambda np_, x, w: x * 2.0),
+            "sin_sum": (lambda np_, x, w: np_.sin(x) * 2.0 + x.sum()),
+            "exp_sub": (lambda np_, x, w: np_.exp(x) - 1.0),
+            "max": (lambda np_, x, w: (x * x).max(axis=1)),
+            "gram": (lambda np_, x, w: x.T @ x),
+            "tanh_div": (lambda np_, x, w: np_.tanh(x) / 3),
+            "matmul": (lambda np_, x, w: x @ w),
+        }
+        f = programs[program]
+        got = sl.make_jaxpr(lambda x, w: f(jnp, x, w))(x, w)
+        want = self.jax.make_jaxpr(lambda x, w: f(jnpj, x, w))(x, w)
+        assert str(got) == str(want)
 
     @pytest.mark.parametrize("case", ["matmul_psum_exp", "gather_sum", "collectives", "no_mesh", "abstract_16x16"])
     def test_roofline_fields_equal_jax(self, case):

@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 from . import program as prog
+from . import program_cost as prog_cost
 from .program_cost import JAX_NAMES
 from .program_text import fmt_param
 
@@ -30,14 +31,41 @@ def _name(i: int) -> str:
             return s
 
 
+_SEP = "\x00"  # between parameters: a space on one line, a new line past JAX's 80 columns
+
+
+class _Raw(str):
+    """A parameter printed as is (no quotes)."""
+
+    def __repr__(self):
+        return str(self)
+
+
 def _params(eqn: prog.Eqn) -> str:
     p = dict(eqn.params)
     if eqn.prim == "einsum":
-        p = {"subscripts": ",".join(p["terms"]) + "->" + p["out"],
-             **{n: v for n, v in p.items() if n not in ("terms", "out", "op_name")}}
+        terms, out = p["terms"], p["out"]
+        dtype = eqn.outvars[0].resolve().aval.dtype.name if eqn.outvars else None
+        if len(terms) == 2 and all(len(set(t)) == len(t) for t in terms):
+            # JAX's dot_general form: contracting and batch dims of each operand
+            lhs, rhs = terms
+            contract = [c for c in lhs if c in rhs and c not in out]
+            batch = [c for c in lhs if c in rhs and c in out]
+            dims = (([lhs.index(c) for c in contract], [rhs.index(c) for c in contract]),
+                    ([lhs.index(c) for c in batch], [rhs.index(c) for c in batch]))
+            p = {"dimension_numbers": _Raw(repr(dims)), "preferred_element_type": _Raw(dtype)}
+        else:
+            p = {"subscripts": ",".join(terms) + "->" + out, "preferred_element_type": _Raw(dtype)}
+    if eqn.prim == "transpose" and "perm" in p:
+        p = {"permutation": tuple(p.pop("perm")), **p}
+    if eqn.prim in prog_cost.REDUCTIONS and "axes" in p:  # JAX's reduce_* parameters
+        keep = p.pop("keepdims", False)
+        p = {"axes": tuple(p.pop("axes")), **({"out_sharding": None} if eqn.prim == "reduce_sum" else {}),
+             **({"keepdims": True} if keep else {}),
+             **{n: v for n, v in p.items() if v is not None}}
     if not p:
         return ""
-    return "[" + " ".join(f"{n}={fmt_param(v)}" for n, v in p.items()) + "]"
+    return "[" + _SEP.join(f"{n}={fmt_param(v)}" for n, v in p.items()) + "]"
 
 
 class Jaxpr:
@@ -93,14 +121,20 @@ class Jaxpr:
             if e.prim == "psum":
                 op = {"max": "pmax", "min": "pmin", "mean": "pmean"}.get(e.params.get("reduction"), "psum")
             rhs = " ".join(name(v) for v in e.invars)
-            eqns.append(f"{lhs} = {op}{_params(e)} {rhs}".rstrip())
+            eqn_params = _params(e)
+            line = f"{lhs} = {op}{eqn_params.replace(_SEP, ' ')} {rhs}".rstrip()
+            if len(line) + 4 > 80 and eqn_params:  # JAX's printer breaks the parameters onto lines
+                items = eqn_params[1:-1].split(_SEP)
+                line = "\n".join([f"{lhs} = {op}["] + [f"  {i}" for i in items] + [f"] {rhs}".rstrip()])
+            eqns.append(line)
         names_out = [name(v) for v in p.outvars]
         outs = f"({names_out[0]},)" if len(names_out) == 1 else "(" + ", ".join(names_out) + ")"
         head = f"{{ lambda {consts}; {params}. let"
         one = f"{head} {' '.join(eqns)} in {outs} }}" if eqns else f"{head}  in {outs} }}"
         if len(eqns) <= 1 and len(one) <= 80:
             return one
-        return "\n".join([head] + [f"    {e}" for e in eqns] + [f"  in {outs} }}"])
+        body = [f"    {ln}" for e in eqns for ln in e.split("\n")]
+        return "\n".join([head] + body + [f"  in {outs} }}"])
 
     __str__ = pretty_print
 
