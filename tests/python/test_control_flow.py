@@ -70,6 +70,11 @@ SCAN_ERRORS = [
     lambda L, N: L.switch(1.0, [lambda x: x, lambda x: x + 1], 1.0),
     lambda L, N: L.switch(0, [], 1.0),
     lambda L, N: L.cond(True, lambda x: x, lambda x: x, 1.0, operand=2.0),
+    # JAX traces both branches even for a known predicate; shardlab runs them shape-only
+    lambda L, N: L.cond(True, lambda x: x, lambda x: (x, x), 1.0),
+    lambda L, N: L.cond(False, lambda x: x, lambda x: x.astype(np.int32), 1.0),
+    lambda L, N: L.cond(True, lambda x: {"a": x}, lambda x: {"a": N.stack([x, x])}, XS),
+    lambda L, N: L.switch(2, [lambda x: x, lambda x: (x,), lambda x: x], XS),
 ]
 
 

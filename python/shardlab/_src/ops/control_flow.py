@@ -33,7 +33,9 @@ import numpy as np
 
 from ..arrays.local_array import LocalArray
 from ..arrays.sharded_array import ShardedArray
-from ..arrays.storage import is_abstract
+from ..arrays.storage import AbstractStorage, is_abstract
+from ..core.context import CTX
+from ..core.mesh import UNIT_MESH
 from ..core import tree
 from ..core.dtypes import bfloat16
 from ..core.tree_util import equality_errors, keystr
@@ -209,6 +211,26 @@ def _arrays(out, op: str):
     return treedef.unflatten([as_array(x, op) for x in leaves])
 
 
+def _check_untaken(api: str, names: list, funs: list, operands) -> None:
+    """JAX traces every branch, so it rejects branches whose outputs differ even when the
+    predicate is known. For host operands (nothing recorded, no gradient being taken) the
+    branches run here shape-only (abstract one-device values record nothing) and are compared
+    the same way; a branch that cannot run shape-only is not checked."""
+    leaves, treedef = tree.flatten(operands)
+    if CTX.tapes or any(isinstance(x, (LocalArray, ShardedArray)) for x in leaves):
+        return
+    abstract = [LocalArray(AbstractStorage(np.shape(x), as_array(x, api).dtype), UNIT_MESH)
+                if isinstance(x, (np.ndarray, np.generic, bool, int, float)) else x for x in leaves]
+    outs = []
+    for f in funs:
+        try:
+            outs.append(f(*treedef.unflatten(abstract)))
+        except Exception:  # noqa: BLE001  (code that needs values: only JAX's tracer would tell)
+            return
+    for i in range(1, len(funs)):
+        _check_branches(api, names[0], names[i], funs[0], funs[i], outs[0], outs[i])
+
+
 # -- predicates that may differ from device to device ---------------------------------------------
 def _decided(pred):
     """The predicate's value if it is the same everywhere, else None (a per-device value that
@@ -346,8 +368,9 @@ def cond(pred, true_fun, false_fun, *operands, operand=_NO_OPERAND):
     device runs only the branch taken. The deprecated ``operand=`` keyword is accepted.
 
     Raises:
-        TypeError: a non-scalar or non-numeric predicate; branches (when both run) whose
-            outputs differ in structure or type, with JAX's messages.
+        TypeError: a non-scalar or non-numeric predicate; branches whose outputs differ in
+            structure or type, with JAX's messages (checked when both run, and for host
+            operands by running the untaken branch shape-only, as JAX traces it).
 
     Example:
         >>> from shardlab import lax
@@ -374,6 +397,7 @@ def cond(pred, true_fun, false_fun, *operands, operand=_NO_OPERAND):
         raise TypeError(f"Pred type must be either boolean or number, got {dtype_of(pred)}.")
     decided = _decided(pred)
     if decided is not None:
+        _check_untaken("cond", ["true_fun", "false_fun"], [true_fun, false_fun], operands)
         return _arrays((true_fun if decided else false_fun)(*operands), "cond")
     t, f = true_fun(*operands), false_fun(*operands)
     _check_branches("cond", "true_fun", "false_fun", true_fun, false_fun, t, f)
@@ -412,6 +436,8 @@ def switch(index, branches, *operands, operand=_NO_OPERAND):
         return _arrays(branches[0](*operands), "switch")
     decided = _decided(index)
     if decided is not None:
+        _check_untaken("switch", ["branch 0"] + [f"branch{i}" for i in range(1, len(branches))], list(branches),
+                       operands)
         return _arrays(branches[min(max(int(decided), 0), len(branches) - 1)](*operands), "switch")
     outs = [b(*operands) for b in branches]
     for i in range(1, len(outs)):
