@@ -23,7 +23,7 @@ import numpy as np
 from ..arrays.local_array import LocalArray, lift
 from ..arrays.sharded_array import GLOBAL_UFUNC, ShardedArray, device_put
 from ..core import dtypes as _dt
-from ..core.context import CTX, named_scope
+from ..core.context import CTX, named_scope, shard_map_frame
 from ..core.einsum_spec import parse
 from ..core.errors import ShardingTypeError
 from ..core.mesh import UNIT_MESH
@@ -65,6 +65,34 @@ def _apply(step, env: dict, mesh, preferred_element_type=None) -> LocalArray:
     raise ValueError(f"[run_plan] unknown step {step.op!r}")
 
 
+def _run_direct(plan: Plan, arrays, preferred_element_type):
+    """The plan's steps on the arrays' own storages, with the mesh's axis names bound but
+    without shard_map's argument handling (the dispatch path of jnp.einsum on global arrays).
+    None when shard_map's path is needed: a gradient tape or a jit trace is recording, an
+    operand is abstract or not laid out as the plan's input."""
+    mesh = plan.mesh
+    if CTX.tapes or CTX.recorders or mesh.abstract:
+        return None
+    env = {}
+    for t, a in zip(plan.inputs, arrays):
+        if type(a) is not ShardedArray or a.is_abstract or a.sharding.mesh != mesh or \
+                _dims(a) != tuple(t.layout.dims) or a.unreduced != t.layout.unreduced:
+            return None
+        env[t.name] = LocalArray(a._storage, mesh)
+    lay = plan.output.layout
+    with shard_map_frame(mesh):
+        for step in plan.steps:
+            env[step.output.name] = _apply(step, env, mesh, preferred_element_type)
+    storage = env[plan.output.name].storage
+    used = {a for axes in lay.dims for a in axes} | set(lay.unreduced)
+    want = tuple(mesh.shape[a] if a in used else 1 for a in mesh.axis_names)
+    if tuple(storage.shape[:mesh.ndim]) != want:
+        if any(h not in (1, w) for h, w in zip(storage.shape[:mesh.ndim], want)):
+            return None  # varies along an axis the result is replicated on: shard_map's checks say why
+        storage = np.broadcast_to(storage, want + tuple(storage.shape[mesh.ndim:]))
+    return ShardedArray(storage, NamedSharding(mesh, lay.spec()), plan.output.shape, frozenset(lay.unreduced))
+
+
 def run_plan(plan: Plan, *arrays, preferred_element_type=None) -> ShardedArray:
     """Runs ``plan`` on ``arrays`` (laid out as the plan's inputs) inside one shard_map.
 
@@ -80,6 +108,9 @@ def run_plan(plan: Plan, *arrays, preferred_element_type=None) -> ShardedArray:
     mesh = plan.mesh
     if len(arrays) != len(plan.inputs):
         raise ValueError(f"[run_plan] the plan takes {len(plan.inputs)} operands, got {len(arrays)}")
+    direct = _run_direct(plan, arrays, preferred_element_type)
+    if direct is not None:
+        return direct
     in_specs = tuple(t.layout.spec() for t in plan.inputs)
     lay = plan.output.layout
     u = tuple(a for a in mesh.axis_names if a in lay.unreduced)
@@ -429,7 +460,10 @@ def contract(op: str, subscripts: str, operands, *, out_sharding=None, preferred
         if len(_PLANS) > 1024:
             _PLANS.clear()
         plan = _PLANS[key] = plan_einsum(sub, *arrays, out_sharding=R.to_pspec(dims))
-    return run_plan(plan, *arrays, preferred_element_type=preferred_element_type)
+    out = run_plan(plan, *arrays, preferred_element_type=preferred_element_type)
+    if CTX.tapes or out.unreduced:
+        return out
+    return ShardedArray(out._storage, _sharding(mesh, dims), out.shape)  # JAX's spec: one entry per dim
 
 
 def contract_matmul(a, b, *, out_sharding=None, preferred_element_type=None, op: str = "matmul"):
