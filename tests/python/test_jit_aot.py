@@ -110,6 +110,12 @@ def test_tracing_runs_nothing_and_compiled_runs_eagerly():
         lowered.compile()(a, sl.device_put(np.ones((32, 8), np.float32), sl.NamedSharding(mesh, P("y", None))))
     with pytest.raises(TypeError, match="input pytree does not match"):
         lowered.compile()(a)
+    # host arguments are placed as the computation was compiled for; a global array with another
+    # sharding is refused, as JAX refuses it
+    compiled = sl.jit(lambda v: v * 2).lower(_sds((8, 2), mesh, P("x"))).compile()
+    assert compiled(np.ones((8, 2), np.float32)).sharding.is_equivalent_to(sl.NamedSharding(mesh, P("x")), 2)
+    with pytest.raises(ValueError, match="compiled for input shardings that disagree"):
+        compiled(sl.device_put(np.ones((8, 2), np.float32), sl.NamedSharding(mesh, P("y"))))
 
 
 def test_lowered_text_dialects():

@@ -262,6 +262,22 @@ class Compiled(_Stage):
             head = f"The first 5 of {n}" if n >= 5 else "The"
             raise TypeError("Argument types differ from the types for which this computation was compiled. "
                             f"{head} mismatches are:\n" + "\n".join(errors[:5]))
+        placed, mismatches = [], []
+        for i, (x, v) in enumerate(zip(leaves, t._program.invars)):
+            want = v.aval.sharding
+            if want is not None and isinstance(x, ShardedArray) and not x.sharding.is_equivalent_to(want, x.ndim):
+                mismatches.append(f"Argument {i} with shape {shaped(prog.Aval.of(x))}:\n  Passed sharding: "
+                                  f"{x.sharding!r}\n  Required sharding: {want!r}")
+            elif want is not None and not isinstance(x, ShardedArray):
+                from ..arrays.sharded_array import device_put
+
+                x = device_put(x, want)  # placed as the computation was compiled for
+            placed.append(x)
+        if mismatches:
+            raise ValueError("Computation was compiled for input shardings that disagree with the shardings of "
+                             f"arguments passed to it. Here are the {len(mismatches)} mismatches:\n"
+                             + "\n".join(mismatches))
+        args, kwargs = tree.unflatten(in_tree, placed)
         static_pos, static_kw = t._static
         full = list(args)
         for i in sorted(static_pos):
