@@ -217,7 +217,8 @@ def _check_untaken(api: str, names: list, funs: list, operands) -> None:
     branches run here shape-only (abstract one-device values record nothing) and are compared
     the same way; a branch that cannot run shape-only is not checked."""
     leaves, treedef = tree.flatten(operands)
-    if CTX.tapes or any(isinstance(x, (LocalArray, ShardedArray)) for x in leaves):
+    if CTX.tapes or getattr(CTX, "recorders", None) or any(isinstance(x, (LocalArray, ShardedArray))
+                                                          for x in leaves):
         return
     abstract = [LocalArray(AbstractStorage(np.shape(x), as_array(x, api).dtype), UNIT_MESH)
                 if isinstance(x, (np.ndarray, np.generic, bool, int, float)) else x for x in leaves]
