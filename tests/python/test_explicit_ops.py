@@ -276,6 +276,18 @@ def test_auto_mode_matches_jax_propagation(name):
     compare(AUTO[name], "Auto")
 
 
+def test_auto_mode_labels_the_collectives_with_the_reason():
+    e, _ = envs("Auto")
+    with sl.Ledger() as led:
+        snp.einsum("ij,jk->ik", e.put(A, None, "X"), e.put(B, "X", None))
+    colls = [ev for ev in led.events if ev["axes"]]
+    assert colls and all(ev["label"].startswith("auto:einsum -> f32[8,8]") for ev in colls)
+    with sl.Ledger() as led:
+        e.put(np.ones((8, 8)), "X", "Y") + e.put(np.ones((8, 8)), "Y", "X")
+    colls = [ev for ev in led.events if ev["axes"]]
+    assert colls and all("conflicting Auto shardings" in ev["label"] for ev in colls)
+
+
 # -- creation ---------------------------------------------------------------------------------------
 CREATION = {
     "zeros device": lambda e: e.jnp.zeros((8, 4), device=e.ns("X")),

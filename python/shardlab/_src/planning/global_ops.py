@@ -460,7 +460,12 @@ def contract(op: str, subscripts: str, operands, *, out_sharding=None, preferred
         if len(_PLANS) > 1024:
             _PLANS.clear()
         plan = _PLANS[key] = plan_einsum(sub, *arrays, out_sharding=R.to_pspec(dims))
-    out = run_plan(plan, *arrays, preferred_element_type=preferred_element_type)
+    if want is None and R.auto_axes(mesh):
+        # Auto axes: the layout is propagation's choice; the ledger says so on each event.
+        with named_scope(f"auto:{op} -> {R.type_str(out_shape, dtype, dims)} (propagation's choice)"):
+            out = run_plan(plan, *arrays, preferred_element_type=preferred_element_type)
+    else:
+        out = run_plan(plan, *arrays, preferred_element_type=preferred_element_type)
     if CTX.tapes or out.unreduced:
         return out
     return ShardedArray(out._storage, _sharding(mesh, dims), out.shape)  # JAX's spec: one entry per dim
