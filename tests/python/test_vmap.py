@@ -172,3 +172,20 @@ def test_vmap_spmd_axis_name_shards_the_outputs():
     out = sl.vmap(lambda r: r + 1, spmd_axis_name="x")(a)
     assert out.sharding.spec == P("x", None)
     np.testing.assert_array_equal(np.asarray(out), np.arange(16).reshape(4, 4) + 1)
+
+
+def test_grad_through_vmap_over_global_arrays():
+    mesh = sl.make_mesh((4,), ("x",))
+    host = np.arange(32, dtype=np.float32).reshape(4, 8) / 10
+
+    def loss(a, V, N):
+        return N.sum(V(lambda r: N.tanh(r) * 2)(a))
+
+    a = sl.device_put(host, sl.NamedSharding(mesh, P(None, "x")))
+    g = sl.grad(lambda a: loss(a, sl.vmap, jnp))(a)
+    assert isinstance(g, sl.ShardedArray) and g.sharding.spec == P(None, "x")
+    np.testing.assert_allclose(np.asarray(g), np.asarray(jax.grad(lambda a: loss(a, jax.vmap, jjnp))(host)),
+                               rtol=1e-5, atol=1e-6)
+    b = sl.device_put(host, sl.NamedSharding(mesh, P("x")))
+    with pytest.raises(NotImplementedError, match="reshard the array so dim 0 is unsharded"):
+        sl.grad(lambda b: loss(b, sl.vmap, jnp))(b)
