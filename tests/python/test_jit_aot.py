@@ -332,6 +332,23 @@ class TestAgainstJax:
             assert getattr(got, name) == getattr(want, name), name
 
 
+@pytest.mark.jax
+def test_roofline_and_grad_equal_jax():
+    jax = pytest.importorskip("jax")
+    jroof = pytest.importorskip("jax.experimental.roofline")
+    from jax.sharding import NamedSharding, PartitionSpec as JP
+
+    jm, mesh = jax.make_mesh((4,), ("x",)), sl.make_mesh((4,), ("x",))
+    ja = jax.ShapeDtypeStruct((16, 8), np.float32, sharding=NamedSharding(jm, JP("x")))
+    jb = jax.ShapeDtypeStruct((8, 4), np.float32, sharding=NamedSharding(jm, JP()))
+    _, jf, jg = jroof.roofline_and_grad(lambda a, b: a @ b, jm, (JP("x"), JP()), JP("x"))(ja, jb)
+    _, sf, sg = sl_roofline.roofline_and_grad(lambda a, b: a @ b, mesh, (P("x"), P()), P("x"))(
+        _sds((16, 8), mesh, P("x")), _sds((8, 4), mesh, P()))
+    for name in ("flops", "unfused_flops", "ici_bytes", "ici_latency", "hbm_bytes", "peak_hbm_bytes",
+                 "unfused_hbm_bytes"):
+        assert (getattr(sf, name), getattr(sg, name)) == (getattr(jf, name), getattr(jg, name)), name
+
+
 def test_roofline_is_priced_on_the_mesh_hardware():
     mesh = sl.make_mesh((4, 2), ("x", "y"), hardware="tpu-v5e")
     f = sl.shard_map(_psum_matmul, mesh=mesh, in_specs=(P("x", "y"), P("y", None)), out_specs=P("x", None))

@@ -356,15 +356,24 @@ def _price(program, mesh, result: RooflineResult) -> RooflineResult:
                                hbm_seconds=result.hbm_bytes / hw.hbm_bandwidth, ici_seconds=ici)
 
 
-def _interpret(program, mesh, pin_lhs_in_vmem: bool, pin_rhs_in_vmem: bool) -> RooflineResult:
+def _interpret(program, mesh, pin_lhs_in_vmem: bool, pin_rhs_in_vmem: bool, backward_only: bool = False
+               ) -> RooflineResult:
     result = RooflineResult.zeros()
     eqns = [e for e in program.eqns if not e.prim.startswith("shard_map_")]
+    if backward_only:  # JAX costs the transposed shard_map body only
+        eqns = [e for e in eqns if e.phase == "backward"]
     last: dict = {}
+    defined = {id(v.resolve()) for e in eqns for v in e.outvars}
+    inputs: dict = {} if backward_only else {id(v.resolve()): v.resolve()
+                                               for v in list(program.constvars) + list(program.invars)}
     for eqn in eqns:
         for v in eqn.invars:
             if isinstance(v, _prog.Var):
-                last[id(v.resolve())] = eqn
-    live = {id(v.resolve()): v.resolve().aval.nbytes for v in list(program.constvars) + list(program.invars)}
+                r = v.resolve()
+                last[id(r)] = eqn
+                if id(r) not in defined:
+                    inputs.setdefault(id(r), r)  # what the body reads from outside: live from the start
+    live = {k: r.aval.nbytes for k, r in inputs.items()}
     current = sum(live.values())
     peak = current
     for eqn in eqns:
@@ -417,7 +426,7 @@ def roofline(f: Callable, mesh=None, in_specs=None, out_specs=None, *, pin_lhs_i
     ShapeDtypeStructs) giving ``(output ShapeDtypeStructs, RooflineResult)``.
 
     With `mesh`, `in_specs` and `out_specs`, `f` runs under ``shard_map`` and the result is one
-    device's; ``vjp=True`` costs the backward pass (bfloat16 cotangents, as JAX);
+    device's; ``vjp=True`` costs the backward pass alone (bfloat16 cotangents, as JAX);
     ``pin_lhs_in_vmem`` / ``pin_rhs_in_vmem`` leave a matmul's left (with its output) or right
     operand out of the HBM bytes.
     """
@@ -438,7 +447,7 @@ def roofline(f: Callable, mesh=None, in_specs=None, out_specs=None, *, pin_lhs_i
                                                   for s, p in zip(leaves, specs)])
         if print_jaxpr:
             print(traced.jaxpr)
-        return out_shapes, _interpret(traced.program, mesh, pin_lhs_in_vmem, pin_rhs_in_vmem)
+        return out_shapes, _interpret(traced.program, mesh, pin_lhs_in_vmem, pin_rhs_in_vmem, backward_only=vjp)
 
     wrapped.__name__ = getattr(f, "__name__", "roofline")
     return wrapped

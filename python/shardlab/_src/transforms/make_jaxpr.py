@@ -112,7 +112,10 @@ class Jaxpr:
             aval = v.aval if v.aval.global_shape is not None and v.aval.mesh is not None else r.aval
             return f"{name(v)}:{aval.str_global() if aval.sharding is not None else aval.str_short()}"
 
-        consts = " ".join(typed(v) for v in p.constvars)
+        # values a transform made outside a primitive (a seed cotangent) enter as constants do
+        hosts = {id(v.resolve()): v.resolve() for e in p.eqns for v in e.invars
+                 if isinstance(v, prog.Var) and v.resolve().kind == "host"}
+        consts = " ".join(typed(v) for v in list(p.constvars) + list(hosts.values()))
         params = " ".join(typed(v) for v in p.invars)
         eqns = []
         for e in p.eqns:
