@@ -149,7 +149,7 @@ def _rnn_loss(w, N, L):
 
 def test_grad_through_scan_like_jax():
     g = sl.grad(lambda w: _rnn_loss(w, jnp, lax))(W)
-    jg = jax.grad(lambda w: _rnn_loss(w, jjnp, jlax))(W)
+    jg = jax.jit(jax.grad(lambda w: _rnn_loss(w, jjnp, jlax)))(W)
     np.testing.assert_allclose(np.asarray(g), np.asarray(jg), rtol=1e-5, atol=1e-6)
 
 
@@ -160,7 +160,7 @@ def test_grad_through_cond_and_switch_like_jax(pred):
         b = L.switch(int(pred), [lambda v: N.sum(v ** 3), lambda v: N.sum(N.cos(v))], w)
         return a + b
     np.testing.assert_allclose(np.asarray(sl.grad(lambda w: loss(w, jnp, lax))(W)),
-                               np.asarray(jax.grad(lambda w: loss(w, jjnp, jlax))(W)), rtol=1e-5, atol=1e-6)
+                               np.asarray(jax.jit(jax.grad(lambda w: loss(w, jjnp, jlax)))(W)), rtol=1e-5, atol=1e-6)
 
 
 def test_grad_through_scan_inside_shard_map():
@@ -182,7 +182,7 @@ def test_grad_through_scan_inside_shard_map():
             total = total + c + jjnp.sum(ys)
         return total
 
-    np.testing.assert_allclose(np.asarray(g), np.asarray(jax.grad(ref)(w)), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(jax.jit(jax.grad(ref))(w)), rtol=1e-5, atol=1e-6)
 
 
 # -- per-device predicates inside shard_map --------------------------------------------------------

@@ -350,7 +350,7 @@ def test_registered_dataclass_through_grad():
         b: object
         act: str = dataclasses.field(default="tanh", metadata=dict(static=True))
 
-    jg = jax.grad(lambda p: loss(p, x, jax.numpy))(JParams(w, b))
+    jg = jax.jit(jax.grad(lambda p: loss(p, x, jax.numpy)))(JParams(w, b))
     assert isinstance(g, Params) and g.act == "tanh"
     np.testing.assert_allclose(np.asarray(g.w), np.asarray(jg.w), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(np.asarray(g.b), np.asarray(jg.b), rtol=1e-5, atol=1e-6)
