@@ -124,6 +124,7 @@ class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
 
     @property
     def is_abstract(self) -> bool:
+        """Whether the array has a shape, dtype and sharding but no data (abstract mode)."""
         return is_abstract(self._storage)
 
     def __len__(self):
@@ -136,10 +137,12 @@ class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
 
     @property
     def weak_type(self) -> bool:
+        """False: a placed array has a strong dtype (JAX's weak types come from Python scalars)."""
         return False
 
     @property
     def itemsize(self) -> int:
+        """Bytes per element."""
         return self.dtype.itemsize
 
     def _value(self) -> np.ndarray:
@@ -180,9 +183,11 @@ class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
         return self._value().item(*args)
 
     def tolist(self):
+        """The global value as nested Python lists."""
         return self._value().tolist()
 
     def tobytes(self, order="C") -> bytes:
+        """The global value's bytes."""
         return self._value().tobytes(order)
 
     def __format__(self, format_spec):
@@ -199,9 +204,11 @@ class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
         """Nothing to do: the shards live in host memory already."""
 
     def is_ready(self) -> bool:
+        """True: ops return computed arrays."""
         return True
 
     def is_deleted(self) -> bool:
+        """False: shardlab does not delete (donate) buffers."""
         return False
 
     @property
@@ -211,6 +218,7 @@ class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
 
     @property
     def is_fully_replicated(self) -> bool:
+        """Whether every device holds the whole value."""
         return self.sharding.is_fully_replicated
 
     @property
@@ -219,6 +227,7 @@ class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
         return True
 
     def devices(self) -> set:
+        """The devices that hold the array."""
         return self.sharding.device_set
 
     @property
@@ -228,10 +237,12 @@ class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
 
     @property
     def device_buffer(self):
+        """Removed in JAX: raises AttributeError pointing at ``addressable_data(0)``."""
         raise AttributeError("arr.device_buffer has been deprecated. Use arr.addressable_data(0)")
 
     @property
     def device_buffers(self):
+        """Removed in JAX: raises AttributeError pointing at ``addressable_shards``."""
         raise AttributeError("arr.device_buffers has been deprecated. Use [x.data for x in arr.addressable_shards]")
 
     @property

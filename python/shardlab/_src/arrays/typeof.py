@@ -53,13 +53,16 @@ class ShapedArray:
 
     @property
     def ndim(self) -> int:
+        """The rank."""
         return len(self.shape)
 
     @property
     def size(self) -> int:
+        """The number of elements."""
         return math.prod(self.shape)
 
     def str_short(self) -> str:
+        """JAX's short form without the weak-type mark: ``float32[8@X,4]{V:Y}``."""
         spec = self.sharding.spec
         dims = []
         for size, entry in zip(self.shape, spec.partitions):
@@ -95,6 +98,7 @@ class ShapedArray:
         return hash((self.shape, self.dtype, self.weak_type, self.vma))
 
     def update(self, **kwargs) -> "ShapedArray":
+        """A copy with some of shape, dtype, weak_type, sharding, vma replaced."""
         fields = {k: getattr(self, k) for k in self.__slots__}
         fields.update(kwargs)
         return ShapedArray(**fields)

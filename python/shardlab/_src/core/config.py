@@ -67,6 +67,7 @@ class _Config:
 
     @property
     def jax_num_cpu_devices(self) -> int:
+        """JAX's name for ``num_devices``."""
         return self.num_devices
 
 

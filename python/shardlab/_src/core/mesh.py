@@ -298,26 +298,32 @@ class Mesh:
     # -- axis types, as JAX's BaseMesh -----------------------------------------------------------
     @property
     def auto_axes(self) -> tuple:
+        """Names of the Auto axes, in mesh order."""
         return tuple(n for n, t in zip(self.axis_names, self.axis_types) if t == AxisType.Auto)
 
     @property
     def explicit_axes(self) -> tuple:
+        """Names of the Explicit axes, in mesh order."""
         return tuple(n for n, t in zip(self.axis_names, self.axis_types) if t == AxisType.Explicit)
 
     @property
     def manual_axes(self) -> tuple:
+        """Names of the Manual axes (inside shard_map), in mesh order."""
         return tuple(n for n, t in zip(self.axis_names, self.axis_types) if t == AxisType.Manual)
 
     @property
     def are_all_axes_auto(self) -> bool:
+        """Whether the mesh has axes and all of them are Auto."""
         return bool(self.axis_types) and all(t == AxisType.Auto for t in self.axis_types)
 
     @property
     def are_all_axes_explicit(self) -> bool:
+        """Whether the mesh has axes and all of them are Explicit."""
         return bool(self.axis_types) and all(t == AxisType.Explicit for t in self.axis_types)
 
     @property
     def are_all_axes_manual(self) -> bool:
+        """Whether the mesh has axes and all of them are Manual."""
         return bool(self.axis_types) and all(t == AxisType.Manual for t in self.axis_types)
 
     @property
@@ -428,6 +434,7 @@ class AbstractMesh(Mesh):
 
     @property
     def empty(self) -> bool:
+        """True for the mesh of no axes, ``AbstractMesh((), ())`` (size 0, as in JAX)."""
         return self.size == 0
 
     @property
@@ -572,6 +579,7 @@ _EMPTY_ABSTRACT: list = []
 
 
 def empty_abstract_mesh() -> "AbstractMesh":
+    """``AbstractMesh((), ())``, what ``get_abstract_mesh`` gives with no mesh in context."""
     if not _EMPTY_ABSTRACT:
         _EMPTY_ABSTRACT.append(AbstractMesh((), ()))
     return _EMPTY_ABSTRACT[0]

@@ -211,6 +211,7 @@ class Sharding:
 
     @property
     def device_set(self) -> set:
+        """The devices that hold some of the array."""
         raise NotImplementedError
 
     @property
@@ -220,20 +221,25 @@ class Sharding:
 
     @property
     def is_fully_addressable(self) -> bool:
+        """True: this one process addresses every virtual device."""
         return True
 
     @property
     def num_devices(self) -> int:
+        """How many devices hold some of the array."""
         return len(self.device_set)
 
     @property
     def memory_kind(self):
+        """JAX's memory kind: "device" for a concrete placement, None on an abstract mesh."""
         return getattr(self, "_memory_kind", None)
 
     def addressable_devices_indices_map(self, global_shape) -> dict:
+        """``devices_indices_map`` (every device is addressable)."""
         return self.devices_indices_map(global_shape)
 
     def shard_shape(self, global_shape) -> tuple:
+        """The shape of one device's block."""
         return tuple(global_shape)
 
 
@@ -268,19 +274,24 @@ class SingleDeviceSharding(Sharding):
 
     @property
     def device_set(self) -> set:
+        """The one device."""
         return {self._device}
 
     @property
     def is_fully_replicated(self) -> bool:
+        """True: the one device holds the whole array."""
         return True
 
     def with_memory_kind(self, kind: str) -> "SingleDeviceSharding":
+        """The same device with another memory kind."""
         return SingleDeviceSharding(self._device, memory_kind=kind)
 
     def devices_indices_map(self, global_shape) -> dict:
+        """The device → the whole array."""
         return {self._device: (slice(None),) * len(global_shape)}
 
     def is_equivalent_to(self, other, ndim: int) -> bool:
+        """Whether `other` also puts the whole array on this device alone."""
         return isinstance(other, Sharding) and other.device_set == self.device_set and \
             bool(getattr(other, "is_fully_replicated", False))
 
@@ -425,6 +436,7 @@ class NamedSharding(Sharding):
         return self.update(spec=spec)
 
     def with_memory_kind(self, kind: str) -> "NamedSharding":
+        """The same sharding with another memory kind."""
         return self.update(memory_kind=kind)
 
     def is_equivalent_to(self, other: Any, ndim: int) -> bool:
