@@ -312,7 +312,7 @@ def zeros(shape, dtype=None, *, device=None, out_sharding=None):
         >>> from shardlab import P
         >>> mesh = sl.make_mesh((2,), ("X",))
         >>> jnp.zeros((4, 2), device=sl.NamedSharding(mesh, P("X"))).sharding.spec, jnp.zeros(3).dtype
-        (PartitionSpec('X',), dtype('float32'))
+        (P('X',), dtype('float32'))
     """
     shape = _shape_arg(shape, "zeros")
     return _create(np.broadcast_to(np.zeros((), _float_dtype(dtype)), shape), device, out_sharding, "zeros")
@@ -1056,7 +1056,7 @@ def einsum(subscripts, *operands, out=None, optimize="auto", precision=None, pre
         >>> a = sl.device_put(np.ones((8, 4), np.float32), sl.NamedSharding(mesh, P("X", None)))
         >>> b = sl.device_put(np.ones((4, 8), np.float32), sl.NamedSharding(mesh, P(None, "Y")))
         >>> jnp.einsum("ij,jk->ik", a, b).sharding.spec
-        PartitionSpec('X', 'Y')
+        P('X', 'Y')
     """
     if out is not None:
         raise TypeError("[einsum] out= is not supported: arrays are immutable, as in JAX")
