@@ -161,8 +161,8 @@ class Literal:
 
     def __init__(self, value):
         arr = np.asarray(value)
-        self.value = arr.reshape(()) if arr.size == 1 else arr
-        self.aval = Aval(self.value.shape, arr.dtype)
+        self.value = arr
+        self.aval = Aval(arr.shape, arr.dtype)
 
     def resolve(self):
         return self
@@ -291,9 +291,8 @@ class Recorder:
                 return v
             aval = Aval.of(x)
             st = x._storage if isinstance(x, ShardedArray) else x.storage
-            if aval.size == 1 and not aval.varying and not is_abstract(st) and aval.global_shape is not None \
-                    or (isinstance(x, LocalArray) and not aval.varying and aval.size == 1 and not is_abstract(st)):
-                return Literal(np.asarray(st).reshape(()))
+            if aval.size == 1 and not aval.varying and not is_abstract(st):  # a lifted scalar
+                return Literal(np.asarray(st).reshape(aval.shape))
             if is_abstract(st):  # made by a transform's rule without a bind (a view, a cotangent seed)
                 return self.define(x, Var(aval, "host"))
             v = self.define(x, Var(aval, "const"))

@@ -20,7 +20,7 @@ import math
 import numpy as np
 
 from ..core import units
-from .program import Eqn, Literal, Program, Var, short_dtype
+from .program import Eqn, Literal, Program, Var
 from .program_cost import COLLECTIVES, HLO_NAMES
 
 # -- text ------------------------------------------------------------------------------------------
@@ -82,7 +82,8 @@ def hlo_text(program: Program) -> str:
 
     def name(v) -> str:
         if isinstance(v, Literal):
-            return f"{short_dtype(v.aval.dtype)}[] constant({v.value.item() if v.value.ndim == 0 else v.value})"
+            value = v.value.item() if v.value.ndim == 0 else v.value.ravel().tolist()
+            return f"{v.aval.str_short()} constant({value})"
         r = v.resolve()
         if id(r) not in names:
             names[id(r)] = f"%{count[0]}"
