@@ -322,3 +322,18 @@ def test_typeof_of_abstract_values():
 def test_typeof_of_a_shape_dtype_struct_is_jax_s(jax):
     assert str(sl.typeof(sl.ShapeDtypeStruct((2, 3), np.float32))) == \
         str(jax.typeof(jax.ShapeDtypeStruct((2, 3), np.float32))) == "float32[2,3]"
+
+
+@jaxmark
+def test_meshes_specs_and_shardings_pickle_as_in_jax(jax):
+    import pickle
+
+    jm = jax.make_mesh((2, 4), ("X", "Y"))
+    assert pickle.loads(pickle.dumps(jax.sharding.NamedSharding(jm, jax.P("X")))) == \
+        jax.sharding.NamedSharding(jm, jax.P("X"))
+    values = [sl.make_mesh((2, 4), ("X", "Y"), hardware="tpu-v5e"), AbstractMesh((16, 16), ("x", "y")),
+              sl.Mesh(np.array(sl.devices())[::-1].reshape(4, 2), ("a", "b")), P("X", unreduced={"Y"}),
+              NamedSharding(sl.make_mesh((2, 4), ("X", "Y")), P("X", unreduced={"Y"}))]
+    for v in values:
+        back = pickle.loads(pickle.dumps(v))
+        assert back == v and type(back) is type(v) and repr(back) == repr(v)

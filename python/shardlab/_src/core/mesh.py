@@ -295,6 +295,11 @@ class Mesh:
     def __hash__(self):
         return hash((self.axis_names, self.axis_sizes, self.axis_types, self.abstract))
 
+    def __reduce__(self):
+        devices = _RowMajor(self.axis_sizes) if self._devices is None else self._devices
+        return (_rebuild_mesh, (devices, self.axis_names, self.axis_types, self.hardware, self.physical_axes,
+                                self.abstract))
+
     # -- axis types, as JAX's BaseMesh -----------------------------------------------------------
     @property
     def auto_axes(self) -> tuple:
@@ -441,6 +446,10 @@ class AbstractMesh(Mesh):
     def abstract_mesh(self) -> "AbstractMesh":
         return self
 
+    def __reduce__(self):
+        return (_rebuild_abstract_mesh, (self.axis_sizes if self.axis_names else (), self.axis_names,
+                                         self.axis_types, self.hardware, self.physical_axes))
+
     def update(self, axis_sizes=None, axis_names=None, axis_types=None, **kwargs):
         """An abstract mesh like this one with some fields replaced, as JAX's."""
         return AbstractMesh(self.axis_sizes if axis_sizes is None else axis_sizes,
@@ -462,6 +471,14 @@ class AbstractMesh(Mesh):
 
     def __exit__(self, *exc):
         raise ValueError("AbstractMesh does not implement __exit__")
+
+
+def _rebuild_mesh(devices, axis_names, axis_types, hardware, physical_axes, abstract):
+    return Mesh(devices, axis_names, axis_types, hardware=hardware, physical_axes=physical_axes, abstract=abstract)
+
+
+def _rebuild_abstract_mesh(axis_sizes, axis_names, axis_types, hardware, physical_axes):
+    return AbstractMesh(axis_sizes, axis_names, axis_types, hardware=hardware, physical_axes=physical_axes)
 
 
 class _RowMajor:

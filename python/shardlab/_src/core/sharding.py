@@ -456,9 +456,16 @@ class NamedSharding(Sharding):
     def __hash__(self):
         return hash((self.mesh, _strip(self.spec), self.spec.unreduced))
 
+    def __reduce__(self):
+        return (_rebuild_named_sharding, (self.mesh, self.spec, self._memory_kind))
+
     def __repr__(self):
         mem = "" if self._memory_kind is None else f", memory_kind={self._memory_kind}"
         return f"NamedSharding(mesh={self.mesh}, spec={self.spec}{mem})"
+
+
+def _rebuild_named_sharding(mesh, spec, memory_kind):
+    return NamedSharding(mesh, spec, memory_kind=memory_kind, _check_axis_types=False)
 
 
 def _strip(spec: PartitionSpec) -> tuple:
