@@ -118,8 +118,13 @@ def test_tracing_runs_nothing_and_compiled_runs_eagerly():
         compiled(sl.device_put(np.ones((8, 2), np.float32), sl.NamedSharding(mesh, P("y"))))
 
 
-def test_lowered_text_dialects():
-    lowered = sl.jit(lambda x: x + 1).lower(np.ones(3, np.float32))
+def test_lowered_text_dialects_and_named_scopes():
+    def f(x):
+        with sl.named_scope("mlp"):
+            return x + 1
+
+    lowered = sl.jit(f).lower(np.ones(3, np.float32))
+    assert 'add(%p0, f32[] constant(1.0)), op_name="mlp/add"' in lowered.as_text()
     assert lowered.as_text("hlo") == lowered.as_text() == lowered.as_text("stablehlo")
     with pytest.raises(ValueError, match="unknown dialect: mlir"):
         lowered.as_text("mlir")

@@ -189,7 +189,7 @@ class Eqn:
     """One step: a primitive bind (``prim`` its name) or a shard_map boundary that moves data
     on the host ('shard_map_enter' / 'shard_map_exit': recorded in no ledger)."""
 
-    __slots__ = ("prim", "params", "invars", "outvars", "mesh", "event", "primitive", "note", "phase")
+    __slots__ = ("prim", "params", "invars", "outvars", "mesh", "event", "primitive", "note", "phase", "scope")
 
     def __init__(self, prim: str, params: dict, invars, outvars, mesh, event=None, primitive=None, note=""):
         self.prim = prim
@@ -201,6 +201,7 @@ class Eqn:
         self.primitive = primitive
         self.note = note  # what the text's comment says of a step that is not a primitive
         self.phase = CTX.phase  # 'forward', 'backward' or 'recompute' when it was recorded
+        self.scope = "/".join(CTX.scopes)  # the named_scope labels around it
 
     def __repr__(self):
         return f"Eqn({self.prim})"

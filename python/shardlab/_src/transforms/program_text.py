@@ -49,8 +49,8 @@ def _hlo_attrs(eqn: Eqn) -> list:
         attrs = [f"sharding={p['spec']!r}"]
     else:
         attrs = [f"{k}={fmt_param(v)}" for k, v in p.items()]
-    if HLO_NAMES.get(eqn.prim, eqn.prim) != eqn.prim:
-        attrs.append(f'op_name="{eqn.prim}"')
+    if HLO_NAMES.get(eqn.prim, eqn.prim) != eqn.prim or eqn.scope:
+        attrs.append(f'op_name="{eqn.scope + "/" if eqn.scope else ""}{eqn.prim}"')  # as XLA's metadata
     return attrs
 
 
