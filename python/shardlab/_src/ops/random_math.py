@@ -33,21 +33,33 @@ def fma32(a, b, c):
     """``a * b + c`` on float32 values rounded once (a fused multiply-add).
 
     The product of two float32 values is exact in float64; the float64 sum is then rounded to
-    float32, and the rare double rounding (the float64 sum lands exactly halfway between two
-    float32 values while the exact sum does not) is corrected with the sum's exact error term.
+    float32. Double rounding can only go wrong where the float64 sum lands exactly halfway
+    between two float32 values; there (rarely) the sum's exact error term decides.
     """
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
-    c = np.asarray(c, dtype=np.float64)
-    p = a * b
-    s = p + c
+    p = np.atleast_1d(np.multiply(a, b, dtype=np.float64))
+    s = np.add(p, c, dtype=np.float64)
     out = s.astype(f32)
-    bb = s - p
-    err = (p - (s - bb)) + (c - bb)
-    tie = (err != 0) & ((np.asarray(s).view(np.int64) & _MID_MASK) == _MID)
-    if np.any(tie):
-        s = np.where(tie, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
-        out = s.astype(f32)
+    tie = (s.view(np.int64) & _MID_MASK) == _MID
+    if tie.any():
+        idx = np.nonzero(tie)
+        pt = p[idx]
+        ct = np.broadcast_to(np.asarray(c, dtype=np.float64), s.shape)[idx]
+        st = s[idx]
+        bb = st - pt
+        err = (pt - (st - bb)) + (ct - bb)
+        fixed = np.where(err != 0, np.nextafter(st, np.where(err > 0, np.inf, -np.inf)), st)
+        out[idx] = fixed.astype(f32)
+    return out.reshape(np.broadcast_shapes(np.shape(a), np.shape(b), np.shape(c)))
+
+
+def _split_eval(mask, x, fn_true, fn_false):
+    """``where(mask, fn_true(x), fn_false(x))`` evaluating each branch on its elements only."""
+    out = np.empty(x.shape, dtype=f32)
+    if mask.any():
+        out[mask] = fn_true(x[mask])
+    inv = ~mask
+    if inv.any():
+        out[inv] = fn_false(x[inv])
     return out
 
 
@@ -105,18 +117,20 @@ def log1p32(y):
     ``log(1 + y)``."""
     y = _f(y)
     with np.errstate(all="ignore"):
-        y2 = (y * y).astype(f32)
-        pa = np.ones_like(y)
-        for c in _L1P_P:
-            pa = fma32(pa, y, c)
-        qb = np.full_like(y, f32(4.527e-05))
-        for c in _L1P_Q:
-            qb = fma32(qb, y, c)
-        r = (qb / pa).astype(f32)
-        t = ((y * y2).astype(f32) * r).astype(f32)
-        small = (y + fma32(y2, f32(-0.5), t)).astype(f32)
-        big = log32((y + f32(1)).astype(f32))
-        return np.where(np.abs(y) < _L1P_CUT, small, big).astype(f32)
+        return _split_eval(np.abs(y) < _L1P_CUT, y, _log1p_small, lambda v: log32((v + f32(1)).astype(f32)))
+
+
+def _log1p_small(y):
+    y2 = (y * y).astype(f32)
+    pa = np.ones_like(y)
+    for c in _L1P_P:
+        pa = fma32(pa, y, c)
+    qb = np.full_like(y, f32(4.527e-05))
+    for c in _L1P_Q:
+        qb = fma32(qb, y, c)
+    r = (qb / pa).astype(f32)
+    t = ((y * y2).astype(f32) * r).astype(f32)
+    return (y + fma32(y2, f32(-0.5), t)).astype(f32)
 
 
 _EI_LT = tuple(f32(c) for c in (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
@@ -129,12 +143,15 @@ def erfinv32(x):
     """XLA CPU's float32 ``erf_inv`` (Giles' single-precision approximation)."""
     x = _f(x)
     with np.errstate(all="ignore"):
-        w = -log1p32((x * -x).astype(f32))
-        lt = w < f32(5)
-        t = np.where(lt, (w - f32(2.5)).astype(f32), (np.sqrt(w).astype(f32) + f32(-3)).astype(f32)).astype(f32)
-        p = np.where(lt, _EI_LT[0], _EI_GE[0]).astype(f32)
-        for a, b in zip(_EI_LT[1:], _EI_GE[1:]):
-            p = fma32(p, t, np.where(lt, a, b).astype(f32))
+        w = (-log1p32((x * -x).astype(f32))).astype(f32)
+
+        def horner(t, coeffs):
+            p = np.full_like(t, coeffs[0])
+            for c in coeffs[1:]:
+                p = fma32(p, t, c)
+            return p
+        p = _split_eval(w < f32(5), w, lambda v: horner((v - f32(2.5)).astype(f32), _EI_LT),
+                        lambda v: horner((np.sqrt(v).astype(f32) + f32(-3)).astype(f32), _EI_GE))
         p = np.where(np.abs(x) == f32(1), f32(np.inf), p).astype(f32)
         return (x * p).astype(f32)
 
