@@ -47,7 +47,7 @@ from ._src.transforms.jit import block_until_ready, jit  # noqa: E402
 from ._src.transforms.make_jaxpr import make_jaxpr  # noqa: E402
 from ._src.transforms import jit as _jit_module  # noqa: E402
 from ._src.transforms.shard_map import shard_map, smap  # noqa: E402
-from . import cost, debug, dtypes, hardware, kernels, lax, nn, numpy, sharding, units  # noqa: E402
+from . import cost, debug, dtypes, hardware, kernels, lax, nn, numpy, random, sharding, units  # noqa: E402
 from . import tree, tree_util  # noqa: E402
 from ._src.transforms.vmap import vmap  # noqa: E402
 
@@ -61,7 +61,7 @@ __all__ = [
     "DuplicateSpecError", "einsum", "eval_shape", "get_mesh", "grad", "hardware", "jit", "kernels", "lax",
     "Ledger", "LocalArray", "make_mesh", "matmul", "Mesh", "named_scope", "NamedSharding", "nn", "numpy", "P",
     "PartitionSpec", "Plan", "plan_einsum", "plan_reshard", "remat", "reshard", "run_plan", "set_mesh", "Shard",
-    "shard_map", "smap", "ShapeDtypeStruct", "ShardedArray", "sharding", "units", "value_and_grad", "vjp",
+    "shard_map", "smap", "ShapeDtypeStruct", "ShardedArray", "random", "sharding", "units", "value_and_grad", "vjp",
 ]
 __all__ += ["tree", "tree_util", "vmap"]
 __all__ += ["make_jaxpr"]
