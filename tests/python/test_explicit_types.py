@@ -324,13 +324,11 @@ def test_typeof_of_a_shape_dtype_struct_is_jax_s(jax):
         str(jax.typeof(jax.ShapeDtypeStruct((2, 3), np.float32))) == "float32[2,3]"
 
 
-@jaxmark
-def test_meshes_specs_and_shardings_pickle_as_in_jax(jax):
+def test_meshes_specs_and_shardings_pickle():
+    # (JAX pickles a PartitionSpec and an abstract mesh; its CPU devices, so its concrete
+    # meshes, do not pickle. shardlab's virtual devices do.)
     import pickle
 
-    jm = jax.make_mesh((2, 4), ("X", "Y"))
-    assert pickle.loads(pickle.dumps(jax.sharding.NamedSharding(jm, jax.P("X")))) == \
-        jax.sharding.NamedSharding(jm, jax.P("X"))
     values = [sl.make_mesh((2, 4), ("X", "Y"), hardware="tpu-v5e"), AbstractMesh((16, 16), ("x", "y")),
               sl.Mesh(np.array(sl.devices())[::-1].reshape(4, 2), ("a", "b")), P("X", unreduced={"Y"}),
               NamedSharding(sl.make_mesh((2, 4), ("X", "Y")), P("X", unreduced={"Y"}))]
