@@ -127,7 +127,13 @@ def all_leaves(iterable, is_leaf: Callable[[Any], bool] | None = None) -> bool:
 
 
 def is_tree_node(typ: type) -> bool:
-    """True if `typ` is a pytree node type (built-in, namedtuple or registered)."""
+    """True if `typ` is a pytree node type (built-in, namedtuple or registered).
+
+    Example:
+        >>> import collections, shardlab as sl
+        >>> sl.tree_util.is_tree_node(dict), sl.tree_util.is_tree_node(int)
+        (True, False)
+    """
     return _t.is_node_type(typ)
 
 
@@ -146,7 +152,13 @@ def flatten_one_level(tree: Any):
 
 
 def flatten_one_level_with_keys(tree: Any):
-    """``([(key, child), ...], aux)`` of one node; ValueError for a leaf."""
+    """``([(key, child), ...], aux)`` of one node; ValueError for a leaf.
+
+    Example:
+        >>> import shardlab as sl
+        >>> sl.tree_util.flatten_one_level_with_keys([7, 8])
+        ([(SequenceKey(idx=0), 7), (SequenceKey(idx=1), 8)], None)
+    """
     out = _t.flatten_one_level_with_keys(tree)
     if out is None:
         raise ValueError(f"can't tree-flatten type: {type(tree)}")
@@ -218,7 +230,23 @@ def register_pytree_with_keys(nodetype, flatten_with_keys, unflatten_func, flatt
 
 def register_pytree_with_keys_class(cls):
     """Class decorator: registers `cls` by its ``tree_flatten_with_keys`` method (and
-    ``tree_flatten`` if it has one) and its ``tree_unflatten`` classmethod."""
+    ``tree_flatten`` if it has one) and its ``tree_unflatten`` classmethod.
+
+    Example:
+        >>> import shardlab as sl
+        >>> from shardlab.tree_util import GetAttrKey
+        >>> @sl.tree_util.register_pytree_with_keys_class
+        ... class Special:
+        ...     def __init__(self, x):
+        ...         self.x = x
+        ...     def tree_flatten_with_keys(self):
+        ...         return ((GetAttrKey("x"), self.x),), None
+        ...     @classmethod
+        ...     def tree_unflatten(cls, aux, children):
+        ...         return cls(*children)
+        >>> sl.tree_util.keystr(sl.tree_util.tree_leaves_with_path(Special(1))[0][0])
+        '.x'
+    """
     flatten_func = operator.methodcaller("tree_flatten") if hasattr(cls, "tree_flatten") else None
     register_pytree_with_keys(cls, operator.methodcaller("tree_flatten_with_keys"), cls.tree_unflatten,
                               flatten_func)
@@ -353,7 +381,13 @@ def tree_reduce(function, tree: Any, initializer=_Unspecified(), is_leaf=None):
 
 
 def tree_reduce_associative(operation, tree: Any, *, identity=_Unspecified(), is_leaf=None):
-    """A balanced-tree reduction of the leaves with an associative `operation`."""
+    """A balanced-tree reduction of the leaves with an associative `operation`.
+
+    Example:
+        >>> import operator, shardlab as sl
+        >>> sl.tree_util.tree_reduce_associative(operator.add, [1, (2, 3), {"a": 4}])
+        10
+    """
     return _parallel_reduce(tree_leaves(tree, is_leaf=is_leaf), operation, identity)
 
 
@@ -435,7 +469,13 @@ def tree_flatten_with_path(tree: Any, is_leaf=None, is_leaf_takes_path: bool = F
 
 
 def tree_leaves_with_path(tree: Any, is_leaf=None, is_leaf_takes_path: bool = False) -> list:
-    """``[(key_path, leaf), ...]``, as ``jax.tree_util.tree_leaves_with_path``."""
+    """``[(key_path, leaf), ...]``, as ``jax.tree_util.tree_leaves_with_path``.
+
+    Example:
+        >>> import shardlab as sl
+        >>> [(sl.tree_util.keystr(p), x) for p, x in sl.tree_util.tree_leaves_with_path({"a": [1, 2]})]
+        [("['a'][0]", 1), ("['a'][1]", 2)]
+    """
     return tree_flatten_with_path(tree, is_leaf, is_leaf_takes_path)[0]
 
 
