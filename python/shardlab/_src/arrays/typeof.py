@@ -27,7 +27,7 @@ import math
 import numpy as np
 
 from ..core.dtypes import canonicalize_dtype
-from ..core.mesh import AxisType, empty_abstract_mesh
+from ..core.mesh import AxisType, empty_abstract_mesh, manual_view
 from ..core.sharding import NamedSharding, PartitionSpec
 from .local_array import LocalArray
 from .sharded_array import ShardedArray
@@ -158,9 +158,7 @@ def typeof(x) -> ShapedArray:
         spec = _type_spec(x.sharding.spec, x.sharding.mesh, x.ndim)
         return ShapedArray(x.shape, x.dtype, False, NamedSharding(mesh, spec))
     if isinstance(x, LocalArray):
-        m = x.mesh.abstract_mesh
-        if m.axis_names:
-            m = m.update(axis_types=(AxisType.Manual,) * m.ndim)
+        m = manual_view(x.mesh)
         return ShapedArray(x.shape, x.dtype, False, NamedSharding(m, PartitionSpec(*[None] * x.ndim)),
                            frozenset(x.varying_axes))
     if type(x).__name__ == "ShapeDtypeStruct":  # transforms' class; the arrays layer cannot import it

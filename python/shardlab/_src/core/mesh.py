@@ -613,14 +613,22 @@ def get_abstract_mesh() -> AbstractMesh:
         AbstractMesh((), axis_types=())
     """
     if CTX.meshes:
-        m = CTX.meshes[-1].abstract_mesh
-        return m.update(axis_types=(AxisType.Manual,) * m.ndim) if m.axis_names else m
+        return manual_view(CTX.meshes[-1])
     am = getattr(CTX, "abstract_mesh", None)
     if am is not None:
         return am
     if CTX.global_mesh is not None:
         return CTX.global_mesh.abstract_mesh
     return empty_abstract_mesh()
+
+
+def manual_view(mesh: Mesh) -> "AbstractMesh":
+    """The abstract mesh a shard_map body on `mesh` sees: its axes Manual (a mesh that already
+    has Manual axes, from a partially manual shard_map, keeps its types)."""
+    am = mesh.abstract_mesh
+    if not am.axis_names or am.manual_axes:
+        return am
+    return am.update_axis_types({n: AxisType.Manual for n in am.axis_names})
 
 
 class use_abstract_mesh:
