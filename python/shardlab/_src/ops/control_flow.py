@@ -38,7 +38,8 @@ from ..core.context import CTX
 from ..core.mesh import UNIT_MESH
 from ..core import tree
 from ..core.dtypes import bfloat16
-from ..core.tree_util import equality_errors, keystr
+from ..core.tree_errors import equality_errors
+from ..core.tree_util import keystr
 from . import numpy as jnp
 from .batch_axis import as_array, dtype_of, shape_of, stack, take
 

@@ -41,7 +41,8 @@ from ..core import tree
 from ..core.context import CTX
 from ..core.mesh import UNIT_MESH, make_mesh
 from ..core.sharding import P
-from ..core.tree_util import _prefix_error, keystr
+from ..core.tree_errors import _prefix_error
+from ..core.tree_util import keystr
 from ..ops import batch_axis
 from ..ops.batch_axis import as_array, shape_of, stack, take, type_str
 from ..ops import numpy as jnp
