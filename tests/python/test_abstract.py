@@ -101,3 +101,17 @@ def test_eval_shape_of_plain_functions():
     out = sl.eval_shape(lambda a, b: jnp.tanh(a @ b).sum(axis=0), sl.ShapeDtypeStruct((3, 4), np.float32),
                         np.zeros((4, 5), np.float32))
     assert out == sl.ShapeDtypeStruct((5,), np.float32)
+
+
+def test_shape_dtype_struct_takes_a_bare_spec_with_a_mesh_set():
+    """As JAX: ShapeDtypeStruct(..., sharding=P(...)) takes the mesh set by set_mesh; without
+    one, using it says how to give the mesh."""
+    mesh = sl.make_mesh((4,), ("x",))
+    with sl.set_mesh(mesh):
+        s = sl.ShapeDtypeStruct((8, 2), np.float32, sharding=P("x"))
+    assert s.sharding == sl.NamedSharding(mesh, P("x"))
+    out = sl.eval_shape(lambda a: a * 2, s)
+    assert out.shape == (8, 2) and out.sharding.is_equivalent_to(s.sharding, 2)
+    loose = sl.ShapeDtypeStruct((8, 2), np.float32, sharding=P("x"))
+    with pytest.raises(ValueError, match=r"\[ShapeDtypeStruct\] got a bare .* no mesh is set"):
+        sl.eval_shape(lambda a: a * 2, loose)

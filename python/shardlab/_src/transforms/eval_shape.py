@@ -28,7 +28,8 @@ from ..arrays.storage import AbstractStorage
 from ..core import tree
 from ..core.dtypes import canonicalize
 from ..core.mesh import UNIT_MESH
-from ..core.sharding import NamedSharding
+from ..core.mesh import get_mesh
+from ..core.sharding import NamedSharding, PartitionSpec, as_sharding
 
 
 class ShapeDtypeStruct:
@@ -44,8 +45,11 @@ class ShapeDtypeStruct:
         if any(s < 0 for s in self.shape):
             raise ValueError(f"[ShapeDtypeStruct] shape {self.shape} has a negative dimension")
         self.dtype = np.dtype(dtype)
-        if sharding is not None and not isinstance(sharding, NamedSharding):
-            raise TypeError(f"[ShapeDtypeStruct] sharding must be a NamedSharding, got {sharding!r}")
+        if isinstance(sharding, PartitionSpec) and get_mesh() is not None:
+            sharding = NamedSharding(get_mesh(), sharding)  # as JAX: a bare spec takes the set mesh
+        if sharding is not None and not isinstance(sharding, (NamedSharding, PartitionSpec)):
+            raise TypeError(f"[ShapeDtypeStruct] sharding must be a NamedSharding (or a PartitionSpec with a mesh "
+                            f"set by shardlab.set_mesh), got {sharding!r}")
         self.sharding = sharding
 
     @property
@@ -71,7 +75,7 @@ class ShapeDtypeStruct:
 def _abstract(x):
     if isinstance(x, ShapeDtypeStruct):
         if x.sharding is not None:
-            return abstract_array(x.shape, x.dtype, x.sharding)
+            return abstract_array(x.shape, x.dtype, as_sharding(x.sharding, "ShapeDtypeStruct"))
         return LocalArray(AbstractStorage(x.shape, x.dtype), UNIT_MESH)
     if isinstance(x, ShardedArray):
         return abstract_array(x.shape, x.dtype, x.sharding)
