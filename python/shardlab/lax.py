@@ -3,12 +3,11 @@
 
 from ._src.ops.lax import (  # noqa: F401
     all_gather, all_to_all, axis_index, axis_size, broadcast, dynamic_slice, dynamic_slice_in_dim,
-    dynamic_update_slice, dynamic_update_slice_in_dim, fori_loop, gather, pcast, pmax, pmean, pmin, ppermute,
+    dynamic_update_slice, dynamic_update_slice_in_dim, gather, pcast, pmax, pmean, pmin, ppermute,
     pshuffle, psum, psum_scatter, pvary, reduce, scatter, top_k,
 )
 from ._src.ops.lax import pbroadcast, precv, psend, pswapaxes, ragged_all_to_all  # noqa: F401
-# fori_loop from control_flow (after ops.lax): JAX's carry checks and dtypes, as scan.
-from ._src.ops.control_flow import cond, fori_loop, map, scan, switch, while_loop  # noqa: F401,F811,A004
+from ._src.ops.control_flow import cond, fori_loop, map, scan, switch, while_loop  # noqa: F401,A004
 
 __all__ = ["all_gather", "all_to_all", "axis_index", "axis_size", "broadcast", "dynamic_slice",
            "dynamic_slice_in_dim", "dynamic_update_slice", "dynamic_update_slice_in_dim", "fori_loop", "gather",

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import operator
 import warnings
 
 import numpy as np
@@ -547,13 +546,3 @@ def dynamic_update_slice_in_dim(operand, update, start_index, axis):
     starts = [0] * x.ndim
     starts[axis] = start_index
     return dynamic_update_slice(x, update, starts)
-
-
-def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
-    """``for i in range(lower, upper): val = body_fun(i, val)``, as jax.lax.fori_loop (values
-    are concrete here, so this is a Python loop; every collective inside is still recorded).
-    ``unroll`` (an int or bool, as JAX) changes nothing here: the loop always runs unrolled."""
-    val = init_val
-    for i in range(operator.index(lower), operator.index(upper)):
-        val = body_fun(i, val)
-    return val
