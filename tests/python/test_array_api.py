@@ -200,6 +200,11 @@ def test_a_method_passes_only_the_options_it_was_given(monkeypatch):
     a = sl.device_put(_x(), NamedSharding(sl.make_mesh((2,), ("X",)), P("X")))
     assert a.cumsum() == "called" and a.cumsum(axis=1, dtype=np.float32) == "called"
     assert calls == [{}, {"axis": 1, "dtype": np.float32}]
+    # required parameters go by position (numpy and jax.numpy name them differently)
+    monkeypatch.setattr(jnp, "swapaxes", lambda x, a, b: (a, b))
+    assert a.swapaxes(0, 1) == (0, 1) and a.swapaxes(axis2=0, axis1=1) == (1, 0)
+    with pytest.raises(TypeError):
+        a.swapaxes(0, 1, 2)  # JAX's signature is checked
 
 
 # -- device_put ------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import ast
 import html
 import inspect
 import math
@@ -329,17 +330,18 @@ def _jnp():
     return sys.modules["shardlab.numpy"]
 
 
-def _forward(target: str, self, params: dict, defaults: dict, positional: tuple = ()):
-    """Calls ``shardlab.numpy.<target>(self, *positional, **kw)`` with only the keywords whose
+def _forward(target: str, self, params: dict, defaults: dict, required: tuple = ()):
+    """Calls ``shardlab.numpy.<target>(self, *required, **kw)``: the required parameters by
+    position (their names differ between numpy and jax.numpy), then only the keywords whose
     values differ from the method's defaults (so a jnp function that lacks an option JAX has
     works until the option is used)."""
-    kw = {k: v for k, v in params.items()
-          if k not in defaults or not (v is defaults[k] or (type(v) is type(defaults[k]) and v == defaults[k]))}
+    kw = {k: v for k, v in params.items() if k not in required and (
+        k not in defaults or not (v is defaults[k] or (type(v) is type(defaults[k]) and v == defaults[k])))}
     fn = getattr(_jnp(), target, None)
     if fn is None:
         raise NotImplementedError(f"[ShardedArray.{target}] shardlab.numpy has no {target} yet; use "
                                   f"np.asarray(x) for the global value or run it inside shard_map")
-    return fn(self, *positional, **kw)
+    return fn(self, *(params[k] for k in required), **kw)
 
 
 # method name → (shardlab.numpy function, the parameters after self as in jax.Array)
@@ -380,18 +382,35 @@ _DELEGATED = {
 }
 
 
+def _signature(params: str) -> inspect.Signature:
+    """``inspect.Signature`` of ``(self, <params>)`` from the table's text: names, literal
+    defaults and a bare ``*`` for keyword-only parameters."""
+    out = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    for item in filter(None, (t.strip() for t in params.split(","))):
+        if item == "*":
+            kind = inspect.Parameter.KEYWORD_ONLY
+            continue
+        name, eq, default = item.partition("=")
+        out.append(inspect.Parameter(name, kind, default=ast.literal_eval(default) if eq else inspect.Parameter.empty))
+    return inspect.Signature(out)
+
+
 def _delegate(name: str, target: str, params: str):
-    ns: dict = {"_forward": _forward}
-    exec(f"def {name}(self{', ' + params if params else ''}):\n"  # noqa: S102 (a fixed table above)
-         f"    return _forward({target!r}, self, {{k: v for k, v in locals().items() if k != 'self'}}, "
-         f"{name}._defaults)\n", ns)
-    fn = ns[name]
-    fn._defaults = {p.name: p.default for p in inspect.signature(fn).parameters.values()
-                    if p.default is not inspect.Parameter.empty}
-    fn.__qualname__ = f"ShardedArray.{name}"
-    fn.__doc__ = (f"``jax.Array.{name}``: ``shardlab.numpy.{target}`` on this array (JAX's signature; "
-                  f"options left at their defaults are not passed on).")
-    return fn
+    sig = _signature(params)
+    defaults = {k: p.default for k, p in sig.parameters.items() if p.default is not inspect.Parameter.empty}
+    required = tuple(k for k, p in sig.parameters.items() if k != "self" and p.default is inspect.Parameter.empty)
+
+    def method(self, *args, **kwargs):
+        bound = sig.bind(self, *args, **kwargs)  # JAX's signature: a wrong call raises TypeError here
+        return _forward(target, self, {k: v for k, v in bound.arguments.items() if k != "self"}, defaults, required)
+
+    method.__signature__ = sig
+    method.__name__ = name
+    method.__qualname__ = f"ShardedArray.{name}"
+    method.__doc__ = (f"``jax.Array.{name}``: ``shardlab.numpy.{target}`` on this array (JAX's signature; "
+                      f"options left at their defaults are not passed on).")
+    return method
 
 
 for _name, (_target, _params) in _DELEGATED.items():
