@@ -7,6 +7,8 @@ from ._src.core.mesh import (  # noqa: F401
 )
 from ._src.core.sharding import NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding  # noqa: F401
 from ._src.transforms.shard_map import Infer  # noqa: F401  (shard_map's default in_specs)
+from ._src.planning.sharding_api import auto_axes, explicit_axes, reshard  # noqa: F401
 
 __all__ = ["AbstractMesh", "AxisType", "Infer", "Mesh", "NamedSharding", "PartitionSpec", "Sharding", "ShardingTypeError",
            "SingleDeviceSharding", "get_abstract_mesh", "get_mesh", "set_mesh", "use_abstract_mesh"]
+__all__ += ["auto_axes", "explicit_axes", "reshard"]

@@ -1,0 +1,419 @@
+"""Indexing, gathers and ``.at[]`` scatters on global ShardedArrays, with JAX's rules.
+
+JAX lowers ``x[idx]``, ``jnp.take`` and ``jnp.take_along_axis`` to a ``gather`` and
+``x.at[idx].set/add/...`` to a ``scatter``. Their explicit-sharding rules (JAX 0.10.2,
+``lax/slicing.py``) come down to:
+
+- a dimension that is indexed (an int, an index array, a boolean mask, or a slice that is not
+  the whole dim) must be unsharded; a whole slice ``:`` keeps its sharding, and so does a
+  reverse ``::-1`` (one ppermute puts the blocks back in order); ``None`` adds an unsharded
+  dim; the dims an index array makes are unsharded, and an index array must itself be
+  replicated (``take_along_axis``'s may be sharded like the operand, batch-wise);
+- anything else is refused with JAX's ShardingTypeError, which asks for
+  ``x.at[idx].get(out_sharding=...)`` (or ``.set(..., out_sharding=...)``): with it the op
+  runs as JAX's ``auto_axes`` would (the indexed dims are all-gathered) and the result is
+  resharded to ``out_sharding``;
+- a scatter's values are broadcast to the indexed slice sharded as the operand's kept dims
+  (JAX's ValueError "Incompatible types for broadcasting" otherwise) and the result keeps the
+  operand's sharding.
+
+Example:
+    >>> import numpy as np, shardlab as sl
+    >>> from shardlab import P
+    >>> mesh = sl.make_mesh((2, 4), ("X", "Y"))
+    >>> x = sl.device_put(np.arange(64.0, dtype=np.float32).reshape(8, 8), sl.NamedSharding(mesh, P("X", None)))
+    >>> x[:, 3].sharding.spec, np.asarray(x[:, 3])[:3].tolist()
+    (P('X',), [3.0, 11.0, 19.0])
+    >>> x.at[0].get(out_sharding=P("Y")).sharding.spec
+    P('Y',)
+    >>> y = x.at[:, 0].add(100.0)
+    >>> y.sharding.spec, float(np.asarray(y)[1, 0])
+    (P('X', None), 108.0)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..arrays.local_array import LocalArray
+from ..arrays.sharded_array import ShardedArray, device_put
+from ..core.errors import ShardingTypeError
+from ..core.sharding import NamedSharding, P
+from ..ops import lax
+from ..ops import numpy as jnp
+from ..primitives import structural as st
+from ..primitives.primitive import bind
+from .global_numpy import (as_global, axes_of, broadcast_to, check_reduced, free_dims, norm_axis, ravel, run, same_mesh,
+                           spec_of, type_str, with_spec)
+from .global_ops import reshard as _plan_reshard
+
+
+def _gather_error(x, what="") -> ShardingTypeError:
+    return ShardingTypeError(
+        "[getitem] Use `.at[...].get(out_sharding=)` to provide output PartitionSpec for the gather indexing as "
+        "out sharding could not be resolved unambiguously (or would require collectives on inputs). Got "
+        f"operand={type_str(x)}{what}. Index only unsharded dims, reshard first (shardlab.reshard), or pass "
+        "out_sharding=")
+
+
+def _scatter_error(x, what="") -> ShardingTypeError:
+    return ShardingTypeError(
+        "[scatter] Use `.at[...].set/add/mul/...(out_sharding=)` to provide output PartitionSpec for the scatter "
+        "update as out sharding could not be resolved unambiguously (or would require collectives on inputs). "
+        f"Got operand={type_str(x)}{what}. Update only unsharded dims, reshard first, or pass out_sharding=")
+
+
+# -- the index, in JAX's terms -------------------------------------------------------------------
+class _Index:
+    """A numpy index on a global array: per operand dim whether it is kept whole ("whole"),
+    reversed ("rev") or indexed, the output spec, and the key each device applies locally."""
+
+    def __init__(self, x: ShardedArray, key, op: str):
+        self.x = x
+        if isinstance(key, list):
+            raise TypeError(f"[{op}] Using a non-tuple sequence for multidimensional indexing is not allowed; use "
+                            f"`arr[array(seq)]` instead of `arr[seq]`. See https://github.com/jax-ml/jax/issues/4564 "
+                            f"for more information.")
+        key = key if isinstance(key, tuple) else (key,)
+        entries = []
+        for k in key:
+            if isinstance(k, LocalArray):
+                raise TypeError(f"[{op}] a per-device (shard_map) value cannot index a global array")
+            if isinstance(k, ShardedArray):
+                if any(spec_of(k)):
+                    raise _gather_error(x, f", indices={type_str(k)} (index arrays must be replicated)")
+                k = np.asarray(k)
+            elif isinstance(k, (list, tuple)):
+                k = np.asarray(k)
+            if isinstance(k, np.ndarray) and k.dtype == np.bool_ and k.ndim:
+                entries.extend(np.nonzero(k))
+                continue
+            if isinstance(k, np.ndarray) and k.dtype.kind not in "iub":
+                raise IndexError(f"[{op}] index arrays must be integers or booleans, got dtype {k.dtype}")
+            if isinstance(k, np.ndarray) and k.ndim == 0 and k.dtype.kind in "iu":
+                k = int(k)
+            if isinstance(k, (bool, np.bool_)):
+                raise NotImplementedError(f"[{op}] a scalar boolean index on a global array is not supported")
+            entries.append(k)
+        ells = [i for i, k in enumerate(entries) if k is Ellipsis]
+        if len(ells) > 1:
+            raise IndexError(f"[{op}] an index can only have a single ellipsis ('...')")
+        real = sum(k is not None and k is not Ellipsis for k in entries)
+        if real > x.ndim:
+            raise IndexError(f"[{op}] too many indices for array: array is {x.ndim}-dimensional, but {real} were "
+                             f"indexed")
+        if ells:
+            e = ells[0]
+            entries = entries[:e] + [slice(None)] * (x.ndim - real) + entries[e + 1:]
+        else:
+            entries = entries + [slice(None)] * (x.ndim - real)
+        probe = np.broadcast_to(np.zeros((), np.int8), x.shape)
+        try:
+            self.shape = probe[tuple(entries)].shape
+        except IndexError as err:
+            raise IndexError(f"[{op}] {err} (shape {x.shape})") from None
+        spec = spec_of(x)
+        self.kind, dims = {}, []
+        d = 0
+        for k in entries:
+            if k is None:
+                dims.append(None)
+                continue
+            n = x.shape[d]
+            if isinstance(k, slice):
+                rng = k.indices(n)
+                self.kind[d] = "whole" if rng == (0, n, 1) else "rev" if rng == (n - 1, -1, -1) else "indexed"
+            else:
+                self.kind[d] = "indexed"
+            dims.append(d)
+            d += 1
+        self.entries = entries
+        arrays = any(isinstance(k, np.ndarray) for k in entries)
+        adv = [i for i, k in enumerate(entries) if isinstance(k, np.ndarray) or arrays and isinstance(k, int)]
+        b = np.broadcast_shapes(*[np.shape(entries[i]) for i in adv]) if adv else ()
+        out = []
+        for i, k in enumerate(entries):
+            if adv and i == adv[0] and adv == list(range(adv[0], adv[-1] + 1)):
+                out += [None] * len(b)
+            if k is None:
+                out.append(None)
+            elif isinstance(k, slice):
+                out.append(spec[dims[i]] if self.kind[dims[i]] != "indexed" else None)
+        if adv and adv != list(range(adv[0], adv[-1] + 1)):
+            out = [None] * len(b) + out
+        assert len(out) == len(self.shape), (out, self.shape)
+        self.out_spec = out
+        self.indexed = [d for d, kd in self.kind.items() if kd == "indexed"]
+        self.rev = [d for d, kd in self.kind.items() if kd == "rev" and spec[d] is not None]
+
+    def local_key(self):
+        """The key on a device's block: whole and reversed dims keep the device's part."""
+        out, d = [], 0
+        for k in self.entries:
+            if k is None:
+                out.append(None)
+                continue
+            kd = self.kind[d]
+            out.append(slice(None) if kd == "whole" else slice(None, None, -1) if kd == "rev" else k)
+            d += 1
+        return tuple(out)
+
+    def sliced_spec(self):
+        """The spec of ``x[idx]``'s slice shape where a scatter's values go (JAX's
+        ``slice_sharding``): the operand's entry on whole dims, None elsewhere."""
+        return self.out_spec
+
+
+def _reverse_blocks(v, spec_entries):
+    for e in spec_entries:
+        a = axes_of(e)
+        name = a if len(a) > 1 else a[0]
+        n = lax.axis_size(name)
+        v = lax.ppermute(v, name, [(i, n - 1 - i) for i in range(n)])
+    return v
+
+
+def _gather(x: ShardedArray, ix: _Index) -> ShardedArray:
+    key = ix.local_key()
+    spec = spec_of(x)
+    rev = [spec[d] for d in ix.rev]
+
+    def body(v):
+        y = v[key]
+        return _reverse_blocks(y, rev) if rev else y
+
+    return run(body, [x], P(*ix.out_spec))
+
+
+def getitem(x: ShardedArray, key, *, out_sharding=None, mode=None, fill_value=None, indices_are_sorted=False,
+            unique_indices=False, wrap_negative_indices=True):
+    """``x[key]`` / ``x.at[key].get(...)`` on a global array (JAX's gather rule)."""
+    check_reduced(x, "getitem")
+    ix = _Index(x, key, "getitem")
+    if out_sharding is None:
+        x2 = free_dims(x, ix.indexed, lambda: _gather_error(x))
+        if x2 is not x:
+            ix = _Index(x2, key, "getitem")
+        return _gather(x2, ix)
+    x2 = with_spec(x, [None if d in ix.indexed else e for d, e in enumerate(spec_of(x))]) if ix.indexed else x
+    res = _gather(x2, _Index(x2, key, "getitem") if x2 is not x else ix)
+    return _plan_reshard(res, _as_sharding(out_sharding, x))
+
+
+def _as_sharding(s, x) -> NamedSharding:
+    if isinstance(s, NamedSharding):
+        return s
+    if isinstance(s, P):
+        return NamedSharding(x.sharding.mesh, s)
+    raise TypeError(f"out_sharding must be a PartitionSpec or NamedSharding, got {s!r}")
+
+
+# -- scatter (.at[].set / add / ...) ------------------------------------------------------------------
+def _values(x: ShardedArray, ix: _Index, values, op: str) -> ShardedArray:
+    """The update values broadcast to the indexed slice, sharded as JAX's ``slice_sharding``."""
+    mesh = x.sharding.mesh
+    spec = P(*ix.sliced_spec())
+    if isinstance(values, ShardedArray):
+        check_reduced(values, op)
+        v = same_mesh([x, values])[1]
+        v = broadcast_to(v, ix.shape, out_sharding=spec)
+        return v if v.dtype == x.dtype else run(lambda a: jnp.astype(a, x.dtype), [v], v.sharding.spec)
+    arr = np.asarray(values)
+    if arr.ndim > len(ix.shape) or any(a not in (1, b) for a, b in zip(arr.shape[::-1], ix.shape[::-1])):
+        raise ValueError(f"[{op}] Incompatible shapes for broadcasting: values of shape {arr.shape} into the "
+                         f"indexed slice of shape {ix.shape}")
+    return device_put(np.broadcast_to(arr.astype(x.dtype), ix.shape), NamedSharding(mesh, spec))
+
+
+def scatter(x: ShardedArray, key, values, how: str, *, out_sharding=None, mode=None, indices_are_sorted=False,
+            unique_indices=False, wrap_negative_indices=True) -> ShardedArray:
+    """``x.at[key].<how>(values)``: how in set, add, subtract, multiply, divide, power, min, max."""
+    op = f".at[].{how}"
+    check_reduced(x, op)
+    if how in ("divide", "power") and out_sharding is not None:
+        # JAX: x / ones_like(x).at[idx].mul(values, out_sharding=...): the division then follows
+        # the elementwise broadcasting rule between x and that factor
+        ones = run(lambda v: jnp.ones_like(v), [x], x.sharding.spec)
+        factor = scatter(ones, key, values, "multiply", out_sharding=out_sharding)
+        return np.divide(x, factor) if how == "divide" else np.power(x, factor)
+    ix = _Index(x, key, op)
+    target = None
+    if out_sharding is not None:
+        target = _as_sharding(out_sharding, x)
+        if ix.indexed:
+            x = with_spec(x, [None if d in ix.indexed else e for d, e in enumerate(spec_of(x))])
+            ix = _Index(x, key, op)
+    vals = _values(x, ix, values, op)
+    if out_sharding is None:
+        x2 = free_dims(x, ix.indexed, lambda: _scatter_error(x, f", updates={type_str(vals)}"))
+        if x2 is not x:
+            x, ix = x2, _Index(x2, key, op)
+            vals = _values(x, ix, values, op)
+    key_local = ix.local_key()
+    spec = spec_of(x)
+    rev = [spec[d] for d in ix.rev]
+
+    def body(xv, vv):
+        if rev:
+            vv = _reverse_blocks(vv, rev)
+        mask = np.zeros(xv.shape, bool)
+        mask[key_local] = True
+        placed = bind(st.SCATTER_ADD, [vv], xv.mesh, key=key_local, local_shape=xv.shape)
+        if how == "add":
+            return xv + placed
+        if how == "subtract":
+            return xv - placed
+        if how == "set":
+            return jnp.where(mask, placed, xv)
+        if how in ("multiply", "divide", "power"):
+            factor = jnp.where(mask, placed, xv.dtype.type(1))
+            return xv * factor if how == "multiply" else xv / factor if how == "divide" else xv ** factor
+        if how in ("min", "max"):
+            best = (np.minimum if how == "min" else np.maximum)(xv, placed)
+            return jnp.where(mask, best, xv)
+        raise ValueError(f"[scatter] unknown update {how!r}")
+
+    res = run(body, [x, vals], x.sharding.spec)
+    return res if target is None else _plan_reshard(res, target)
+
+
+class _IndexUpdateRef:
+    """``x.at[idx]``: get / set / add / subtract / multiply / divide / power / min / max, as JAX's."""
+
+    def __init__(self, array: ShardedArray, index):
+        self.array, self.index = array, index
+
+    def __repr__(self):
+        return f"_IndexUpdateRef({self.array!r}, {self.index!r})"
+
+    def get(self, *, indices_are_sorted=False, unique_indices=False, mode=None, fill_value=None,
+            out_sharding=None, wrap_negative_indices=True):
+        return getitem(self.array, self.index, out_sharding=out_sharding, mode=mode, fill_value=fill_value)
+
+    def _do(how):
+        def method(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None, out_sharding=None,
+                   wrap_negative_indices=True):
+            return scatter(self.array, self.index, values, how, out_sharding=out_sharding, mode=mode)
+
+        method.__name__ = how
+        method.__doc__ = f"Pure equivalent of ``x[idx] {how} values`` (JAX's ``.at[idx].{how}``)."
+        return method
+
+    set = _do("set")
+    add = _do("add")
+    subtract = _do("subtract")
+    multiply = mul = _do("multiply")
+    divide = _do("divide")
+    power = _do("power")
+    min = _do("min")
+    max = _do("max")
+    del _do
+
+
+class _IndexUpdateHelper:
+    __slots__ = ("array",)
+
+    def __init__(self, array):
+        self.array = array
+
+    def __getitem__(self, index):
+        return _IndexUpdateRef(self.array, index)
+
+    def __repr__(self):
+        return f"_IndexUpdateHelper({self.array!r})"
+
+
+# -- take, take_along_axis -----------------------------------------------------------------------------
+def _index_array(x, indices, op, allow_spec=False):
+    if isinstance(indices, ShardedArray):
+        if any(spec_of(indices)) and not allow_spec:
+            raise _gather_error(x, f", indices={type_str(indices)} (index arrays must be replicated)")
+        return indices if allow_spec else np.asarray(indices)
+    arr = np.asarray(indices)
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"[{op}] indices must be integers, got dtype {arr.dtype}")
+    return arr
+
+
+def take(a: ShardedArray, indices, axis=None, out=None, mode=None, unique_indices=False, indices_are_sorted=False,
+         fill_value=None):
+    """``jnp.take``: the taken dim must be unsharded; the index dims are unsharded."""
+    check_reduced(a, "take")
+    if axis is None:
+        a, axis = ravel(a), 0
+    ax = norm_axis(axis, a.ndim, "take")
+    idx = _index_array(a, indices, "take")
+    a = free_dims(a, [ax], lambda: _gather_error(a))
+    spec = spec_of(a)
+    out_spec = spec[:ax] + [None] * idx.ndim + spec[ax + 1:]
+    n = a.shape[ax]
+    if mode == "clip":
+        idx = np.clip(idx, -n, n - 1)
+    elif idx.size and (idx.min() < -n or idx.max() >= n):
+        raise IndexError(f"[take] index out of range for axis {ax} of size {n} (shardlab has no mode='fill'); "
+                         f"pass mode='clip'")
+    idx = np.where(idx < 0, idx + n, idx)
+    return run(lambda v: v[(slice(None),) * ax + (idx,)], [a], P(*out_spec))
+
+
+def take_along_axis(arr: ShardedArray, indices, axis=-1, mode=None, fill_value=None, *, wrap_negative_indices=None):
+    """``jnp.take_along_axis``: the axis must be unsharded in both; other dims of the operand
+    and the index resolve batch-wise (equal, or one unsharded)."""
+    check_reduced(arr, "take_along_axis")
+    x = arr
+    mesh = x.sharding.mesh
+    idx = _index_array(x, indices, "take_along_axis", allow_spec=True)
+    if axis is None:
+        x, axis = ravel(x), 0
+        idx = ravel(idx) if isinstance(idx, ShardedArray) else np.reshape(idx, (-1,))
+    ax = norm_axis(axis, x.ndim, "take_along_axis")
+    if np.ndim(idx) != x.ndim:
+        raise ValueError(f"[take_along_axis] indices and array must have the same number of dimensions; "
+                         f"{np.ndim(idx)} vs {x.ndim}")
+    x = free_dims(x, [ax], lambda: _gather_error(x, f", indices of shape {np.shape(idx)}"))
+    gi = idx if isinstance(idx, ShardedArray) else as_global(idx.astype(np.int32), mesh)
+    check_reduced(gi, "take_along_axis")
+    gi = same_mesh([x, gi])[1]
+    gi = free_dims(gi, [ax], lambda: _gather_error(x, f", indices={type_str(gi)}"))
+    xs, ispec = spec_of(x), spec_of(gi)
+    out = []
+    for d in range(x.ndim):
+        if d == ax:
+            out.append(None)
+        elif xs[d] is not None and ispec[d] is not None and xs[d] != ispec[d]:
+            raise _gather_error(x, f", indices={type_str(gi)}")
+        else:
+            out.append(xs[d] if xs[d] is not None and gi.shape[d] != 1 or ispec[d] is None else ispec[d])
+    xspec = [out[d] if x.shape[d] != 1 else None for d in range(x.ndim)]
+    ispec2 = [out[d] if gi.shape[d] != 1 else None for d in range(x.ndim)]
+    x = with_spec(x, xspec)
+    gi = with_spec(gi, ispec2)
+    n = x.shape[ax]
+
+    def body(v, i):
+        i = jnp.astype(i, np.int32)
+        i = jnp.where(i < 0, i + np.int32(n), i)
+        return jnp.take_along_axis(v, i, ax)
+
+    return run(body, [x, gi], P(*out))
+
+
+def _iterate(x: ShardedArray):
+    """``iter(x)``, as ``jax.Array.__iter__``: a fully replicated array yields its rows (each
+    replicated); a sharded one is read back to the host and each row placed again, replicated
+    (JAX places it on one device; no collective either way)."""
+    if x.ndim == 0:
+        raise TypeError("iteration over a 0-d array")
+    if not any(spec_of(x)) and not x.unreduced:
+        return (getitem(x, i) for i in range(x.shape[0]))
+    value = np.asarray(x)
+    rep = NamedSharding(x.sharding.mesh, P())
+    return (device_put(value[i], rep) for i in range(x.shape[0]))
+
+
+jnp.GLOBAL["getitem"] = getitem
+jnp.GLOBAL[np.take] = take
+jnp.GLOBAL[np.take_along_axis] = take_along_axis
+ShardedArray.__getitem__ = getitem  # registered here, as LocalArray's methods are by the ops layer
+ShardedArray.__iter__ = _iterate
+ShardedArray.at = property(_IndexUpdateHelper, doc="``x.at[idx]``: JAX's functional index updates.")
