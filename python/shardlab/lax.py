@@ -14,3 +14,8 @@ __all__ = ["all_gather", "all_to_all", "axis_index", "axis_size", "broadcast", "
            "pbroadcast", "pcast", "pmax", "pmean", "pmin", "ppermute", "precv", "psend", "pshuffle", "psum", "psum_scatter",
            "pswapaxes", "pvary", "ragged_all_to_all", "reduce", "scatter", "top_k"]
 __all__ += ["cond", "map", "scan", "switch", "while_loop"]
+from ._src.planning.global_numpy import cumlogsumexp, cummax, cummin  # noqa: E402,F401
+from ._src.planning.global_numpy import cumprod_lax as cumprod, cumsum_lax as cumsum  # noqa: E402,F401
+from ._src.planning.sharding_api import with_sharding_constraint  # noqa: E402,F401
+
+__all__ += ["cumlogsumexp", "cummax", "cummin", "cumprod", "cumsum", "with_sharding_constraint"]
