@@ -29,6 +29,7 @@ def _pair(jax, x, spec, shape=(2, 4), types=None):
 
 # -- repr and str --------------------------------------------------------------------------------
 VALUES = [np.arange(32.0, dtype=np.float32).reshape(8, 4), np.arange(8, dtype=np.int32), np.zeros((0, 4), np.float32),
+          np.ones((4, 2), sl.dtypes.bfloat16), np.arange(-4, 4, dtype=np.int8),
           np.array([True, False] * 4), np.float32(3.5), np.linspace(-1e6, 1e6, 64, dtype=np.float32).reshape(8, 8)]
 
 
@@ -115,6 +116,12 @@ def test_placement_queries_match_jax(jax, spec):
             getattr(a, name)
         assert str(ours.value) == str(theirs.value)
     assert (a.weak_type, a.itemsize, a.nbytes, a.size, a.ndim) == (j.weak_type, j.itemsize, j.nbytes, j.size, j.ndim)
+    assert repr(a.aval) == repr(j.aval) and a.device == a.sharding and str(j.device) == str(j.sharding)
+    c, jc = a.copy(), j.copy()
+    assert c is not a and c.sharding == a.sharding and str(jc.sharding) == str(c.sharding)
+    np.testing.assert_array_equal(np.asarray(c), np.asarray(jc))
+    moved = a.to_device(NamedSharding(a.sharding.mesh, P()))
+    assert moved.sharding.spec == P() and np.array_equal(np.asarray(moved), np.asarray(a))
 
 
 # -- isinstance(x, shardlab.Array) ------------------------------------------------------------------

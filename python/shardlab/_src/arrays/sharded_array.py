@@ -227,6 +227,24 @@ class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
         """True: an array placed with a sharding is committed to its devices."""
         return True
 
+    @property
+    def device(self):
+        """As ``jax.Array.device`` for an array on several devices: its sharding."""
+        return self.sharding
+
+    def to_device(self, device, *, stream=None):
+        """``device_put(self, device)`` (``jax.Array.to_device``)."""
+        if stream is not None:
+            raise NotImplementedError("stream argument of array.to_device()")
+        return device_put(self, device)
+
+    def copy(self) -> "ShardedArray":
+        """A copy with the same sharding, its spec padded to the rank as an op's output is in JAX
+        (each device copies its own shard; nothing moves)."""
+        storage = self._storage if is_abstract(self._storage) else np.array(self._storage)
+        return ShardedArray(storage, self.sharding.update(spec=self.sharding.spec.padded(self.ndim)), self.shape,
+                            self.unreduced)
+
     def devices(self) -> set:
         """The devices that hold the array."""
         return self.sharding.device_set

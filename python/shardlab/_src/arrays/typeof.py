@@ -175,3 +175,6 @@ def typeof(x) -> ShapedArray:
     if isinstance(x, str):  # JAX words this one without quotes around the type
         raise TypeError(f"Argument '{x}' of type {type(x)} is not a valid JAX type")
     raise TypeError(f"Argument '{x}' of type '{type(x)}' is not a valid JAX type")
+
+
+ShardedArray.aval = property(typeof, doc="The array's type, ``typeof(x)`` (``jax.Array.aval``).")
