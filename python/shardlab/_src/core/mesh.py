@@ -183,9 +183,15 @@ class Mesh:
         hardware: optional preset name (e.g. "tpu-v5e") or Hardware for cost estimates.
         physical_axes: optional map from mesh axis to physical links (see shardlab.hardware).
 
-    An *abstract* mesh (``make_mesh(..., abstract=True)``) has the same axes and hardware but
-    holds no data: programs on it run shape-only (see ``shardlab.eval_shape``), so a mesh of
-    thousands of devices costs nothing until its ``devices`` are asked for.
+    ``axis_types`` (one ``AxisType`` per axis) defaults to ``Auto``, as ``jax.sharding.Mesh``;
+    ``make_mesh`` defaults to ``Explicit``. ``repr`` and ``str`` are JAX's
+    (``Mesh(axis_sizes=(2, 4), axis_names=('data', 'model'), axis_types=(Auto, Auto))`` and
+    ``Mesh('data': 2, 'model': 4, axis_types=(Auto, Auto))``), with the hardware preset after.
+
+    An *abstract* mesh (``AbstractMesh``, ``make_mesh(..., abstract=True)``, ``mesh.abstract_mesh``)
+    has the same axes and hardware but holds no data: programs on it run shape-only (see
+    ``shardlab.eval_shape``), so a mesh of thousands of devices costs nothing until its
+    ``devices`` are asked for.
 
     Example:
         >>> import numpy as np, shardlab as sl
