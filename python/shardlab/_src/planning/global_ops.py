@@ -227,6 +227,7 @@ def reshard(x: ShardedArray, sharding, *, unreduced=()) -> ShardedArray:
 _PY_SCALARS = (bool, int, float, complex)
 _SHARDINGS: dict = {}  # (mesh, dims) -> NamedSharding: one per distinct output type
 _PLANS: dict = {}      # (subscripts, operand types, mesh, out dims) -> Plan
+_RULES_SEEN: dict = {}  # (op, operand types) -> (output dims, mesh, output shape): the rule runs once per type
 
 
 def _sharding(mesh, dims) -> NamedSharding:
@@ -239,8 +240,18 @@ def _sharding(mesh, dims) -> NamedSharding:
     return sh
 
 
+_DIMS: dict = {}  # (spec, rank) -> per-dim axes
+
+
 def _dims(x: ShardedArray) -> tuple:
-    return tuple(x.sharding.spec.normalized(x.ndim))
+    spec = x.sharding.spec
+    key = (spec, x.ndim)
+    d = _DIMS.get(key)
+    if d is None:
+        if len(_DIMS) > 4096:
+            _DIMS.clear()
+        d = _DIMS[key] = tuple(spec.normalized(x.ndim))
+    return d
 
 
 def _reduced(x: ShardedArray) -> ShardedArray:
@@ -318,14 +329,23 @@ def elementwise(ufunc, inputs, kwargs):
         return global_fallback(ufunc, name, inputs, {})
     inputs = [_reduced(x) if isinstance(x, ShardedArray) else x for x in inputs]
     infos = [_operand_info(x, name) for x in inputs]
-    ops = [o for _, o in infos if o is not None]
-    out_dims = R.broadcast(name, ops)
-    mesh = R.common_mesh(name, ops)
+    key = (name, tuple(infos))
+    hit = _RULES_SEEN.get(key)
+    if hit is None:
+        ops = [o for _, o in infos if o is not None]
+        out_dims = R.broadcast(name, ops)
+        mesh = R.common_mesh(name, ops)
+        r = len(out_dims)
+        out_shape = R.broadcast_shape(name, [(1,) * (r - len(o.shape)) + tuple(o.shape) for o in ops])
+        out_dims = _dedupe_auto(out_dims, mesh)
+        if len(_RULES_SEEN) > 4096:
+            _RULES_SEEN.clear()
+        hit = _RULES_SEEN[key] = (out_dims, mesh, out_shape)
+    out_dims, mesh, out_shape = hit
     r = len(out_dims)
-    out_shape = R.broadcast_shape(name, [(1,) * (r - len(o.shape)) + tuple(o.shape) for o in ops])
-    out_dims = _dedupe_auto(out_dims, mesh)
-    inputs = [_fit(x, out_dims, name) if isinstance(x, ShardedArray) else x for x in inputs]
-    infos = [_operand_info(x, name) for x in inputs]
+    if R.auto_axes(mesh):
+        inputs = [_fit(x, out_dims, name) if isinstance(x, ShardedArray) else x for x in inputs]
+        infos = [_operand_info(x, name) for x in inputs]
     slow = bool(CTX.tapes) or mesh.abstract or any(k == "tracked" for k, _ in infos) or \
         any(isinstance(x, ShardedArray) and x.is_abstract for x in inputs)
     if slow:

@@ -96,10 +96,19 @@ def common_mesh(op: str, operands) -> object:
     return mesh
 
 
+_AUTO: dict = {}
+
+
 def auto_axes(mesh) -> frozenset:
     """Mesh axes of type Auto (propagation decides their sharding)."""
-    types = getattr(mesh, "axis_types", None) or ()
-    return frozenset(n for n, t in zip(mesh.axis_names, types) if t == AxisType.Auto)
+    hit = _AUTO.get(mesh)
+    if hit is None:
+        types = getattr(mesh, "axis_types", None) or ()
+        hit = frozenset(n for n, t in zip(mesh.axis_names, types) if t == AxisType.Auto)
+        if len(_AUTO) > 256:
+            _AUTO.clear()
+        _AUTO[mesh] = hit
+    return hit
 
 
 # -- legality ----------------------------------------------------------------------------------
