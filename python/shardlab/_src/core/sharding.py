@@ -32,6 +32,9 @@ def _unconstrained():
     return PartitionSpec.UNCONSTRAINED
 
 
+_NO_AXES: frozenset = frozenset()
+
+
 def _axis_set(value, name: str) -> frozenset:
     if isinstance(value, frozenset):
         out = value
@@ -73,17 +76,23 @@ class PartitionSpec(tuple):
 
     UNCONSTRAINED = _Unconstrained()
 
-    def __new__(cls, *entries, unreduced=frozenset(), reduced=frozenset()):
-        entries = tuple(_canonical_entry(e) for e in entries)
+    def __new__(cls, *entries, unreduced=_NO_AXES, reduced=_NO_AXES):
         for e in entries:
-            ok = e is None or isinstance(e, str) or e is cls.UNCONSTRAINED or (
-                isinstance(e, tuple) and all(isinstance(n, str) for n in e))
-            if not ok:
-                raise TypeError(f"[PartitionSpec] entries must be None, an axis name or a tuple of "
-                                f"names, got {e!r}")
+            if e is not None and type(e) is not str:  # the common case (names, None) needs no work
+                entries = tuple(_canonical_entry(e) for e in entries)
+                for e in entries:
+                    ok = e is None or isinstance(e, str) or e is cls.UNCONSTRAINED or (
+                        isinstance(e, tuple) and all(isinstance(n, str) for n in e))
+                    if not ok:
+                        raise TypeError(f"[PartitionSpec] entries must be None, an axis name or a tuple of "
+                                        f"names, got {e!r}")
+                break
+        self = super().__new__(cls, entries)
+        if unreduced is _NO_AXES and reduced is _NO_AXES:
+            self.unreduced = self.reduced = _NO_AXES
+            return self
         unreduced = _axis_set(unreduced, "unreduced")
         reduced = _axis_set(reduced, "reduced")
-        self = super().__new__(cls, entries)
         if unreduced or reduced:
             if unreduced & reduced:
                 raise ValueError(f"`unreduced` and `reduced` argument to PartitionSpec cannot overlap. "
