@@ -206,6 +206,14 @@ def test_where_and_clip(s1, s2):
     check(lambda m, a, lo: m.clip(a, lo, 1.0), (A, s1), (A[0] * 0, ()))
 
 
+def test_where_with_host_operands():
+    check(lambda m, c, a: m.where(c > 0, a, A), (A, ("X", None)), (A * 3, ("X", None)))
+    check(lambda m, c, a: m.where(A > 0, a, a * 2), (A, ("X", None)), (A * 3, (None, "Y")))
+    check(lambda m, c: m.where(c > 0, A, A * 2), (A, ("X", None)))
+    check(lambda m, a: m.where(True, a, A), (A, ("X", None)))
+    check(lambda m, c, a: m.where(c > 0, a, A[0]), (A, ("X", None)), (A * 3, ("X", None)))
+
+
 @pytest.mark.parametrize("spec", SPECS)
 def test_sort_and_argsort(spec):
     for axis in (0, 1, None):
@@ -388,3 +396,18 @@ def test_with_sharding_constraint():
     assert [o.sharding.spec for o in out] == [P(None, "Y")] * 2
     assert len(ledger.events) >= 2  # one reshard per leaf, each with its collectives
     np.testing.assert_array_equal(np.asarray(out[0]), A)
+
+
+def test_auto_axes_mesh_gathers_what_explicit_mode_refuses():
+    mesh = sl.make_mesh((2, 4), ("X", "Y"), (AxisType.Auto,) * 2)
+    jmesh = jax.make_mesh((2, 4), ("X", "Y"), (jax.sharding.AxisType.Auto,) * 2)
+    x = sl.device_put(A, sl.NamedSharding(mesh, P("X", "Y")))
+    jx = jax.device_put(A, JNS(jmesh, JP("X", "Y")))
+    with sl.Ledger() as ledger:
+        ours = x[0]
+    with jax.set_mesh(jmesh):
+        theirs = jx[0]
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+    assert _norm(ours.sharding.spec, 1) == _norm(theirs.sharding.spec, 1) == ["Y"]  # the layout JAX's compiler keeps
+    assert [(e["op"], tuple(e["axes"])) for e in ledger.events] == [("all_gather", ("X",))]
+    np.testing.assert_array_equal(np.asarray(snp.cumsum(x, axis=0)), np.cumsum(A, axis=0))

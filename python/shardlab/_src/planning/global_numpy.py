@@ -335,8 +335,8 @@ def cumulative(kind: str, x: ShardedArray, axis, *, reverse=False, dtype=None, f
     x = free_dims(x, [ax], lambda: ShardingTypeError(
         f"[{kind}] Input should be unsharded over the axis being reduced. Got input type={type_str(x)} and "
         f"axis={ax}; reshard that dim to None first (shardlab.reshard)"))
-    if dtype is None and kind in ("cumsum", "cumprod") and x.dtype.kind in "biu":
-        dtype = _dt.default_int_dtype() if x.dtype.kind != "u" else np.uint32
+    if dtype is None and kind in ("cumsum", "cumprod") and x.dtype.kind == "b":
+        dtype = _dt.default_int_dtype()  # JAX: booleans count in int32; other integers keep their dtype
     local = _cum_local(kind)
 
     def body(v):
@@ -833,29 +833,38 @@ def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
     dt = _dt.result_type(*[o.dtype if isinstance(o, ShardedArray) else o for o in (x, y)])
     group = (0, 1, 2) if np.ndim(condition) != 0 else (1, 2)
     arrs = [g[i] if g[i] is not None else as_global(np.asarray(ops[i], dt if i else bool), mesh) for i in range(3)]
+    # Host data (numpy arrays, scalars) are constants without a mesh in JAX's jitted where: they
+    # take no part in the select rule and are laid out as the result, unless operands of
+    # different shapes were broadcast (JAX gives each the broadcast sharding).
+    host = [not isinstance(o, ShardedArray) for o in ops]
     shapes = [arrs[i].shape for i in group]
     if any(s != shapes[0] for s in shapes):
         shape = np.broadcast_shapes(*shapes)
         spec = broadcast_shardings([arrs[i] for i in group])
         for i in group:
             arrs[i] = broadcast_to(arrs[i], shape, out_sharding=P(*spec))
+            host[i] = False
     for a in arrs:
         check_reduced(a, "where")
     arrs = same_mesh(arrs)
-    c, xv, yv = arrs
-    if spec_of(xv) != spec_of(yv):
+    cases = [arrs[i] for i in (1, 2) if not host[i]]
+    if len(cases) == 2 and spec_of(cases[0]) != spec_of(cases[1]):
         raise ShardingTypeError(f"[where] select cases must have the same shardings, got "
-                                f"[{sharding_str(xv)}, {sharding_str(yv)}]; reshard them to one sharding first")
-    if c.ndim and spec_of(c) != spec_of(xv):
+                                f"[{sharding_str(cases[0])}, {sharding_str(cases[1])}]; reshard them to one "
+                                f"sharding first (shardlab.reshard)")
+    spec = spec_of(cases[0]) if cases else [None] * arrs[1].ndim
+    c = arrs[0]
+    if cases and not host[0] and c.ndim and spec_of(c) != spec:
         raise ShardingTypeError(f"[where] select `which` must be scalar or have the same sharding as cases, got "
-                                f"`which` sharding {sharding_str(c)} but case sharding {sharding_str(xv)}")
+                                f"`which` sharding {sharding_str(c)} but case sharding {sharding_str(cases[0])}")
+    c, xv, yv = [with_spec(a, spec) if a.ndim else a for a in arrs]
 
     def body(cv, a, b):
         if cv.dtype != np.bool_:
             cv = cv != 0
         return jnp.where(cv, jnp.astype(a, dt), jnp.astype(b, dt))
 
-    return run(body, [c, xv, yv], xv.sharding.spec)
+    return run(body, [c, xv, yv], P(*spec))
 
 
 def clip(arr=None, /, min=None, max=None, *, a_min=None, a_max=None):  # noqa: A002
