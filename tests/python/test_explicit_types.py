@@ -126,6 +126,16 @@ def test_get_abstract_mesh_follows_set_mesh_use_abstract_mesh_and_shard_map():
 
 
 @jaxmark
+def test_sharding_get_mesh_is_jax_s_empty_mesh_when_none_is_set(jax):
+    ours, theirs = sl.sharding.get_mesh(), jax.sharding.get_mesh()
+    assert repr(ours) == repr(theirs) and str(ours) == str(theirs) and ours.empty and theirs.empty
+    assert sl.get_mesh() is None  # shardlab's top-level get_mesh (JAX has none) keeps None
+    mesh = sl.make_mesh((2,), ("x",))
+    with sl.set_mesh(mesh):
+        assert sl.sharding.get_mesh() is mesh and not mesh.empty
+
+
+@jaxmark
 def test_with_mesh_is_deprecated_and_sets_no_context_mesh_as_in_jax(jax):
     ours, theirs = sl.make_mesh((2, 4), ("X", "Y")), jax.make_mesh((2, 4), ("X", "Y"))
     for lib, mesh, put in ((sl, ours, sl.device_put), (jax, theirs, jax.device_put)):

@@ -274,7 +274,9 @@ class Mesh:
 
     @property
     def empty(self) -> bool:
-        return False
+        """True for JAX's empty mesh ``Mesh()`` (no axes, no devices: what
+        ``sharding.get_mesh()`` gives when no mesh is set)."""
+        return self.size == 0
 
     def axis_size(self, name: str) -> int:
         if name not in self.shape:
@@ -564,6 +566,18 @@ def get_mesh() -> Mesh | None:
     return CTX.global_mesh
 
 
+def context_mesh() -> Mesh:
+    """``jax.sharding.get_mesh()``: the mesh set by ``set_mesh``, else the empty ``Mesh()``
+    (``.empty`` is True). ``shardlab.get_mesh()`` gives None there instead.
+
+    Example:
+        >>> import shardlab as sl
+        >>> sl.sharding.get_mesh(), sl.sharding.get_mesh().empty
+        (Mesh(axis_sizes=(), axis_names=()), True)
+    """
+    return CTX.global_mesh if CTX.global_mesh is not None else EMPTY_MESH
+
+
 def legacy_mesh() -> Mesh | None:
     """The innermost ``with mesh:`` mesh (JAX's legacy resource env), else the set_mesh mesh:
     what a bare PartitionSpec in ``lax.with_sharding_constraint`` resolves against."""
@@ -675,3 +689,8 @@ class use_abstract_mesh:
 # It records no ledger events: it is not a mesh the user made.
 UNIT_MESH = Mesh(_RowMajor(()), ())
 UNIT_MESH.records = False
+
+# JAX's empty mesh, ``Mesh()``: no axes and size 0 (``sharding.get_mesh()`` with no mesh set).
+EMPTY_MESH = Mesh(_RowMajor(()), ())
+EMPTY_MESH.size = 0
+EMPTY_MESH.records = False
