@@ -220,7 +220,8 @@ def plan_stages(num_layers: int, mesh_shape: Sequence[int], stage_cost: StageCos
             f"plan_stages: no feasible slicing of {num_layers} layers onto the {n_hosts}x{per_host} "
             f"mesh ({devices} devices)"
             + (f" in {num_stages} stages" if num_stages else "")
-            + f": stage_cost refused {refused} of the (layers, sub-mesh) candidates (memory_ok "
+            + f": stage_cost refused {refused} of the {num_layers * (num_layers + 1) // 2 * len(shapes)} "
+            "(layers, sub-mesh) candidates (memory_ok "
             f"False or infinite time) and the rest cannot cover all {devices} devices. Allow more "
             "sub-mesh shapes, more stages or more memory.")
     # backtrack at the best t_max
