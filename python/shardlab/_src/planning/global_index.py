@@ -43,8 +43,9 @@ from ..ops import lax
 from ..ops import numpy as jnp
 from ..primitives import structural as st
 from ..primitives.primitive import bind
-from .global_numpy import (as_global, axes_of, broadcast_to, check_reduced, free_dims, norm_axis, ravel, run, same_mesh,
-                           spec_of, type_str, with_spec)
+from .global_common import (as_global, axes_of, check_reduced, free_dims, norm_axis, run, same_mesh, spec_of, type_str,
+                            with_spec)
+from .global_shapes import broadcast_to, ravel
 from .global_ops import reshard as _plan_reshard
 
 

@@ -37,7 +37,7 @@ from ..arrays.sharded_array import ShardedArray, device_put
 from ..core import tree
 from ..core.mesh import AxisType, Mesh, get_mesh, set_mesh
 from ..core.sharding import NamedSharding, P
-from .global_numpy import axes_of, entry, spec_of
+from .global_common import axes_of, entry, spec_of
 from .global_ops import reshard as _plan_reshard
 
 
