@@ -44,6 +44,14 @@ def test_repr_is_jax_s_followed_by_the_sharding_and_str_is_jax_s(jax, i):
     assert str(a.sharding) == str(j.sharding)  # the sharding part reads as JAX prints it
 
 
+@jaxmark
+@pytest.mark.parametrize("value", [3.5, 2, True, np.float32(1.5)], ids=repr)
+def test_a_placed_python_scalar_is_weakly_typed_as_in_jax(jax, value):
+    a, j = _pair(jax, value, P())
+    assert a.weak_type == j.weak_type and repr(a) == f"{repr(j)[:-1]}, sharding={a.sharding})"
+    assert str(sl.typeof(a)) == str(jax.typeof(j))
+
+
 def test_abstract_arrays_keep_a_shape_dtype_struct_repr():
     m = sl.make_mesh((4,), ("x",), abstract=True)
     seen = []

@@ -136,10 +136,13 @@ class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
     # -- jax.Array behaviour -------------------------------------------------------------------
     __hash__ = None  # jax.Array is unhashable: hash() raises TypeError
 
+    _weak_type = False
+
     @property
     def weak_type(self) -> bool:
-        """False: a placed array has a strong dtype (JAX's weak types come from Python scalars)."""
-        return False
+        """Whether the dtype is weak, as JAX's: True for a Python scalar placed with
+        ``device_put`` (it then promotes as the scalar would), False otherwise."""
+        return self._weak_type
 
     @property
     def itemsize(self) -> int:
@@ -316,7 +319,7 @@ class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
         shows its shape and sharding only (as JAX); an abstract one as a ShapeDtypeStruct."""
         if is_abstract(self._storage):
             return f"ShapeDtypeStruct(shape={self.shape}, dtype={self.dtype}, sharding={self.sharding!r})"
-        dtype_str = f"dtype={self.dtype.name}"
+        dtype_str = f"dtype={self.dtype.name}" + (", weak_type=True" if self._weak_type else "")
         if self.unreduced:
             return f"Array(shape={self.shape}, {dtype_str}, sharding={self.sharding})"
         prefix = "Array("
@@ -579,7 +582,10 @@ def _put(x, device):
         partial = np.zeros(shape, storage.dtype)
         partial[tuple(slice(0, 1) if a in unreduced else slice(None) for a in mesh.axis_names)] = storage
         storage = partial
-    return ShardedArray(storage, sharding, arr.shape)
+    out = ShardedArray(storage, sharding, arr.shape)
+    if type(x) in (int, float, complex):  # JAX's weak type: a Python scalar keeps promoting as one
+        out._weak_type = True
+    return out
 
 
 def device_get(x):

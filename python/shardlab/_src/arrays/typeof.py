@@ -156,7 +156,7 @@ def typeof(x) -> ShapedArray:
     if isinstance(x, ShardedArray):
         mesh = x.sharding.mesh.abstract_mesh
         spec = _type_spec(x.sharding.spec, x.sharding.mesh, x.ndim)
-        return ShapedArray(x.shape, x.dtype, False, NamedSharding(mesh, spec))
+        return ShapedArray(x.shape, x.dtype, x.weak_type, NamedSharding(mesh, spec))
     if isinstance(x, LocalArray):
         m = manual_view(x.mesh)
         return ShapedArray(x.shape, x.dtype, False, NamedSharding(m, PartitionSpec(*[None] * x.ndim)),
