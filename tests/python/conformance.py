@@ -31,6 +31,7 @@ import pickle
 import re
 import signal
 import subprocess
+import symtable
 import sys
 import tempfile
 import time
@@ -143,16 +144,6 @@ def strip_magics(source):
     return "\n".join(out) + "\n", note
 
 
-def split_last_expression(source, filename):
-    """(code for the body, code for the last expression or None), compiled."""
-    tree = ast.parse(source, filename)
-    last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = ast.Expression(tree.body.pop().value)
-    body = compile(tree, filename, "exec")
-    return body, (compile(last, filename, "eval") if last is not None else None)
-
-
 # --------------------------------------------------------------------------------------------
 # Values as plain data (numpy arrays, str, tuples), the same for both runs.
 # --------------------------------------------------------------------------------------------
@@ -202,18 +193,20 @@ def _mesh_plain(mesh):
 def _array_plain(obj):
     dtype = str(getattr(obj, "dtype", "?"))
     shape = tuple(int(s) for s in obj.shape)
-    spec = None
+    spec = mesh = None
+    host = isinstance(obj, __import__("numpy").ndarray)  # a numpy array (not an Array) in that run
     sharding = getattr(obj, "sharding", None) if not isinstance(obj, __import__("numpy").ndarray) else None
     if sharding is not None and getattr(sharding, "spec", None) is not None:
         try:
             spec = _normal_spec(_spec_tuple(sharding.spec))
+            mesh = _mesh_plain(sharding.mesh)
         except Exception:
-            spec = None
+            spec = mesh = None
     import numpy as np
     try:
         data = np.asarray(obj)
     except Exception as e:  # key arrays, abstract values
-        return ("array", dtype, shape, ("unreadable", type(e).__name__), spec)
+        return ("array", dtype, shape, ("unreadable", type(e).__name__), spec, mesh, host)
     if data.dtype == object:  # e.g. np.array(jax.devices()): the elements as plain data
         flat = data.reshape(-1)
         return ("objarray", shape, tuple(to_plain(x, 5 - 1) if k < 64 else SKIP for k, x in enumerate(flat[:64])))
@@ -223,8 +216,8 @@ def _array_plain(obj):
         as64 = flat.astype(np.float64) if data.dtype.kind in "biuf" or str(data.dtype) == "bfloat16" else None
         summary = (("summary", float(as64.sum()), float((as64 * as64).sum()), np.array(flat[::step]))
                    if as64 is not None else ("summary-opaque",))
-        return ("array", dtype, shape, summary, spec)
-    return ("array", dtype, shape, np.array(data), spec)
+        return ("array", dtype, shape, summary, spec, mesh, host)
+    return ("array", dtype, shape, np.array(data), spec, mesh, host)
 
 
 def to_plain(obj, depth=0):
@@ -238,9 +231,10 @@ def to_plain(obj, depth=0):
         return SKIP  # strings are compared through what a cell prints
     if isinstance(obj, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
                         type(print), io.IOBase)) or callable(obj) and not hasattr(obj, "shape"):
-        if isinstance(obj, type) or type(obj).__name__ == "_ScalarMeta":
-            try:
-                return ("dtype", str(np.dtype(obj)))
+        if (isinstance(obj, type) and issubclass(obj, np.generic)) or type(obj).__name__ == "_ScalarMeta" or (
+                isinstance(obj, type) and isinstance(getattr(obj, "dtype", None), np.dtype)):
+            try:  # a scalar type (np.float32, jnp.float32): its dtype
+                return ("dtype", str(np.dtype(getattr(obj, "dtype", obj))))
             except Exception:
                 return SKIP
         return SKIP
@@ -315,16 +309,28 @@ def _install_shims():
         pass
 
 
-def run_worker(mode, doc_path, out_path, only=None):
+def run_worker(mode, doc_path, out_path, only=None, jax_records=None):
+    """Runs one document's cells in order in one namespace, writing one pickled record per cell.
+
+    With ``jax_records`` (the shardlab run, after the JAX run), a cell that raises where JAX ran it
+    runs its remaining top-level statements anyway, and then the names JAX's run bound in it are
+    set to JAX's values (converted to shardlab objects, see from_plain), so that later cells meet
+    the state the document expects. Cells that then read such a name are recorded with
+    ``uses_repaired`` (the comparison charges them to the cell that failed first) and their own
+    result tells what would fail next once that cell is fixed."""
     doc = json.loads(pathlib.Path(doc_path).read_text())
     _install_shims()
     if mode == "jax":
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    jrecs = {}
+    if jax_records:
+        with open(jax_records, "rb") as f:
+            jrecs = {r["id"]: r for r in pickle.load(f)}
     ns = {"__name__": "__main__", "__builtins__": __builtins__}
     if doc.get("prelude"):  # the imports a book chapter's prose assumes (see the README)
         prelude = doc["prelude"] if mode == "jax" else rewrite_imports(doc["prelude"])
         exec(compile(prelude, f"<{doc['name']} prelude>", "exec"), ns)
-    seen = {}
+    seen, repaired = {}, {}  # repaired: name -> id of the cell whose JAX value it holds
     signal.signal(signal.SIGALRM, _on_alarm)
     with open(out_path, "wb") as out:
         for cell in doc["cells"]:
@@ -332,7 +338,7 @@ def run_worker(mode, doc_path, out_path, only=None):
             if cell.get("skip") or (only is not None and cell["id"] not in only):
                 rec["status"] = "skipped"
                 rec["reason"] = cell.get("skip") or "not selected"
-                pickle.dump(rec, out); out.flush()
+                _dump(rec, out)
                 continue
             source = cell["source"]
             for a, b in cell.get("edits", ()):
@@ -340,31 +346,59 @@ def run_worker(mode, doc_path, out_path, only=None):
             src, note = strip_magics(source)
             if src is None:
                 rec.update(status="skipped", reason=note)
-                pickle.dump(rec, out); out.flush()
+                _dump(rec, out)
                 continue
             rec["timeit"] = note == "timeit"
             if mode == "shardlab":
                 src = rewrite_imports(src)
             filename = f"<{doc['name']} cell {cell['id']}>"
+            jrec = jrecs.get(cell["id"])
+            recover = jrec is not None and jrec["status"] == "ok"
             buf = io.StringIO()
             t0 = time.perf_counter()
             try:
-                body, last = split_last_expression(src, filename)
-                signal.alarm(int(cell.get("timeout", CELL_TIMEOUT_S)))
-                with contextlib.redirect_stdout(buf):
-                    exec(body, ns)
-                    value = eval(last, ns) if last is not None else SKIP
-                signal.alarm(0)
-                if value is not SKIP:
-                    rec["last"] = _safe_plain(value)
-            except CellTimeout:
-                rec["status"] = "timeout"
-            except BaseException as e:  # noqa: BLE001 - every outcome is data here
-                signal.alarm(0)
-                if isinstance(e, KeyboardInterrupt):
-                    raise
+                statements = split_statements(src, filename)
+            except SyntaxError as e:
+                statements = None
                 rec["status"] = "raised"
                 rec["exc"] = _exc_record(e, e.__traceback__, filename)
+            used = {}  # repaired names (from earlier cells) read up to the cell's first failing statement
+            before = set(repaired)
+            if statements is not None:
+                signal.alarm(int(cell.get("timeout", CELL_TIMEOUT_S)))
+                try:
+                    with contextlib.redirect_stdout(buf):
+                        for code, loads, stores, is_last in statements:
+                            reads = {n: repaired[n] for n in loads if n in repaired}
+                            if rec["status"] == "ok":
+                                used.update((n, c) for n, c in reads.items() if n in before)
+                            try:
+                                if is_last:
+                                    value = eval(code, ns)
+                                    if value is not None:
+                                        rec["last"] = _safe_plain(value)
+                                else:
+                                    exec(code, ns)
+                            except (CellTimeout, KeyboardInterrupt):
+                                raise
+                            except BaseException as e:  # noqa: BLE001 - every outcome is data here
+                                if rec["status"] == "ok":
+                                    rec["status"] = "raised"
+                                    rec["exc"] = _exc_record(e, e.__traceback__, filename)
+                                if not recover:
+                                    break
+                                continue
+                            for n in stores:  # made from repaired values: repaired too
+                                if reads:
+                                    repaired[n] = min(reads.values())
+                                else:
+                                    repaired.pop(n, None)
+                except CellTimeout:
+                    rec["status"] = "timeout"
+                finally:
+                    signal.alarm(0)
+            if used:
+                rec["uses_repaired"] = used
             rec["seconds"] = time.perf_counter() - t0
             rec["stdout"] = buf.getvalue()[-20000:]
             for name, val in list(ns.items()):
@@ -374,7 +408,117 @@ def run_worker(mode, doc_path, out_path, only=None):
                 plain = _safe_plain(val)
                 if plain is not SKIP:
                     rec["values"][name] = plain
+            if recover and rec["status"] != "ok":
+                rec["injected"] = _inject(jrec["values"], ns, seen)
+                for name in rec["injected"]:
+                    repaired[name] = cell["id"]
             _dump(rec, out)
+
+
+def _names(node):
+    """(global names a statement reads, names it binds), from its symbol table: a function's
+    parameters and locals are not reads of the namespace."""
+    table = symtable.symtable(ast.unparse(node), "<statement>", "exec")
+    loads, stores = set(), set()
+    for sym in table.get_symbols():
+        if sym.is_referenced():
+            loads.add(sym.get_name())
+        if sym.is_assigned() or sym.is_imported() or sym.is_namespace():
+            stores.add(sym.get_name())
+    todo = list(table.get_children())
+    while todo:
+        t = todo.pop()
+        todo += t.get_children()
+        for sym in t.get_symbols():
+            if sym.is_referenced() and sym.is_global():
+                loads.add(sym.get_name())
+    return loads, stores
+
+
+def split_statements(source, filename):
+    """[(compiled statement, names it reads, names it binds)] for the cell's top-level statements;
+    the last one, an expression, is compiled for eval (its value is the cell's value)."""
+    tree = ast.parse(source, filename)
+    out = []
+    for k, st in enumerate(tree.body):
+        loads, stores = _names(st)
+        if k == len(tree.body) - 1 and isinstance(st, ast.Expr):
+            code = compile(ast.Expression(st.value), filename, "eval")
+        else:
+            code = compile(ast.Module([st], type_ignores=[]), filename, "exec")
+        out.append((code, loads, stores, isinstance(st, ast.Expr) and k == len(tree.body) - 1))
+    return out
+
+
+def _inject(values, ns, seen):
+    """Sets the names of JAX's record to shardlab versions of its values; returns those set."""
+    try:
+        import shardlab as sl
+    except Exception:
+        return []
+    done = []
+    for name, plain in values.items():
+        try:
+            obj = from_plain(plain, sl)
+        except Exception:
+            obj = None
+        if obj is not None:
+            ns[name] = seen[name] = obj
+            done.append(name)
+    return sorted(done)
+
+
+def from_plain(plain, sl):
+    """A shardlab object for a plain value of the JAX run (None when there is none to make)."""
+    import numpy as np
+    if plain is None or isinstance(plain, (bool, int, float, complex)):
+        return plain
+    if not isinstance(plain, tuple) or not plain:
+        return None
+    kind = plain[0]
+    if kind == "array":
+        data = plain[3]
+        if not isinstance(data, np.ndarray):
+            return None
+        try:  # unpickled arrays carry a copy of their dtype, not numpy's own instance
+            data = data.view(np.dtype(data.dtype.name))
+        except TypeError:
+            pass
+        spec, mesh = plain[4], plain[5] if len(plain) > 5 else None
+        if len(plain) > 6 and plain[6]:
+            return data  # numpy in the JAX run too
+        if spec is not None and mesh is not None:
+            m = _mesh_from_plain(mesh, sl)
+            return sl.device_put(data, sl.NamedSharding(m, sl.P(*spec)))
+        return sl.numpy.asarray(data)
+    if kind == "scalar":
+        return np.dtype(plain[1]).type(plain[2])
+    if kind == "dtype":
+        return np.dtype(plain[1])
+    if kind == "P":
+        return sl.P(*plain[1])
+    if kind == "Mesh":
+        return _mesh_from_plain(plain, sl)
+    if kind == "NamedSharding":
+        return sl.NamedSharding(_mesh_from_plain(plain[1], sl), sl.P(*plain[2]))
+    if kind == "Device":
+        return sl.devices()[plain[1]]
+    if kind == "seq":
+        items = [from_plain(x, sl) for x in plain[1]]
+        return None if any(x is None and y is not None for x, y in zip(items, plain[1])) else tuple(items)
+    if kind == "dict":
+        items = {k: from_plain(v, sl) for k, v in plain[1]}
+        return None if any(v is None for v in items.values()) else items
+    return None
+
+
+def _mesh_from_plain(plain, sl):
+    _, names, sizes, types_ = plain
+    try:
+        at = sl.sharding.AxisType
+        return sl.make_mesh(tuple(sizes), tuple(names), tuple(getattr(at, t) for t in types_))
+    except Exception:
+        return sl.make_mesh(tuple(sizes), tuple(names))
 
 
 def _dump(rec, out):
@@ -429,14 +573,18 @@ def _worker_env(mode):
     return env
 
 
-def run_document(doc_path, mode, only=None, timeout=DOC_TIMEOUT_S):
-    """The records of one run (a list of dicts, one per cell in order)."""
+def run_document(doc_path, mode, only=None, timeout=DOC_TIMEOUT_S, jax_records=None):
+    """The records of one run (a list of dicts, one per cell in order). The shardlab run given the
+    JAX run's records repairs its state after a failing cell (see run_worker)."""
     doc = json.loads(pathlib.Path(doc_path).read_text())
     with tempfile.TemporaryDirectory() as tmp:
         out = pathlib.Path(tmp) / "records.pkl"
         cmd = [sys.executable, str(pathlib.Path(__file__).resolve()), "--worker", mode, str(doc_path), str(out)]
         if only is not None:
             cmd += ["--only", ",".join(map(str, sorted(only)))]
+        if jax_records is not None:
+            (pathlib.Path(tmp) / "jax.pkl").write_bytes(pickle.dumps(jax_records))
+            cmd += ["--jax-records", str(pathlib.Path(tmp) / "jax.pkl")]
         try:
             proc = subprocess.run(cmd, env=_worker_env(mode), cwd=tempfile.gettempdir(), capture_output=True,
                                   text=True, timeout=timeout)
@@ -523,8 +671,8 @@ def compare_plain(j, s, where="value"):
     if isinstance(j, tuple) and j and j[0] == "array":
         if not (isinstance(s, tuple) and s and s[0] == "array"):
             return f"{where}: JAX gives {_describe(j)}, shardlab gives {_describe(s)}"
-        _, jd, jshape, jdata, jspec = j
-        _, sd, sshape, sdata, sspec = s
+        _, jd, jshape, jdata, jspec = j[:5]
+        _, sd, sshape, sdata, sspec = s[:5]
         if jshape != sshape:
             return f"{where}: shape {list(sshape)} where JAX has {list(jshape)}"
         if jd != sd:
@@ -664,11 +812,35 @@ def compare_cell(jrec, srec, cell):
         err = compare_plain(jv, srec["values"].get(name, SKIP), name)
         if err:
             return "fail", err
-    if not cell.get("ignore_stdout") and not jrec.get("timeit"):
+    if prints_caught_exception(cell["source"]):
+        if bool(jrec["stdout"].strip()) != bool(srec["stdout"].strip()):
+            return "fail", ("prints nothing where JAX prints a caught error" if jrec["stdout"].strip()
+                            else f"prints {srec['stdout'].strip()[:100]!r} where JAX prints nothing")
+    elif not cell.get("ignore_stdout") and not jrec.get("timeit"):
         jn, sn = numbers_in(jrec["stdout"]), numbers_in(srec["stdout"])
         if len(jn) != len(sn) or not all(_close(a, b, 1e-5) for a, b in zip(jn, sn)):
             return "fail", f"printed output differs: {_first_line_diff(jrec['stdout'], srec['stdout'])}"
     return "pass", ""
+
+
+def prints_caught_exception(source):
+    r"""True when the cell prints an exception it catches (``except E as e: print(e)``): its printed
+    text is JAX's error message, whose wording is not part of the contract, so only whether the
+    cell printed is compared.
+
+    >>> prints_caught_exception("try:\n  f()\nexcept ValueError as e:\n  print(e)\n")
+    True
+    """
+    try:
+        tree = ast.parse(strip_magics(source)[0] or "")
+    except SyntaxError:
+        return False
+    for h in ast.walk(tree):
+        if isinstance(h, ast.ExceptHandler) and h.name:
+            for n in ast.walk(ast.Module(h.body, type_ignores=[])):
+                if isinstance(n, ast.Call) and any(isinstance(a, ast.Name) and a.id == h.name for a in n.args):
+                    return True
+    return False
 
 
 def _first_line_diff(a, b):
@@ -714,8 +886,8 @@ def cause_of(detail, srec, cell_source):
         r = re.search(r"([\w.]+)\(\) (?:takes|missing) ", m)
         if r:
             return f"signature of {r.group(1)}(): {re.sub(r'[0-9]+', '#', m)[:80]}"
-        line = _cell_line(cell_source, exc.get("lineno"))
-        return f"{t}: {re.sub(r'[0-9]+', '#', m)[:90]}" + (f"  [at: {line}]" if line else "")
+        m = re.sub(r"0x[0-9a-fA-F]+", "0x…", m)
+        return f"{t}: {re.sub(r'[0-9]+', '#', m)[:90]}"
     if detail.startswith("printed output"):
         m = re.search(r"where JAX prints '(.*)'$", detail)
         jline = m.group(1) if m else ""
@@ -739,6 +911,8 @@ def cause_of(detail, srec, cell_source):
             m = re.search(r"dtype (\S+) where JAX has (\S+)", detail)
             return f"value: dtype {m.group(1)} where JAX has {m.group(2)}" if m else "value: dtype"
         return f"value: {kind}"
+    if detail.startswith("prints nothing where JAX prints a caught error"):
+        return "no error where JAX raises (a cell that catches and prints it)"
     if detail.startswith("no error where JAX raises"):
         return "no error where JAX raises " + detail.split("raises ")[1].split(":")[0]
     if detail.startswith("shardlab:"):
@@ -774,7 +948,8 @@ def check_document(name, only=None, shardlab_records=None, jax_records=None):
     t0 = time.time()
     jrecs = jax_records if jax_records is not None else run_document(path, "jax", only)
     t1 = time.time()
-    srecs = shardlab_records if shardlab_records is not None else run_document(path, "shardlab", only)
+    srecs = shardlab_records if shardlab_records is not None else run_document(path, "shardlab", only,
+                                                                               jax_records=jrecs)
     t2 = time.time()
     cells = []
     failed_defs = {}  # name -> id of an earlier cell that bound it in JAX but failed in shardlab
@@ -785,26 +960,36 @@ def check_document(name, only=None, shardlab_records=None, jax_records=None):
                  "seconds": (round(jr.get("seconds", 0), 1), round(sr.get("seconds", 0), 1))}
         if sr.get("exc") and sr["exc"].get("lineno"):
             entry["line"] = _cell_line(cell["source"], sr["exc"]["lineno"])
+        name_cascade = None
+        if sr.get("exc", {}).get("type") == "NameError":
+            m = re.search(r"name '(\w+)' is not defined", sr["exc"]["msg"])
+            if m and m.group(1) in failed_defs:
+                name_cascade = f"cascade from cell {failed_defs[m.group(1)]}"
+        if sr["status"] != "ok" and jr["status"] == "ok":  # what this cell should have defined
+            for n in jr["values"]:
+                failed_defs.setdefault(n, cell["id"])
+            try:
+                for node in ast.walk(ast.parse(strip_magics(cell["source"])[0] or "")):
+                    if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                        failed_defs.setdefault(node.name, cell["id"])
+                    elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                        failed_defs.setdefault(node.id, cell["id"])
+                    elif isinstance(node, ast.alias):
+                        failed_defs.setdefault((node.asname or node.name).split(".")[0], cell["id"])
+            except SyntaxError:
+                pass
+        if sr.get("uses_repaired") and verdict in ("pass", "fail"):
+            root = min(sr["uses_repaired"].values())
+            names = ", ".join(n for n, c in sr["uses_repaired"].items() if c == root)
+            entry["own"] = "pass" if verdict == "pass" else (name_cascade or cause_of(detail, sr, cell["source"]))
+            entry["own_detail"] = detail
+            entry["verdict"], entry["cause"] = "fail", f"cascade from cell {root}"
+            entry["detail"] = (f"reads {names}, which cell {root} failed to make; given JAX's values it "
+                               + ("passes" if verdict == "pass" else f"fails: {detail}"))
+            cells.append(entry)
+            continue
         if verdict == "fail":
-            cause = cause_of(detail, sr, cell["source"])
-            if sr.get("exc", {}).get("type") == "NameError":
-                m = re.search(r"name '(\w+)' is not defined", sr["exc"]["msg"])
-                if m and m.group(1) in failed_defs:
-                    cause = f"cascade from cell {failed_defs[m.group(1)]}"
-            entry["cause"] = cause
-            if sr["status"] != "ok":
-                for n in jr["values"]:
-                    failed_defs.setdefault(n, cell["id"])
-                try:
-                    for node in ast.walk(ast.parse(strip_magics(cell["source"])[0] or "")):
-                        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
-                            failed_defs.setdefault(node.name, cell["id"])
-                        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-                            failed_defs.setdefault(node.id, cell["id"])
-                        elif isinstance(node, ast.alias):
-                            failed_defs.setdefault((node.asname or node.name).split(".")[0], cell["id"])
-                except SyntaxError:
-                    pass
+            entry["cause"] = name_cascade or cause_of(detail, sr, cell["source"])
         cells.append(entry)
     return {"name": name, "title": doc.get("title", name), "cells": cells,
             "seconds": {"jax": round(t1 - t0, 1), "shardlab": round(t2 - t1, 1)}}
@@ -846,6 +1031,18 @@ def ranking(results):
     return out
 
 
+def next_blockers(results):
+    """[(cause, [(doc, cell)], example entry)] of the cascaded cells' own failures, by count."""
+    groups = {}
+    for r in results:
+        for e in r["cells"]:
+            if e.get("own") and e["own"] != "pass" and not e["own"].startswith("cascade"):
+                groups.setdefault(e["own"], []).append(((r["name"], e["id"]), e))
+    out = [(cause, [w for w, _ in items], items[0][1]) for cause, items in groups.items()]
+    out.sort(key=lambda t: (-len(t[1]), t[0]))
+    return out
+
+
 def render_report(results, when):
     lines = ["# Import swap on real code (conformance)", "",
              "The JAX documentation's sharding notebooks and the code blocks of the scaling book "
@@ -857,6 +1054,19 @@ def render_report(results, when):
              "raises, shardlab raises the same kind of error. The cells, their sources and licences: "
              "`tests/data/conformance/` (README.md there). Run it with `make conformance` "
              "(`python tests/python/conformance.py --report docs/conformance.md`).", "",
+             "How cells are compared, in short: the values are converted to plain data in each run "
+             "(arrays through `np.asarray`, dtypes as strings, PartitionSpecs as tuples, meshes as "
+             "names, sizes and axis types) and compared with float32 to 1e-5 (bfloat16 to 1e-2); "
+             "printed text is compared on its numbers only, and a cell that prints an exception it "
+             "catches only on whether it printed (JAX's wording is not the contract). JAX's exception "
+             "class must appear in the class hierarchy of shardlab's (or be listed as equivalent in "
+             "`EXCEPTION_EQUIVALENTS`). When a cell fails in shardlab, the rest of that cell still "
+             "runs and the names JAX's run bound in it are set to JAX's values, so that one missing "
+             "API does not hide the next: a later cell that reads those names fails as a *cascade* "
+             "and is charged to the first failure, and what it would do on its own is listed under "
+             "\"Behind the cascades\". The test (`tests/python/test_conformance.py`) runs a sample of "
+             "the documents and fails when a cell of `tests/data/conformance/expected_pass.json` "
+             "stops passing; `--update-expected` rewrites that list.", "",
              f"Last run: {when}.", "",
              "## Pass rate per document", "",
              "| document | cells | JAX runs on CPU (counted) | shardlab passes | pass rate | not counted |",
@@ -880,8 +1090,21 @@ def render_report(results, when):
               "| cause | cells | example | first difference there |", "|---|---:|---|---|"]
     for cause, n, where, e in ranking(results):
         ex = ", ".join(f"{d}:{c}" for d, c in where[:3]) + (" ..." if len(where) > 3 else "")
-        lines.append(f"| {_md(cause)} | {n} | {ex} | {_md(e['detail'][:140])} |")
-    lines += ["", "## Cells that cannot pass on 8 CPU devices, and cells JAX itself fails", ""]
+        at = f" (at `{_md(e['line'])}`)" if e.get("line") else ""
+        lines.append(f"| {_md(cause)} | {n} | {ex} | {_md(e['detail'][:140])}{at} |")
+    nxt = next_blockers(results)
+    if nxt:
+        lines += ["", "### Behind the cascades: what fails next", "",
+                  "After a failing cell the shardlab run goes on from JAX's values of the names that cell "
+                  "binds. The cells that read them are charged above to the first failure; here is what "
+                  "they hit themselves, i.e. what will fail once the causes above are fixed "
+                  f"({sum(1 for r in results for e in r['cells'] if e.get('own') == 'pass')} of them pass "
+                  "as they are).", "",
+                  "| cause | cells | example | first difference there |", "|---|---:|---|---|"]
+        for cause, where, e in nxt:
+            ex = ", ".join(f"{d}:{c}" for d, c in where[:3]) + (" ..." if len(where) > 3 else "")
+            lines.append(f"| {_md(cause)} | {len(where)} | {ex} | {_md(e['own_detail'][:140])} |")
+    lines += ["", "## Cells that cannot pass on 8 CPU devices", ""]
     for r in results:
         rows = [e for e in r["cells"] if e["verdict"] in ("skip", "jax-error")]
         if not rows:
@@ -944,6 +1167,7 @@ def main(argv=None):
     ap.add_argument("--json", help="write the raw results here")
     ap.add_argument("--worker", nargs=3, metavar=("MODE", "DOC", "OUT"), help=argparse.SUPPRESS)
     ap.add_argument("--only", help=argparse.SUPPRESS)
+    ap.add_argument("--jax-records", help=argparse.SUPPRESS)
     ap.add_argument("--commit", help="measure this commit's python/ tree (git archive into a temporary "
                     "directory; the C++ core from build/core) instead of the working tree; 'auto': the "
                     "newest commit whose shardlab imports")
@@ -952,7 +1176,7 @@ def main(argv=None):
         args.commit = use_commit(args.commit)
     if args.worker:
         only = {int(x) for x in args.only.split(",")} if args.only else None
-        run_worker(*args.worker, only=only)
+        run_worker(*args.worker, only=only, jax_records=args.jax_records)
         return 0
     names = args.doc or documents()
     results = []
