@@ -395,6 +395,12 @@ HOST = {
     "matmul float64": lambda e: e.jnp.matmul(np.ones((2, 3)), np.ones((3, 2))),
     "dot int64": lambda e: e.jnp.dot(np.arange(3), np.arange(3)),
     "list argument": lambda e: e.jnp.sin([1.0, 2.0]),
+    "sum float64": lambda e: e.jnp.sum(np.ones((2, 3))),
+    "mean of ints": lambda e: e.jnp.mean(np.arange(4)),
+    "argmax": lambda e: e.jnp.argmax(np.array([1.0, 3.0, 2.0])),
+    "cumsum int64": lambda e: e.jnp.cumsum(np.arange(4)),
+    "sort float64": lambda e: e.jnp.sort(np.array([3.0, 1.0])),
+    "median": lambda e: e.jnp.median(np.array([3.0, 1.0, 2.0])),
 }
 
 

@@ -215,7 +215,8 @@ def _global_in(args, kwargs) -> bool:
 
 
 def global_dispatch(fn, name: str):
-    """``fn`` (a public jax.numpy function) made safe on global ShardedArrays: a function with a
+    """``fn`` (a public jax.numpy function) made safe on global ShardedArrays, and its host results
+    in JAX's dtypes (:func:`_host_out`). On global arrays: a function with a
     sharded rule runs it; one registered by the planning layer in ``GLOBAL`` (by name or numpy
     function) runs that; a refused one raises naming the op and what to do; every other one
     runs through the recorded fallback (``planning.global_ops.global_fallback``: gathered,
@@ -231,12 +232,15 @@ def global_dispatch(fn, name: str):
         >>> float(np.asarray(m)), [e["label"] for e in led.events if e["op"] == "numpy_fallback"]
         (1.5, ['fallback:median'])
     """
-    if name in _GLOBAL_AWARE or isinstance(fn, (type, _np_ops.ufunc)) or not callable(fn):
+    if isinstance(fn, (type, _np_ops.ufunc)) or not callable(fn):
         return fn
     np_fn = getattr(np, name, None)
+    aware = name in _GLOBAL_AWARE
 
     def wrapped(*args, **kwargs):
         if not _global_in(args, kwargs):
+            return _host_out(fn(*args, **kwargs))
+        if aware:
             return fn(*args, **kwargs)
         impl = _np_ops.GLOBAL.get(np_fn) if np_fn is not None else None
         impl = impl or _np_ops.GLOBAL.get(name)
@@ -252,6 +256,22 @@ def global_dispatch(fn, name: str):
     wrapped.__doc__ = fn.__doc__
     wrapped.__wrapped__ = fn
     return wrapped
+
+
+_WIDE = {np.dtype(np.float64): np.dtype(np.float32), np.dtype(np.int64): np.dtype(np.int32),
+         np.dtype(np.uint64): np.dtype(np.uint32)}
+
+
+def _host_out(out):
+    """A host result in JAX's dtypes (x64 off: numpy's float64 / int64 results become float32 /
+    int32), replicated on the mesh under ``set_mesh``; anything that is not an array unchanged."""
+    if isinstance(out, (np.ndarray, np.generic)):
+        if out.dtype in _WIDE and not _np_ops._dt.x64_enabled():
+            out = np.asarray(out).astype(_WIDE[out.dtype])
+        return _np_ops._on_mesh(out)
+    if type(out) in (tuple, list):
+        return type(out)(_host_out(o) for o in out)
+    return out
 
 
 def guard_namespace(namespace: dict) -> None:
