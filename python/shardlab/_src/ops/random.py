@@ -175,9 +175,12 @@ def fold_in(key, data):
     if np.ndim(data):
         raise TypeError("fold_in accepts a scalar, but was given an array of"
                         f"shape {np.shape(data)} != (). Use jax.vmap for batching.")
-    if isinstance(data, LocalArray):
-        raise TypeError("fold_in inside shard_map: pass a Python int or the value of "
-                        "jax.lax.axis_index as an int (a per-device LocalArray message is not supported)")
+    if isinstance(data, LocalArray):  # a per-device message inside shard_map (e.g. lax.axis_index)
+        mesh = data.mesh
+        words = np.asarray(data.storage).astype(np.int64).astype(np.uint32)
+        kst = base.storage if isinstance(base, LocalArray) else np.reshape(base, (1,) * mesh.ndim + (2,))
+        out = LocalArray(prng.fold_in_data(kst, words), mesh)
+        return out if raw else prng.PRNGKeyArray(out)
     arr = np.asarray(data)
     if arr.dtype.kind in "iub" and arr.dtype.kind != "b":
         if int(arr) < 0 or int(arr) > 0xFFFFFFFF:
@@ -269,6 +272,9 @@ def _place(x, out_sharding, name: str):
         if mesh is None:
             return x
         sharding = NamedSharding(mesh, PartitionSpec(*([None] * np.ndim(x))))
+    spec = tuple(sharding.spec)
+    if len(spec) < np.ndim(x):  # JAX spells the output's spec at full rank: P('x') -> P('x', None)
+        sharding = NamedSharding(sharding.mesh, PartitionSpec(*spec, *([None] * (np.ndim(x) - len(spec)))))
     return device_put(np.asarray(x), sharding)
 
 
@@ -468,21 +474,33 @@ def normal(key, shape=(), dtype=None, *, out_sharding=None):
     return _run("normal", key, out_sharding, lambda k: _normal_real(k, shape, dtype))
 
 
+def _nextafter(x: np.ndarray, up: bool) -> np.ndarray:
+    """np.nextafter(x, +-inf) for any float dtype (bfloat16 included)."""
+    if x.dtype in (np.float32, np.float64, np.float16):
+        return np.nextafter(x, np.array(np.inf if up else -np.inf, x.dtype)).astype(x.dtype)
+    udt = prng.UINT_DTYPES[x.dtype.itemsize * 8]
+    b = np.asarray(x).view(udt)
+    away = np.signbit(x) != up  # moving away from zero: the magnitude grows
+    out = np.where(away, b + udt.type(1), b - udt.type(1)).astype(udt)
+    tiny = np.array(1 if up else (1 << (x.dtype.itemsize * 8 - 1)) | 1, udt)
+    out = np.where(x == 0, tiny, out).astype(udt)
+    out = np.where(np.isnan(x.astype(f32)) | np.isinf(x.astype(f32)), b, out).astype(udt)
+    return out.view(x.dtype)
+
+
 def _truncated_normal(base, lower, upper, shape, dtype):
-    lower32 = np.asarray(_param(lower, dtype)).astype(f32)
-    upper32 = np.asarray(_param(upper, dtype)).astype(f32)
-    inv_sqrt2 = f32(1) / _SQRT2_32
-    a = erf32((lower32 * inv_sqrt2).astype(f32)).astype(dtype)
-    b = erf32((upper32 * inv_sqrt2).astype(f32)).astype(dtype)
+    lower = np.asarray(_param(lower, dtype))
+    upper = np.asarray(_param(upper, dtype))
+    # XLA turns lower / sqrt(2) into lower * (1 / sqrt(2)), the reciprocal rounded to the dtype
+    inv = (np.asarray(1, dtype) / np.asarray(_SQRT2_32, dtype)).astype(dtype)
+    a = erf32((lower * inv).astype(dtype).astype(f32)).astype(dtype)
+    b = erf32((upper * inv).astype(dtype).astype(f32)).astype(dtype)
     u = _uniform(base, shape, dtype, a, b)
-    out = (erfinv32(u.astype(f32)) * _SQRT2_32).astype(f32) if dtype != np.float32 else \
-        (_SQRT2_32 * erfinv32(u)).astype(f32)
-    lo = np.nextafter(np.asarray(_param(lower, dtype)), np.array(np.inf, dtype)).astype(dtype) \
-        if dtype in (np.float32, np.float64) else np.asarray(_param(lower, dtype))
-    hi = np.nextafter(np.asarray(_param(upper, dtype)), np.array(-np.inf, dtype)).astype(dtype) \
-        if dtype in (np.float32, np.float64) else np.asarray(_param(upper, dtype))
+    out = (np.asarray(_SQRT2_32, dtype) * erfinv32(u.astype(f32)).astype(dtype)).astype(dtype)
+    lo = _nextafter(lower, True)
+    hi = _nextafter(upper, False)
     with np.errstate(all="ignore"):
-        return np.minimum(hi, np.maximum(lo, out.astype(dtype))).astype(dtype)
+        return np.minimum(hi, np.maximum(lo, out)).astype(dtype)
 
 
 def truncated_normal(key, lower, upper, shape=None, dtype=None, *, out_sharding=None):
