@@ -362,6 +362,11 @@ def test_auto_axes_lets_f_index_a_sharded_dim():
         _compare(g(x, out_sharding=P(None, "Y")), theirs)
         with pytest.raises(TypeError, match="out_sharding"):
             g(x)
+        # an array from outside is on the mesh with the other axis types: JAX refuses the mix too
+        with pytest.raises(ValueError):
+            auto_axes(lambda a: snp.concatenate([a, x]), out_sharding=P("X"))(x)
+        with pytest.raises(ValueError):
+            jax.sharding.auto_axes(lambda a: jnp.concatenate([a, jx]), out_sharding=JP("X"))(jx)
 
 
 def test_explicit_axes_in_an_auto_mesh():

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..arrays.sharded_array import ShardedArray, device_put
+from ..core.errors import ShardingTypeError
 from ..core.mesh import AxisType
 from ..core.sharding import NamedSharding, P
 from ..ops import lax
@@ -90,25 +91,21 @@ def free_dims(x: ShardedArray, dims, make_error) -> ShardedArray:
     return with_spec(x, [None if d in dims else e for d, e in enumerate(spec)])
 
 
-def same_mesh(arrays) -> list:
-    """Operands on equal meshes (a mesh that differs only in axis types counts as the same
-    devices, as inside auto_axes / explicit_axes)."""
+def same_mesh(arrays, op: str = "shardlab") -> list:
+    """The operands, checked to be on one mesh (axis types included: inside ``auto_axes`` an
+    array from outside is on another mesh, and JAX refuses to mix them too)."""
     first = arrays[0].sharding.mesh
-    out = []
-    for a in arrays:
+    for a in arrays[1:]:
         m = a.sharding.mesh
         if m is not first and m != first:
-            if m.axis_names != first.axis_names or m.axis_sizes != first.axis_sizes:
-                raise ValueError(f"[shardlab] operands live on different meshes {first!r} and {m!r}; "
-                                 f"device_put them onto one mesh")
-            a = ShardedArray(a._storage, NamedSharding(first, a.sharding.spec), a.shape, a.unreduced)
-        out.append(a)
-    return out
+            raise ShardingTypeError(f"[{op}] Mesh for all inputs should be equal. Got one mesh: {first!r} and "
+                                    f"another mesh: {m!r}; reshard or device_put the operands onto one mesh")
+    return list(arrays)
 
 
-def run(body, arrays, out_specs):
+def run(body, arrays, out_specs, op: str = "shardlab"):
     """``body`` on the shards of ``arrays`` (each in its own spec) inside one shard_map."""
-    arrays = same_mesh(list(arrays))
+    arrays = same_mesh(list(arrays), op)
     specs = tuple(a.sharding.spec for a in arrays)
     return shard_map(body, mesh=arrays[0].sharding.mesh, in_specs=specs, out_specs=out_specs)(*arrays)
 

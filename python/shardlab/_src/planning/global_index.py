@@ -216,7 +216,7 @@ def _values(x: ShardedArray, ix: _Index, values, op: str) -> ShardedArray:
     spec = P(*ix.sliced_spec())
     if isinstance(values, ShardedArray):
         check_reduced(values, op)
-        v = same_mesh([x, values])[1]
+        v = same_mesh([x, values], op)[1]
         v = broadcast_to(v, ix.shape, out_sharding=spec)
         return v if v.dtype == x.dtype else run(lambda a: jnp.astype(a, x.dtype), [v], v.sharding.spec)
     arr = np.asarray(values)
@@ -374,7 +374,7 @@ def take_along_axis(arr: ShardedArray, indices, axis=-1, mode=None, fill_value=N
     x = free_dims(x, [ax], lambda: _gather_error(x, f", indices of shape {np.shape(idx)}"))
     gi = idx if isinstance(idx, ShardedArray) else as_global(idx.astype(np.int32), mesh)
     check_reduced(gi, "take_along_axis")
-    gi = same_mesh([x, gi])[1]
+    gi = same_mesh([x, gi], "take_along_axis")[1]
     gi = free_dims(gi, [ax], lambda: _gather_error(x, f", indices={type_str(gi)}"))
     xs, ispec = spec_of(x), spec_of(gi)
     out = []

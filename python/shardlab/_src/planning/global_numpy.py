@@ -301,7 +301,7 @@ def where(condition, x=None, y=None, /, *, size=None, fill_value=None):
             host[i] = False
     for a in arrs:
         check_reduced(a, "where")
-    arrs = same_mesh(arrs)
+    arrs = same_mesh(arrs, "where")
     cases = [arrs[i] for i in (1, 2) if not host[i]]
     if len(cases) == 2 and spec_of(cases[0]) != spec_of(cases[1]):
         raise ShardingTypeError(f"[where] select cases must have the same shardings, got "

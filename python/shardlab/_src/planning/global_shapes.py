@@ -370,7 +370,7 @@ def _operands(arrays, op):
     out = [as_global(a, first.sharding.mesh) for a in arrays]
     for a in out:
         check_reduced(a, op)
-    return same_mesh(out)
+    return same_mesh(out, op)
 
 
 def concatenate(arrays, axis=0, dtype=None):
