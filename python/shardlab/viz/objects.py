@@ -173,7 +173,7 @@ def _plan_total(p) -> str:
 
 def plan_text(p) -> str:
     """A Plan: its steps in the book's notation with costs, and the alternatives."""
-    lines = [f"Plan {p.subscripts} on {p.mesh!r}"] + [f"  {c}" for c in p.cases]
+    lines = [f"Plan {p.subscripts} on {p.mesh}"] + [f"  {c}" for c in p.cases]
     for i, s in enumerate(p.steps, 1):
         lines.append(f"  {i}. {s.render('text')}")
     lines.append(f"  total: {_plan_total(p)}")
@@ -193,7 +193,7 @@ def plan_html(p) -> str:
     alts += [f"<li>{esc(w)}: {esc(y)}</li>" for w, y in p.rejected]
     if alts:
         body += '<div class="sl-note">alternatives:</div><ul>' + "".join(alts) + "</ul>"
-    return _wrap("plan", f"Plan <code>{esc(p.subscripts)}</code> on <code>{esc(repr(p.mesh))}</code>", body,
+    return _wrap("plan", f"Plan <code>{esc(p.subscripts)}</code> on <code>{esc(str(p.mesh))}</code>", body,
                  esc(_plan_total(p)))
 
 

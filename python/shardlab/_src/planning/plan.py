@@ -270,7 +270,7 @@ class Plan:
         return s
 
     def text(self) -> str:
-        lines = [f"Plan: {self.subscripts}  on {self.mesh!r}"]
+        lines = [f"Plan: {self.subscripts}  on {self.mesh}"]
         lines += [f"  {c}" for c in self.cases]
         for i, s in enumerate(self.steps, 1):
             extra = f"  [{s.bytes_sent:.0f} B sent/device]" if s.op not in ("einsum", "dynamic_slice") else \
@@ -309,7 +309,7 @@ class Plan:
                        for a in self.alternatives)
         alts += "".join(f"<li>{html.escape(w)}: {html.escape(y)}</li>" for w, y in self.rejected)
         return (f"<div><b>Plan</b> <code>{html.escape(self.subscripts)}</code> on "
-                f"<code>{html.escape(repr(self.mesh))}</code><ul>{cases}</ul>"
+                f"<code>{html.escape(str(self.mesh))}</code><ul>{cases}</ul>"
                 f"<table><thead><tr><th>#</th><th>step</th><th>sent/device</th><th>FLOPs/device</th>"
                 f"<th>time</th></tr></thead><tbody>{rows}</tbody></table>"
                 f"<p>total: {html.escape(self._cost_str())}</p>"
