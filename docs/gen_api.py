@@ -14,6 +14,7 @@ import dataclasses
 import importlib
 import inspect
 import pathlib
+import re
 import sys
 import types
 
@@ -150,6 +151,8 @@ def signature(obj, name: str) -> str:
     if params and params[0].name in ("self", "cls"):
         sig = sig.replace(parameters=params[1:])
     text = str(sig.replace(return_annotation=inspect.Signature.empty))
+    # Sentinel defaults (object() and the like) print with their address: name them stably.
+    text = re.sub(r"<([\w.]+) object at 0x[0-9a-f]+>", r"<\1>", text)
     return f"{name}{text}"
 
 
