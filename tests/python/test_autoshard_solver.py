@@ -1,7 +1,6 @@
 """shardlab.autoshard's intra-op layer: the ILP (HiGHS) against exhaustive search on random
 small problems, exact shrinking, the memory constraint, the time limit, and bad input."""
 
-import warnings
 
 import numpy as np
 import pytest
@@ -106,7 +105,10 @@ def test_shrinking_keeps_the_optimum_and_shrinks():
         p = random_problem(5000 + seed)
         red = p.reduce()
         full = p.reduce(merge_layers=False, follow_leader=False, prune=False)
-        assert full.num_vars == len(p.nodes)
+        tied = {i for g in p.tie_classes if len(g) > 1 for i in g}
+        # no shrinking: a variable per node, except single-strategy untied nodes (constants)
+        assert full.num_vars == sum(len(n.strategies) > 1 or i in tied for i, n in enumerate(p.nodes))
+        assert red.num_vars <= full.num_vars
         shrunk += red.size_after.strategies < p.size.strategies
         try:
             ref = brute_force(p)

@@ -305,8 +305,9 @@ class Reduced:
       one choice f(i) of v dominates all others in that sense given u = i (the elementwise node
       that should simply follow its operand); v disappears, u's costs gain v's, v's other
       edges move to u through f.
-    * Variables left with one choice, and edges whose matrix is a[i] + b[j] (constants
-      included), are folded into the costs of their neighbours.
+    * Always (part of the ILP's formulation rather than a shrinking pass): edges whose matrix
+      is a[i] + b[j] (constants included) are folded into the costs of their ends, and
+      variables left with one choice into constants.
     """
 
     def __init__(self, problem: Problem, *, merge_layers=True, follow_leader=True, prune=True):
@@ -342,8 +343,7 @@ class Reduced:
         self.size_before = p.size
         # without a limit memory does not constrain the choice: dominance ignores it
         self._mem_matters = p.memory_limit_bytes is not None
-        if merge_layers or prune or follow_leader:
-            self._fold()
+        self._fold()  # always: only edges that are not a[i] + b[j] need edge variables
         if prune or follow_leader:
             changed = True
             while changed:
