@@ -153,8 +153,12 @@ def test_reshape_records_what_moves():
     a = sl.device_put(A, sl.NamedSharding(MESH, P("X", "Y")))
     with sl.Ledger() as ledger:
         r = snp.reshape(a, (64,))  # each device's block of the result is one row: the blocks move
-    assert {e["op"] for e in ledger.events} == {"all_gather"}
+    assert [(e["op"], tuple(e["axes"])) for e in ledger.events] == [("all_to_all", ("Y",))]  # to 8@(X,Y),8
     np.testing.assert_array_equal(np.asarray(r), A.reshape(64))
+    with sl.Ledger() as ledger:  # Y on the minor piece of a split: no layout makes it local
+        r = snp.GLOBAL[np.reshape](a, (8, 2, 4), out_sharding=P("X", None, "Y"))
+    assert [(e["op"], tuple(e["axes"])) for e in ledger.events] == [("all_gather", ("Y",))]
+    np.testing.assert_array_equal(np.asarray(r), A.reshape(8, 2, 4))
 
 
 def test_reshape_out_sharding():

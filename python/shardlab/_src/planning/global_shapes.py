@@ -186,18 +186,63 @@ def _contiguous_axes(shape, spec, dims, mesh):
     return tuple(a for d in dims for a in axes_of(spec[d]))
 
 
-def reshape_to(x: ShardedArray, new: tuple, out_spec: list) -> ShardedArray:
-    """Runs the reshape of ``x`` into ``new`` sharded as ``out_spec``: local where each group
-    of merged/split dims keeps every device's block contiguous and in device order; otherwise
-    that group's dims are all-gathered, reshaped, and sliced to ``out_spec``."""
+def _carrying(shape, dims, axes: tuple, mesh):
+    """Spec entries for ``dims`` that hold ``axes`` (major to minor) so that every device's block
+    of the group is one contiguous run in device order, or None if the sizes do not allow it."""
+    todo, out = list(axes), {}
+    for d in dims:
+        n, taken = shape[d], []
+        while todo and n > 1 and n % mesh.shape[todo[0]] == 0:
+            n //= mesh.shape[todo[0]]
+            taken.append(todo.pop(0))
+        out[d] = entry(taken)
+        if n != 1 and todo:
+            return None
+    return None if todo else out
+
+
+def _plan_groups(x, new, out_spec):
+    """(groups that reshape locally, groups that need their dims whole) for ``x`` as it is laid out."""
     mesh, spec = x.sharding.mesh, spec_of(x)
-    gather_in, slice_out = [], []
+    local, whole = [], []
     for gi, gj in _groups(tuple(x.shape), tuple(new)):
         a = _contiguous_axes(x.shape, spec, gi, mesh)
         b = _contiguous_axes(new, out_spec, gj, mesh)
-        if a is None or b is None or a != b:
-            gather_in += gi
-            slice_out += gj
+        (local if a is not None and a == b else whole).append((gi, gj, b))
+    return local, whole
+
+
+def reshape_to(x: ShardedArray, new: tuple, out_spec: list) -> ShardedArray:
+    """Runs the reshape of ``x`` into ``new`` sharded as ``out_spec``.
+
+    A group of merged/split dims whose every device's block is one contiguous run in device
+    order, in the input and the output alike, reshapes locally. Otherwise the group's input is
+    first resharded (the planner's cheapest moves, e.g. one AllToAll for ``8@X,8@Y -> 64@(X,Y)``)
+    to the layout that carries the output's axes that way; where no such layout exists the
+    group's dims are all-gathered, reshaped, and sliced to ``out_spec``."""
+    mesh = x.sharding.mesh
+    local, whole = _plan_groups(x, new, out_spec)
+    if whole:
+        target = spec_of(x)
+        movable = True
+        for gi, gj, b in whole:
+            carry = _carrying(x.shape, gi, b, mesh) if b is not None else None
+            if carry is None:
+                movable = False
+                break
+            for d, e in carry.items():
+                target[d] = e
+        if movable:
+            try:
+                moved = with_spec(x, target)
+            except (ValueError, NotImplementedError):
+                moved = None
+            if moved is not None:
+                x = moved
+                local, whole = _plan_groups(x, new, out_spec)
+    spec = spec_of(x)
+    gather_in = [d for gi, _, _ in whole for d in gi]
+    slice_out = [d for _, gj, _ in whole for d in gj]
     mid = tuple(n if d in slice_out else n // math.prod(mesh.shape[a] for a in axes_of(out_spec[d]))
                 for d, n in enumerate(new))
 
@@ -206,7 +251,7 @@ def reshape_to(x: ShardedArray, new: tuple, out_spec: list) -> ShardedArray:
         v = jnp.reshape(v, mid)
         return slice_dims(v, out_spec, slice_out)
 
-    return run(body, [x], P(*out_spec))
+    return run(body, [x], P(*out_spec), "reshape")
 
 
 def _new_shape(x, shape, op="reshape") -> tuple:
