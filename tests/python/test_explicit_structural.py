@@ -420,3 +420,22 @@ def test_auto_axes_mesh_gathers_what_explicit_mode_refuses():
     assert _norm(ours.sharding.spec, 1) == _norm(theirs.sharding.spec, 1) == ["Y"]  # the layout JAX's compiler keeps
     assert [(e["op"], tuple(e["axes"])) for e in ledger.events] == [("all_gather", ("X",))]
     np.testing.assert_array_equal(np.asarray(snp.cumsum(x, axis=0)), np.cumsum(A, axis=0))
+
+
+def test_local_ops_record_nothing_and_moving_ones_record_their_gathers():
+    a = sl.device_put(A, sl.NamedSharding(MESH, P("X", None)))
+    local = [lambda: snp.transpose(a), lambda: snp.cumsum(a, axis=1), lambda: snp.sort(a, axis=1),
+             lambda: snp.where(a > 0, a, 0.0), lambda: snp.expand_dims(a, 0), lambda: snp.split(a, 2, axis=1),
+             lambda: snp.concatenate([a, a], axis=1), lambda: a[:, 1:3], lambda: a.at[:, 0].set(1.0),
+             lambda: snp.take_along_axis(a, np.zeros((8, 1), np.int32), axis=1), lambda: snp.sum(a, axis=1),
+             lambda: snp.broadcast_to(a, (2, 8, 8))]
+    for op in local:
+        with sl.Ledger() as ledger:
+            op()
+        assert ledger.events == [], ledger.events
+    with sl.Ledger() as ledger:
+        snp.concatenate([a, a], axis=0)  # along the sharded dim: each operand gathered, joined, sliced
+    assert [(e["op"], tuple(e["axes"])) for e in ledger.events] == [("all_gather", ("X",))] * 2
+    with sl.Ledger() as ledger:
+        snp.split(a, 2, axis=0)
+    assert [(e["op"], tuple(e["axes"])) for e in ledger.events] == [("all_gather", ("X",))]
