@@ -17,7 +17,7 @@ the hand-written plans (data parallel, Megatron 2-D) priced by the same objectiv
 
     SHARDLAB_CORE_DIR=build/core PYTHONPATH=python python benchmarks/bench_autoshard_solver.py \
         [--layers 24] [--mesh 8x8] [--batch 16] [--hardware tpu-v5p] [--memory-gib G] \
-        [--no-shrink-limit 300] [--json out.json]
+        [--untied] [--no-shrink-limit 300] [--json out.json]
 
 The model: d_model 4096, d_ff 16384, sequences of 2048 tokens, bf16 (a 6.7B-parameter GPT shape).
 """
@@ -142,7 +142,7 @@ class Model:
                                        spec=(self.spec((m_ax, k_ax)), self.spec((k_ax, n_ax)))))
             ins.append((m_ax, k_ax))
             outs.append((m_ax, n_ax))
-        return Node(f"{name}{layer}", strategies, layer_class="block", position=name), ins, outs
+        return Node(f"{name}.{layer}", strategies, layer_class="block", position=name), ins, outs
 
     def elementwise(self, name, width, layer, *, flops_per_elem=0.0, reduce_dim1=False,
                     attention=False):
@@ -161,7 +161,7 @@ class Model:
             strategies.append(Strategy(self.name(dims), compute_s=compute, comm_s=comm,
                                        memory_bytes=memory, spec=self.spec(dims)))
             specs.append(dims)
-        return Node(f"{name}{layer}", strategies, layer_class="block", position=name), specs, specs
+        return Node(f"{name}.{layer}", strategies, layer_class="block", position=name), specs, specs
 
     def edge(self, src, dst, width):
         (sn, _, s_out), (dn, d_in, _) = src, dst
@@ -170,7 +170,7 @@ class Model:
         return Edge(sn.name, dn.name, mat)
 
 
-def build(layers, mesh, hw, memory_limit, batch=16):
+def build(layers, mesh, hw, memory_limit, batch=16, tied=True):
     m = Model(mesh, hw, batch=batch)
     D, F = m.D, m.F
     embed_specs = m.tensor_specs()
@@ -195,6 +195,8 @@ def build(layers, mesh, hw, memory_limit, batch=16):
                   m.edge(add1, ln2, D), m.edge(ln2, up, D), m.edge(up, gelu, F),
                   m.edge(gelu, down, F), m.edge(down, add2, D), m.edge(add1, add2, D)]
         prev = add2
+    if not tied:  # every layer its own plan: only follow-the-leader and pruning shrink it
+        nodes = [Node(n.name, n.strategies) for n in nodes]
     return Problem(nodes, edges, memory_limit_bytes=memory_limit)
 
 
@@ -215,7 +217,7 @@ def hand_written(problem, mesh):
     for name, plan in plans.items():
         choice = {}
         for n in problem.nodes:
-            pos = n.position or "embed"
+            pos = n.name.split(".")[0]  # the op's place in the block (or "embed")
             want = plan.get(pos) or (plan["matmul"] if n.strategies[0].name.startswith("MKN")
                                      else plan["elementwise"])
             choice[n.name] = [s.name for s in n.strategies].index(want)
@@ -232,18 +234,19 @@ def main():
     ap.add_argument("--hardware", default="tpu-v5p")
     ap.add_argument("--memory-gib", type=float, default=None, help="default: the chip's HBM")
     ap.add_argument("--no-shrink-limit", type=float, default=300.0)
+    ap.add_argument("--untied", action="store_true", help="no layer tags: a plan per layer")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     hw = hardware.get(args.hardware)
     sx, sy = (int(v) for v in args.mesh.split("x"))
     mesh = {"x": sx, "y": sy}
     limit = args.memory_gib * 2**30 if args.memory_gib else float(hw.hbm_capacity)
-    console = Console(highlight=False)
+    console = Console(highlight=False, width=124)
     rows = {}
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task("building the problem", total=5)
         t0 = time.perf_counter()
-        problem = build(args.layers, mesh, hw, limit, args.batch)
+        problem = build(args.layers, mesh, hw, limit, args.batch, tied=not args.untied)
         rows["build"] = time.perf_counter() - t0
         bar.update(task, advance=1, description="solving with shrinking")
         shrunk = solve(problem)
@@ -260,14 +263,14 @@ def main():
         bar.update(task, advance=1)
 
     table = Table(title=f"autoshard intra-op solve: {args.layers}-layer transformer step on "
-                        f"{args.hardware} {sx}x{sy}, batch {args.batch}x2048, memory {limit / 2**30:.0f} GiB/device")
+                        f"{args.hardware} {sx}x{sy}, batch {args.batch}x2048{', untied' if args.untied else ''}, memory {limit / 2**30:.0f} GiB/device")
     for col in ("solver", "solve time", "variables (nodes / one-hot / edge)", "step time (est.)",
                 "vs ILP", "proven"):
         table.add_column(col)
 
     def size(s):
-        z = s.size_after or s.size_before
-        return f"{z.nodes} / {z.strategies} / {z.edge_entries}"
+        z = s.size_after
+        return "-" if z is None else f"{z.nodes} / {z.strategies} / {z.edge_entries}"
 
     for label, s in (("ILP, shrunk", shrunk), ("ILP, no shrinking", full), ("greedy", base)):
         table.add_row(label, f"{s.solve_seconds:.3f} s", size(s), f"{s.objective * 1e3:.2f} ms",
@@ -282,10 +285,9 @@ def main():
     if caught:
         console.print(f"no-shrink solve: {caught[0].message}")
     per_pos = {}
-    for n in problem.nodes:
-        if n.position and n.position not in per_pos:
-            per_pos[n.position] = shrunk.strategies[n.name]
-    console.print("ILP plan per layer position: " + ", ".join(f"{k} {v}" for k, v in per_pos.items()),
+    for n in problem.nodes[1:]:  # layer 0's plan (every layer's, when tied)
+        per_pos.setdefault(n.name.split(".")[0], shrunk.strategies[n.name])
+    console.print("ILP plan of layer 0: " + ", ".join(f"{k} {v}" for k, v in per_pos.items()),
                   markup=False)
     if args.json:
         with open(args.json, "w") as f:
