@@ -364,6 +364,7 @@ def run_worker(mode, doc_path, out_path, only=None, jax_records=None):
                 rec["exc"] = _exc_record(e, e.__traceback__, filename)
             used = {}  # repaired names (from earlier cells) read up to the cell's first failing statement
             before = set(repaired)
+            bound_before_failure = set()  # names this cell bound as the document intends
             if statements is not None:
                 signal.alarm(int(cell.get("timeout", CELL_TIMEOUT_S)))
                 try:
@@ -385,9 +386,13 @@ def run_worker(mode, doc_path, out_path, only=None, jax_records=None):
                                 if rec["status"] == "ok":
                                     rec["status"] = "raised"
                                     rec["exc"] = _exc_record(e, e.__traceback__, filename)
+                                    for _, _, later, _ in statements[statements.index((code, loads, stores, is_last)):]:
+                                        bound_before_failure -= later  # JAX's run binds them again after
                                 if not recover:
                                     break
                                 continue
+                            if rec["status"] == "ok":
+                                bound_before_failure |= stores
                             for n in stores:  # made from repaired values: repaired too
                                 if reads:
                                     repaired[n] = min(reads.values())
@@ -409,7 +414,8 @@ def run_worker(mode, doc_path, out_path, only=None, jax_records=None):
                 if plain is not SKIP:
                     rec["values"][name] = plain
             if recover and rec["status"] != "ok":
-                rec["injected"] = _inject(jrec["values"], ns, seen)
+                rec["injected"] = _inject({k: v for k, v in jrec["values"].items()
+                                           if k not in bound_before_failure}, ns, seen)
                 for name in rec["injected"]:
                     repaired[name] = cell["id"]
             _dump(rec, out)

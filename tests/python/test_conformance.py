@@ -22,7 +22,7 @@ import conformance  # noqa: E402
 
 # Small documents whose two runs (a JAX subprocess and a shardlab one each) stay well inside the
 # test's time budget; `make conformance` runs every document.
-SAMPLE = ["jax-sharded-computation", "jax-explicit-sharding", "book-sharding", "book-training"]
+SAMPLE = ["jax-sharded-computation", "jax-explicit-sharding", "jax-parallel", "book-sharding", "book-training"]
 
 
 @pytest.mark.parametrize("table_row", conformance.REWRITES, ids=[r[0] for r in conformance.REWRITES])
