@@ -11,7 +11,7 @@ Example:
     >>> import numpy as np
     >>> from shardlab._src.ops.random_math import fma32, log1p32
     >>> float(fma32(np.float32(0.1), np.float32(10.0), np.float32(-1.0)))
-    1.4901161415892261e-08
+    1.4901161193847656e-08
     >>> log1p32(np.float32([0.0, 1.0])).tolist()
     [0.0, 0.6931471824645996]
 """
