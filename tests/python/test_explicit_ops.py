@@ -132,7 +132,9 @@ def test_incompatible_shardings_name_the_op_the_types_and_the_fix():
     with pytest.raises(ShardingTypeError, match=r"\[add\] add got incompatible shardings for broadcasting.*"
                                                 r"f32\[8@X,4@Y\], f32\[8@Y,4@X\].*reshard"):
         e.put(A, "X", "Y") + e.put(A, "Y", "X")
-    with pytest.raises(ShardingTypeError, match=r"illegally sharded result: f32\[8@X,4@X\].*out_sharding"):
+    with pytest.raises(ShardingTypeError, match=r"\[multiply\] mul operation with inputs: f32\[8@X,4\], "
+                                                r"f32\[8,4@X\] produces an illegally sharded result: "
+                                                r"f32\[8@X,4@X\].*out_sharding"):
         e.put(A, "X", None) * e.put(A, None, "X")
 
 

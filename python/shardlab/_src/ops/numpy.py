@@ -466,8 +466,10 @@ def size(x, axis=None) -> int:
 
 def astype(x, dtype, copy=False):
     """``x`` converted to `dtype` (a primitive: differentiable for float to float)."""
+    if isinstance(x, ShardedArray):
+        return GLOBAL["astype"](x, dtype)
     if not isinstance(x, LocalArray):
-        return np.asarray(x).astype(dtype)
+        return _on_mesh(np.asarray(x).astype(_dt.canonicalize_dtype(dtype)))
     dtype = _dt.canonicalize_dtype(dtype)
     return x if dtype == x.dtype else bind(ew.CONVERT, [x], x.mesh, dtype=dtype)
 

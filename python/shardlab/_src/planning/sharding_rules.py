@@ -138,6 +138,14 @@ def broadcast_shape(op: str, shapes) -> tuple:
                         f"(jax.numpy's broadcasting: trailing dims equal or 1)") from None
 
 
+# numpy's ufunc names -> JAX's lax primitive names (what JAX's messages call the op)
+LAX_NAMES = {"subtract": "sub", "multiply": "mul", "divide": "div", "true_divide": "div", "maximum": "max",
+             "minimum": "min", "power": "pow", "arctan2": "atan2", "equal": "eq", "not_equal": "ne", "less": "lt",
+             "less_equal": "le", "greater": "gt", "greater_equal": "ge", "logical_and": "and", "logical_or": "or",
+             "logical_xor": "xor", "bitwise_and": "and", "bitwise_or": "or", "bitwise_xor": "xor",
+             "remainder": "rem", "mod": "rem", "fmod": "rem", "negative": "neg", "absolute": "abs"}
+
+
 def broadcast(op: str, operands, out_shape=None) -> Spec:
     """JAX's ``broadcasting_sharding_rule`` after jnp's rank promotion (missing leading dims are
     size 1, unsharded): a dim takes the sharding its operands agree on; an operand's dim of
@@ -145,6 +153,7 @@ def broadcast(op: str, operands, out_shape=None) -> Spec:
     ShardingTypeError. On Auto axes a conflict is not an error: the dim is left unsharded
     (what JAX's eager propagation gives, checked against it in tests/python/test_explicit_ops.py).
     """
+    prim = LAX_NAMES.get(op, op)
     arrays = [o for o in operands if o.shape is not None]
     if not arrays:
         return ()
@@ -172,7 +181,7 @@ def broadcast(op: str, operands, out_shape=None) -> Spec:
                     res = ()
                     break
                 raise ShardingTypeError(
-                    f"[{op}] {op} got incompatible shardings for broadcasting: "
+                    f"[{op}] {prim} got incompatible shardings for broadcasting: "
                     f"{', '.join(str(spec_tuple(sp)) for sp in specs)} (operands {_types(operands)}; "
                     f"dim {d} is sharded over {spec_tuple((res,))[0]!r} in one and {spec_tuple((s,))[0]!r} in "
                     f"another). Reshard one operand to the other's sharding first "
@@ -181,7 +190,7 @@ def broadcast(op: str, operands, out_shape=None) -> Spec:
     out = tuple(out)
     if out_shape is None:
         out_shape = broadcast_shape(op, shapes)
-    check_legal(op, operands, out_shape, arrays[0].dtype, out, op)
+    check_legal(op, operands, out_shape, arrays[0].dtype, out, prim)
     return out
 
 
