@@ -242,6 +242,16 @@ def test_contraction_runs_through_the_planner_and_records_its_collectives():
     np.testing.assert_allclose(np.asarray(c), A @ A.T, rtol=1e-5, atol=1e-5)
 
 
+def test_contraction_is_differentiable_and_runs_shape_only():
+    e, _ = envs()
+    a, b = e.put(A, "X", None), e.put(B, None, "Y")
+    g = sl.grad(lambda v: snp.sum(snp.einsum("ij,jk->ik", v, b) * 2.0))(a)
+    np.testing.assert_allclose(np.asarray(g), 2 * np.ones((8, 8)) @ B.T, rtol=1e-5, atol=1e-5)
+    s = sl.ShapeDtypeStruct((8, 4), np.float32, sharding=e.ns("X", "Y"))
+    out = sl.eval_shape(lambda x: snp.einsum("ij,kj->ik", snp.sin(x) + 1.0, x, out_sharding=e.ns("X")), s)
+    assert out.shape == (8, 8) and out.sharding.spec.mesh_axes() == ("X",)
+
+
 def test_set_mesh_lets_out_sharding_be_a_bare_spec():
     e, j = envs()
     with sl.set_mesh(e.mesh):
