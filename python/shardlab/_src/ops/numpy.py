@@ -332,8 +332,11 @@ def empty(shape, dtype=None, *, device=None, out_sharding=None):
 def full(shape, fill_value, dtype=None, *, device=None, out_sharding=None):
     """``jnp.full``: the fill value's JAX dtype (a Python int gives int32, a float float32)."""
     shape = _shape_arg(shape, "full")
-    if isinstance(fill_value, ShardedArray):
-        fill_value = np.asarray(fill_value)
+    if isinstance(fill_value, ShardedArray):  # an array fill broadcasts, keeping its sharding (as JAX)
+        v = fill_value if dtype is None else astype(fill_value, dtype)
+        v = v if tuple(v.shape) == shape else GLOBAL[np.broadcast_to](v, shape)
+        sh = _placement(device, out_sharding, "full", shape)
+        return v if sh is None else GLOBAL["reshard"](v, sh)
     dt = _dt.result_type(fill_value) if dtype is None else _dt.canonicalize_dtype(dtype)
     value = np.broadcast_to(np.asarray(fill_value).astype(dt), shape)
     return _create(value, device, out_sharding, "full")
