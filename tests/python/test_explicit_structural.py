@@ -109,6 +109,16 @@ def test_cumulative_numpy(name, spec):
     for axis in (0, 1, None):
         check(lambda m, a: getattr(m, name)(a, axis=axis), (A / 2, spec))
     check(lambda m, a: getattr(m, name)(a, axis=1), (np.arange(64, dtype=np.int32).reshape(8, 8) % 3, spec))
+    check(lambda m, a: getattr(m, "cumulative_" + name[3:])(a, axis=1, include_initial=True), (A / 2, spec))
+
+
+def test_lax_cumulative_ops_on_per_device_values():
+    x = sl.device_put(A, sl.NamedSharding(MESH, P("X", None)))
+    for name in ("cumsum", "cummax", "cummin", "cumlogsumexp", "cumprod"):
+        f = sl.shard_map(lambda v: getattr(sl.lax, name)(v, axis=1, reverse=True), mesh=MESH, in_specs=P("X"),
+                         out_specs=P("X"))
+        np.testing.assert_allclose(np.asarray(f(x)), np.asarray(getattr(jax.lax, name)(A, axis=1, reverse=True)),
+                                   rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("spec", SPECS[:3])

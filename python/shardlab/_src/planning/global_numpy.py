@@ -237,7 +237,8 @@ def _cumulative_np(kind):
         ax = norm_axis(axis, x.ndim, kind)
         shape = list(y.shape)
         shape[ax] = 1
-        init = as_global(np.full(shape, 0 if kind == "cumsum" else 1, y.dtype), y.sharding.mesh, y.sharding.spec)
+        # JAX concatenates a replicated constant: a sharded result refuses, as concatenate does
+        init = as_global(np.full(shape, 0 if kind == "cumsum" else 1, y.dtype), y.sharding.mesh)
         return concatenate([init, y], axis=ax)
 
     impl.__name__ = f"cumulative_{kind[3:]}"
