@@ -175,6 +175,10 @@ def test_uniform_broadcasts_minval_and_maxval_as_jax():
         R.uniform(R.key(0), (3,), minval=np.zeros(4))
 
 
+def test_complex_normal_matches_jax():
+    assert_same(R.normal(R.key(2), (5, 7), "complex64"), jr.normal(jr.key(2), (5, 7), "complex64"))
+
+
 def test_float64_request_is_float32_with_jax_warning():
     with pytest.warns(UserWarning, match="Explicitly requested dtype float64") as ours:
         x = R.uniform(R.key(0), (3,), np.float64)
@@ -300,6 +304,15 @@ def test_bad_dtypes_raise_as_jax(call):
     with pytest.raises(type(theirs.value)) as ours:
         call(R)
     assert str(ours.value) == str(theirs.value)
+
+
+def test_non_numeric_parameters_are_type_errors_as_jax():
+    for call in [lambda m: m.uniform(m.key(0), (2,), minval="a"), lambda m: m.randint(m.key(0), (2,), "a", 5)]:
+        with pytest.raises(TypeError):
+            call(jr)
+        with pytest.raises(TypeError):
+            call(R)
+    assert_same(R.randint(R.key(0), (3,), 1j, 5), jr.randint(jr.key(0), (3,), 1j, 5))
 
 
 # --- sharding -------------------------------------------------------------------------------

@@ -348,6 +348,8 @@ def _param(x, dtype=None):
     if isinstance(x, LocalArray):
         raise TypeError("random samplers inside shard_map take numpy (or Python) parameters; a per-device "
                         "LocalArray parameter is not supported")
+    if np.asarray(x).dtype.kind not in "biufc" and np.asarray(x).dtype != _dt.bfloat16:
+        raise TypeError(f"random sampler parameters must be numbers, got {x!r} of dtype {np.asarray(x).dtype}")
     if dtype is not None:
         with np.errstate(all="ignore"):
             return np.asarray(x).astype(dtype)
@@ -469,9 +471,22 @@ def normal(key, shape=(), dtype=None, *, out_sharding=None):
         >>> [round(float(v), 3) for v in sl.random.normal(sl.random.key(0), (3,))]
         [1.623, 2.025, -0.434]
     """
-    dtype = _float_dtype(dtype, "normal", "a float or complex")
     shape = _shape(shape)
-    return _run("normal", key, out_sharding, lambda k: _normal_real(k, shape, dtype))
+    cdtype = _canon_dtype(dtype, "float", "normal")
+    if cdtype.kind == "c":  # JAX: two real draws from split keys, (re + 1j * im) / sqrt(2)
+        if cdtype != np.complex64:
+            raise NotImplementedError("normal with complex128 (x64 on) is not bit-matched in shardlab; use "
+                                      "complex64")
+
+        def draw_complex(k):
+            k_re, k_im = prng.split_data(k, (2,))
+            re = _normal_real(k_re, shape, np.dtype(f32)).astype(np.complex64)
+            im = _normal_real(k_im, shape, np.dtype(f32)).astype(np.complex64)
+            return ((re + np.complex64(1j) * im) / np.complex64(_SQRT2_32)).astype(np.complex64)
+        return _run("normal", key, out_sharding, draw_complex)
+    if not _is_float(cdtype):
+        raise ValueError(f"dtype argument to `normal` must be a float or complex dtype, got {cdtype}")
+    return _run("normal", key, out_sharding, lambda k: _normal_real(k, shape, cdtype))
 
 
 def _nextafter(x: np.ndarray, up: bool) -> np.ndarray:
@@ -657,6 +672,8 @@ def _int_param(x, name):
                 arr = np.clip(f, np.iinfo(dt).min, np.iinfo(dt).max).astype(dt)
             elif arr.dtype.kind == "b":
                 arr = arr.astype(_dt.default_int_dtype())
+            elif arr.dtype.kind == "c":  # JAX's astype(int) drops the imaginary part
+                arr = np.trunc(arr.real).astype(_dt.default_int_dtype())
             else:
                 raise TypeError(f"{name}: minval and maxval must be integers or floats, got dtype {arr.dtype}")
     return arr
