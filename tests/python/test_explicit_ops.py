@@ -112,6 +112,7 @@ ELEMENTWISE = {
     "jnp.maximum": lambda e: e.jnp.maximum(e.put(A, "X", "Y"), 0.0),
     "jnp.sin": lambda e: e.jnp.sin(e.put(A, "X")),
     "jnp.where": lambda e: e.jnp.where(e.put(A, "X", "Y") > 0, e.put(A, "X", "Y"), 0.0),
+    "jnp.round (per-block fallback)": lambda e: e.jnp.round(e.put(A, "X", "Y"), 2),
     "comparison": lambda e: e.put(A, "X", "Y") >= e.put(A[:1], None, "Y"),
     "int promotion": lambda e: e.put(np.ones(8, np.int32), "X") + e.put(np.ones(8, np.float32), "X"),
     "incompatible": lambda e: e.put(A, "X", "Y") + e.put(A, "Y", "X"),

@@ -205,6 +205,11 @@ _GLOBAL_AWARE = frozenset((
 ))
 
 
+# Per-element functions of one array: on global arrays they run on each block, keeping the sharding.
+_ELEMENTWISE_KEEPS = frozenset(("round", "around", "round_", "fix", "i0", "angle", "isin", "digitize", "polyval",
+                                "nan_to_num"))
+
+
 def _global_in(args, kwargs) -> bool:
     for a in (*args, *kwargs.values()):
         if isinstance(a, ShardedArray):
@@ -249,7 +254,7 @@ def global_dispatch(fn, name: str):
         if name in UNSUPPORTED:
             raise TypeError(f"[{name}] is not supported on global ShardedArrays: {UNSUPPORTED[name]}; "
                             f"use np.asarray(x) for the global value")
-        return _np_ops.GLOBAL["fallback"](fn, name, args, kwargs)
+        return _np_ops.GLOBAL["fallback"](fn, name, args, kwargs, elementwise=name in _ELEMENTWISE_KEEPS)
 
     wrapped.__name__ = getattr(fn, "__name__", name)
     wrapped.__qualname__ = wrapped.__name__

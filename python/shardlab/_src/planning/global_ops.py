@@ -519,12 +519,27 @@ def contract_matmul(a, b, *, out_sharding=None, preferred_element_type=None, op:
 
 
 # -- no rule: the fallback, recorded ---------------------------------------------------------------
-def global_fallback(fn, name: str, args, kwargs):
+def global_fallback(fn, name: str, args, kwargs, *, elementwise: bool = False):
     """A jax.numpy function with no sharded rule, on global arrays: every ShardedArray operand is
     gathered to replicated (AllGathers in the ledger), the function runs once on the whole value
     (one ``numpy_fallback`` event, labelled ``fallback:<name>``), and the result is replicated
-    on the mesh, P(). Correct, and honest about what it costs."""
+    on the mesh, P(). Correct, and honest about what it costs.
+
+    ``elementwise``: a function of each element of its one array argument (``jnp.round``,
+    ``jnp.fix``, ...) runs on every device's block instead, keeping the sharding (no gather)."""
     mesh = next(a.sharding.mesh for a in _leaves((args, kwargs)) if isinstance(a, ShardedArray))
+    x = args[0] if args else None
+    if elementwise and isinstance(x, ShardedArray) and not x.unreduced and not x.is_abstract and not CTX.tapes \
+            and not any(isinstance(a, ShardedArray) for a in _leaves((args[1:], kwargs))):
+        with named_scope(f"fallback:{name}"):
+            with np.errstate(all="ignore"):
+                out = np.asarray(fn(x._storage, *args[1:], **kwargs))
+            if out.shape == x._storage.shape:
+                out = _dt.canonicalize(out, name)
+                record(Event("numpy_fallback", dtype=str(out.dtype), bytes_in=x.nbytes_per_device,
+                             bytes_out=out.nbytes // max(1, x.sharding.num_shards(x.shape)),
+                             hbm_bytes=x.nbytes_per_device * 2), mesh)
+                return ShardedArray(out, x.sharding, x.shape)
     with named_scope(f"fallback:{name}"):
         def gather(v):
             if isinstance(v, ShardedArray):
