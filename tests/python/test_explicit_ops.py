@@ -112,6 +112,10 @@ ELEMENTWISE = {
     "jnp.maximum": lambda e: e.jnp.maximum(e.put(A, "X", "Y"), 0.0),
     "jnp.sin": lambda e: e.jnp.sin(e.put(A, "X")),
     "jnp.where": lambda e: e.jnp.where(e.put(A, "X", "Y") > 0, e.put(A, "X", "Y"), 0.0),
+    "two axes on one dim": lambda e: e.put(np.ones((16, 4)), ("X", "Y")) * np.arange(64.0).reshape(16, 4),
+    "two axes meets a replicated operand": lambda e: e.put(np.arange(64.0).reshape(16, 4), ("Y", "X")) - e.put(
+        np.ones((16, 4)), None, None),
+    "two axes against one": lambda e: e.put(np.ones((16, 4)), ("X", "Y")) + e.put(np.ones((16, 4)), "X"),
     "jnp.round (per-block fallback)": lambda e: e.jnp.round(e.put(A, "X", "Y"), 2),
     "comparison": lambda e: e.put(A, "X", "Y") >= e.put(A[:1], None, "Y"),
     "int promotion": lambda e: e.put(np.ones(8, np.int32), "X") + e.put(np.ones(8, np.float32), "X"),
