@@ -290,8 +290,13 @@ def _exc_record(e, tb, filename):
         if frame.f_code.co_filename == filename:
             line = lineno
     msg = re.sub(r" \(/\S+\.py\)", "", str(e)).strip().splitlines()  # no temporary paths
+    frames = list(traceback.walk_tb(tb))
+    where = ""
+    if frames:  # the innermost frame: names the function when the message says nothing
+        code = frames[-1][0].f_code
+        where = f"{code.co_name} ({'/'.join(code.co_filename.split('/')[-2:])}:{frames[-1][1]})"
     return {"type": type(e).__name__, "mro": [c.__name__ for c in type(e).__mro__],
-            "msg": msg[0][:300] if msg else "", "lineno": line}
+            "msg": msg[0][:300] if msg else "", "lineno": line, "where": where}
 
 
 def _install_shims():
@@ -809,7 +814,7 @@ def compare_cell(jrec, srec, cell):
         return verdict or "pass", ""
     if srec["status"] == "raised":
         e = srec["exc"]
-        return "fail", f"raises {e['type']}: {e['msg'][:200]}"
+        return "fail", f"raises {e['type']}: {e['msg'][:200] or '(no message) in ' + e.get('where', '?')}"
     if "last" in jrec:
         err = compare_plain(jrec["last"], srec.get("last", SKIP), "the cell's value")
         if err:
@@ -906,6 +911,8 @@ def cause_of(detail, srec, cell_source):
         if r:
             return f"signature of {r.group(1)}(): {re.sub(r'[0-9]+', '#', m)[:80]}"
         m = re.sub(r"0x[0-9a-fA-F]+", "0x…", m)
+        if not m.strip():
+            return f"{t} (no message) in {exc.get('where', '?')}"
         return f"{t}: {re.sub(r'[0-9]+', '#', m)[:90]}"
     if detail.startswith("printed output"):
         m = re.search(r"where JAX prints '(.*)'$", detail)

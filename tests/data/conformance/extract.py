@@ -29,6 +29,12 @@ JAX_DOCS = {
                       "Manual parallelism with shard_map"),
     "jax-parallel": ("docs/parallel.ipynb", "cec06d116c05f0d52adfceee3d3b730fdbcb0ce5",
                      "Distributed arrays and automatic parallelization (the 2026 successor)"),
+    # The 2026 "201/301" docs (MyST markdown): 201/sharding.md holds the same cells as
+    # docs/parallel.ipynb, so only these two are taken.
+    "jax-201-shard-map": ("docs/new_docs/201/shard-map.md", "cec06d116c05f0d52adfceee3d3b730fdbcb0ce5",
+                          "shard_map (JAX 201)"),
+    "jax-301-sharding-ad": ("docs/new_docs/301/sharding-ad.md", "cec06d116c05f0d52adfceee3d3b730fdbcb0ce5",
+                            "Sharding and autodiff: unreduced and reduced (JAX 301)"),
 }
 BOOK_COMMIT = "ccff50bb53ba47e191483f0ebc8cbb8b7150ff8d"
 BOOK_CHAPTERS = {
@@ -61,6 +67,37 @@ def notebook_cells(text):
         src = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
         tags = cell.get("metadata", {}).get("tags", [])
         out.append({"source": src, "tags": tags})
+    return out
+
+
+def myst_cells(text):
+    """The ```{code-cell} blocks of a MyST markdown file, their tags from the options block."""
+    out, lines, i = [], text.splitlines(), 0
+    while i < len(lines):
+        if not lines[i].startswith("```{code-cell}"):
+            i += 1
+            continue
+        i += 1
+        tags = []
+        if i < len(lines) and lines[i].strip() == "---":
+            i += 1
+            while lines[i].strip() != "---":
+                m = re.match(r"\s*tags:\s*\[(.*)\]", lines[i])
+                if m:
+                    tags = [t.strip().strip("'\"") for t in m.group(1).split(",") if t.strip()]
+                i += 1
+            i += 1
+        while i < len(lines) and lines[i].startswith(":"):
+            m = re.match(r":tags:\s*\[(.*)\]", lines[i])
+            if m:
+                tags = [t.strip().strip("'\"") for t in m.group(1).split(",") if t.strip()]
+            i += 1
+        body = []
+        while not lines[i].startswith("```"):
+            body.append(lines[i])
+            i += 1
+        out.append({"source": "\n".join(body).strip("\n") + "\n", "tags": tags})
+        i += 1
     return out
 
 
@@ -97,7 +134,8 @@ def write(name, meta, cells):
 
 def main(jax_git, book_git):
     for name, (path, commit, title) in JAX_DOCS.items():
-        cells = notebook_cells(git_show(jax_git, commit, path))
+        text = git_show(jax_git, commit, path)
+        cells = notebook_cells(text) if path.endswith(".ipynb") else myst_cells(text)
         write(name, {"title": title, "repo": "jax-ml/jax", "path": path, "commit": commit,
                      "license": LICENSES["jax"]}, cells)
     for name, (path, title) in BOOK_CHAPTERS.items():
