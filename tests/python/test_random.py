@@ -250,6 +250,27 @@ def test_categorical_matches_jax():
         assert_same(R.categorical(R.key(9), logits, **kwargs), jr.categorical(jr.key(9), logits, **kwargs))
 
 
+def test_high_dynamic_range_modes_match_jax():
+    for dtype in ["float32", "bfloat16", "float16"]:
+        assert_same(R.gumbel(R.key(1), (300,), dtype, mode="high"), jr.gumbel(jr.key(1), (300,), dtype, mode="high"))
+    logits = np.log(np.array([[0.1, 0.2, 0.7], [0.5, 0.25, 0.25]], np.float32))
+    assert_same(R.categorical(R.key(9), logits, shape=(4, 2), mode="high"),
+                jr.categorical(jr.key(9), logits, shape=(4, 2), mode="high"))
+    p = np.array([0.1, 0.2, 0.3, 0.4], np.float32)
+    assert_same(R.choice(R.key(3), 4, (2,), replace=False, p=p, mode="high"),
+                jr.choice(jr.key(3), 4, (2,), replace=False, p=p, mode="high"))
+
+
+def test_x64_seeds_keep_the_high_word():
+    jax.config.update("jax_enable_x64", True)
+    try:
+        with sl.dtypes.x64_scope(True):
+            for seed in [2 ** 40 + 7, -1, -2 ** 40, np.int32(-5), np.uint32(7), np.int64(-3)]:
+                assert_same(R.PRNGKey(seed), jr.PRNGKey(seed))
+    finally:
+        jax.config.update("jax_enable_x64", False)
+
+
 def test_multivariate_normal_and_orthogonal_close_to_jax():
     mean = np.array([1.0, -2.0, 0.5], np.float32)
     cov = np.array([[2.0, 0.3, 0.1], [0.3, 1.0, 0.2], [0.1, 0.2, 0.5]], np.float32)

@@ -31,6 +31,7 @@ import operator
 import numpy as np
 
 from ..arrays.local_array import LocalArray
+from ..core.dtypes import x64_enabled
 
 KEY_SHAPE = (2,)
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
@@ -96,7 +97,8 @@ def seed_data(seed) -> np.ndarray:
     """Key data ``uint32[2]`` for an integer seed, as JAX's ``threefry_seed`` with x64 off.
 
     JAX converts the seed to int32 (x64 off), so only its low 32 bits count and the high word
-    is 0: ``seed_data(-1)`` is ``[0, 4294967295]``.
+    is 0: ``seed_data(-1)`` is ``[0, 4294967295]``. With x64 on, a 64-bit seed (a Python int,
+    int64, uint64) gives its high and low words.
 
     Raises:
         TypeError: a non-integer or non-scalar seed (JAX's messages).
@@ -105,6 +107,9 @@ def seed_data(seed) -> np.ndarray:
     if isinstance(seed, (bool, int, np.integer, np.bool_)) and not isinstance(seed, np.ndarray):
         if isinstance(seed, int) and not isinstance(seed, bool) and not -2 ** 63 <= seed < 2 ** 63:
             raise OverflowError("Python int too large to convert to C long")
+        wide = isinstance(seed, int) and not isinstance(seed, bool) or np.asarray(seed).dtype.itemsize == 8
+        if wide and x64_enabled():  # a 64-bit seed keeps its high word when x64 is on
+            return np.array([(int(seed) & 0xFFFFFFFFFFFFFFFF) >> 32, int(seed) & 0xFFFFFFFF], dtype=np.uint32)
         low = int(seed) & 0xFFFFFFFF
     else:
         arr = np.asarray(seed)

@@ -456,9 +456,6 @@ def _toward_zero(x: np.ndarray) -> np.ndarray:
 def _normal_real(base, shape, dtype):
     lo = _toward_zero(np.array(-1.0, dtype))
     u = _uniform(base, shape, dtype, lo, np.array(1.0, dtype))
-    if np.dtype(dtype) == np.float64:
-        from scipy.special import erfinv  # x64 only
-        return np.sqrt(2.0) * erfinv(u)
     return (erfinv32(u.astype(f32)).astype(dtype) * np.asarray(_SQRT2_32, dtype)).astype(dtype)
 
 
@@ -486,6 +483,9 @@ def normal(key, shape=(), dtype=None, *, out_sharding=None):
         return _run("normal", key, out_sharding, draw_complex)
     if not _is_float(cdtype):
         raise ValueError(f"dtype argument to `normal` must be a float or complex dtype, got {cdtype}")
+    if cdtype == np.float64:
+        raise NotImplementedError("normal with float64 (x64 on) is not bit-matched in shardlab (XLA's float64 "
+                                  "erf_inv is another polynomial); use float32")
     return _run("normal", key, out_sharding, lambda k: _normal_real(k, shape, cdtype))
 
 
@@ -631,10 +631,25 @@ def gumbel(key, shape=(), dtype=None, mode=None, *, out_sharding=None):
         mode = "low"
     if mode not in ("highest", "high", "low"):
         raise ValueError("Must provide valid mode for gumbel got: %s" % mode)
-    if mode != "low":
-        raise NotImplementedError(f"gumbel(mode={mode!r}) is not bit-matched in shardlab; use mode='low' "
-                                  "(JAX's default)")
+    if mode == "highest":
+        raise NotImplementedError("gumbel(mode='highest') is not bit-matched in shardlab; use mode='high' or "
+                                  "'low' (JAX's default)")
+    if mode == "high":
+        dtype_ = _float_dtype(dtype, "gumbel")
+        shape_ = _shape(shape)
+        return _run("gumbel", key, out_sharding, lambda k: _gumbel_high(k, shape_, dtype_))
     return _gumbel_low(key, shape, dtype, out_sharding=out_sharding)
+
+
+def _gumbel_high(k, shape, dtype):
+    """JAX's mode='high': two uniforms, the second filling the bits under the first's ulp."""
+    info = ml_dtypes.finfo(dtype)
+    high, low = _uniform(k, (2, *shape), dtype, 0.0, 1.0)
+    small = ((high + (np.asarray(2.0 ** -info.nmant, dtype) * low).astype(dtype)).astype(dtype)
+             + np.asarray(info.tiny, dtype)).astype(dtype)
+    x = np.where(high >= np.asarray(0.5, dtype), high, small).astype(dtype)
+    inner = log1p32(-x.astype(f32)).astype(dtype)
+    return (-log32((-inner).astype(f32))).astype(dtype)
 
 
 # --- integers and discrete ----------------------------------------------------------------
@@ -892,9 +907,7 @@ def choice(key, a, shape=(), replace=True, p=None, axis=0, mode=None):
                 r = (p_cuml[-1] * (np.asarray(1, p_arr.dtype) - u).astype(p_arr.dtype)).astype(p_arr.dtype)
                 ind = np.searchsorted(p_cuml, r, side="left").astype(int_dt)
             else:
-                if (mode or "low") != "low":
-                    raise NotImplementedError("choice(mode='high') is not bit-matched in shardlab; use mode='low'")
-                g = _gumbel_low.__wrapped_draw__(k, (n_inputs,), p_arr.dtype) + log32(p_arr).astype(p_arr.dtype)
+                g = _gumbel_draw(k, (n_inputs,), p_arr.dtype, mode) + log32(p_arr).astype(p_arr.dtype)
                 ind = _top_k_indices(g.astype(p_arr.dtype), n_draws).astype(int_dt)
             result = ind if arr.ndim == 0 else np.take(arr, ind, axis=axis)
         return np.asarray(result).reshape(shape if arr.ndim == 0 else
@@ -909,13 +922,15 @@ def _permute_for_choice(k, src, axis):
     return np.take(src, ind, axis=axis)
 
 
-def _gumbel_draw(k, shape, dtype):
+def _gumbel_draw(k, shape, dtype, mode=None):
+    mode = mode or "low"
+    if mode == "high":
+        return _gumbel_high(k, shape, dtype)
+    if mode != "low":
+        raise NotImplementedError(f"mode={mode!r} is not bit-matched in shardlab; use 'high' or 'low'")
     info = ml_dtypes.finfo(dtype)
     u = _uniform(k, shape, dtype, info.tiny, 1.0)
     return _gumbel_fn(u, dtype)
-
-
-_gumbel_low.__wrapped_draw__ = _gumbel_draw
 
 
 def categorical(key, logits, axis=-1, shape=None, replace=True, mode=None, *, out_sharding=None):
@@ -928,8 +943,6 @@ def categorical(key, logits, axis=-1, shape=None, replace=True, mode=None, *, ou
         [1, 2, 2, 1, 2]
     """
     base, _ = _key_base(key, "categorical")
-    if (mode or "low") != "low":
-        raise NotImplementedError("categorical(mode='high') is not bit-matched in shardlab; use mode='low'")
     logits_arr = np.asarray(_param(logits))
     if logits_arr.dtype.kind in "iub":
         logits_arr = logits_arr.astype(_dt.default_float_dtype())
@@ -951,10 +964,10 @@ def categorical(key, logits, axis=-1, shape=None, replace=True, mode=None, *, ou
         if replace:
             logits_shape = list(shape[len(shape) - len(batch_shape):])
             logits_shape.insert(axis, logits_arr.shape[axis])
-            g = _gumbel_draw(k, (*shape_prefix, *logits_shape), dtype)
+            g = _gumbel_draw(k, (*shape_prefix, *logits_shape), dtype, mode)
             x = (g + logits_arr.reshape((1,) * len(shape_prefix) + logits_arr.shape)).astype(dtype)
             return np.argmax(x, axis=len(shape_prefix) + axis).astype(_dt.default_int_dtype())
-        x = (logits_arr + _gumbel_draw(k, logits_arr.shape, dtype)).astype(dtype)
+        x = (logits_arr + _gumbel_draw(k, logits_arr.shape, dtype, mode)).astype(dtype)
         kk = math.prod(shape_prefix)
         if kk > logits_arr.shape[axis]:
             raise ValueError(f"Number of samples without replacement ({kk}) cannot exceed number of categories "
