@@ -35,8 +35,8 @@ class Env:
     def put(self, value, *spec):
         return self.lib.device_put(np.asarray(value), self.NS(self.mesh, self.P(*spec)))
 
-    def ns(self, *spec):
-        return self.NS(self.mesh, self.P(*spec))
+    def ns(self, *spec, **kw):
+        return self.NS(self.mesh, self.P(*spec, **kw))
 
 
 def envs(types=None):
@@ -162,14 +162,27 @@ def test_elementwise_moves_no_data_and_keeps_each_device_block():
         np.testing.assert_array_equal(s.data, (A * A)[s.index])
 
 
-def test_unreduced_operands_are_summed_first():
-    e, _ = envs()
-    a, b = e.put(A, None, "X"), e.put(B, "X", None)
-    c = sl.einsum("ij,jk->ik", a, b, unreduced=("X",))
+def test_unreduced_follows_jaxs_rules():
+    ours, theirs = envs()
+    for e in (theirs, ours):  # ours last: its c is checked below
+        u = e.ns(None, None, unreduced={"X"})
+        a, b = e.put(A, None, "X"), e.put(B, "X", None)
+        c = e.jnp.einsum("ij,jk->ik", a, b, out_sharding=u)
+        assert c.sharding.spec.unreduced == {"X"}
+        d = c + c                                   # add of equally unreduced operands stays unreduced
+        assert d.sharding.spec.unreduced == {"X"}
+        for bad in (lambda: c + 1.0, lambda: c * c, lambda: c + e.put(A @ B),  # unreduced axes must be the
+                    lambda: e.jnp.einsum("ij,jk->ik", a, b,                     # contracted ones
+                                         out_sharding=e.ns(None, None, unreduced={"Y"}))):
+            with pytest.raises(Exception) as err:
+                bad()
+            assert type(err.value).__name__ == "ShardingTypeError", err.value
     with sl.Ledger() as led:
-        d = c + 1.0
-    assert [ev["op"] for ev in led.events if ev["axes"]] == ["psum"]
-    np.testing.assert_allclose(np.asarray(d), A @ B + 1.0, rtol=1e-5, atol=1e-5)
+        d = c + c
+    assert [ev for ev in led.events if ev["axes"]] == []
+    np.testing.assert_allclose(np.asarray(sl.reshard(d, P())), 2 * A @ B, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ShardingTypeError, match=r"\[add\] lhs is unreduced while rhs is not.*reshard"):
+        c + 1.0
 
 
 def test_elementwise_is_differentiable_on_global_arrays():

@@ -254,9 +254,30 @@ def _dims(x: ShardedArray) -> tuple:
     return d
 
 
-def _reduced(x: ShardedArray) -> ShardedArray:
-    """An unreduced operand summed first (an AllReduce in the ledger), as elementwise ops need."""
-    return reshard(x, x.sharding) if x.unreduced else x
+def _unreduced_rule(name: str, inputs) -> frozenset:
+    """JAX's unreduced rules of elementwise ops (``_add_ur_rule``): ``add`` / ``sub`` of operands
+    unreduced along the same axes stay unreduced (each device adds its partial sums: no
+    communication); one unreduced operand, or any other op on one, would need an implicit
+    AllReduce and raises ShardingTypeError."""
+    us = [x.unreduced if isinstance(x, ShardedArray) else frozenset() for x in inputs]
+    if not any(us):
+        return frozenset()
+    prim = R.LAX_NAMES.get(name, name)
+    shown = ", ".join(R.type_str(x.shape, x.dtype, _dims(x), sorted(x.unreduced)) if isinstance(x, ShardedArray)
+                      else type(x).__name__ for x in inputs)
+    if name not in ("add", "subtract") or len(inputs) != 2:
+        raise ShardingTypeError(f"[{name}] {prim} cannot take unreduced operands ({shown}): it would need an implicit "
+                                f"AllReduce. Reduce them first with shardlab.reshard(x, x.sharding)")
+    a, b = us
+    if a and b and a != b:
+        raise ShardingTypeError(f"[{name}] lhs and rhs to `{prim}` must be unreduced along the same mesh axes. Got "
+                                f"lhs={set(a)}, rhs={set(b)} ({shown}); reduce one with shardlab.reshard first")
+    if not (a and b):
+        which, other = ("lhs", "rhs") if a else ("rhs", "lhs")
+        raise ShardingTypeError(f"[{name}] {which} is unreduced while {other} is not. `{prim}` operation does not allow "
+                                f"this because there will be implicit communication. Please reduce {which} via "
+                                f"`reshard` before calling `{prim}` ({shown})")
+    return a
 
 
 def _split_view(storage, k: int, mesh, op_dims: tuple, out_dims: tuple, shape: tuple):
@@ -327,7 +348,7 @@ def elementwise(ufunc, inputs, kwargs):
     prim = ew.PRIMS.get(name)
     if prim is None:
         return global_fallback(ufunc, name, inputs, {})
-    inputs = [_reduced(x) if isinstance(x, ShardedArray) else x for x in inputs]
+    unreduced = _unreduced_rule(name, inputs)
     infos = [_operand_info(x, name) for x in inputs]
     key = (name, tuple(infos))
     hit = _RULES_SEEN.get(key)
@@ -349,6 +370,9 @@ def elementwise(ufunc, inputs, kwargs):
     slow = bool(CTX.tapes) or mesh.abstract or any(k == "tracked" for k, _ in infos) or \
         any(isinstance(x, ShardedArray) and x.is_abstract for x in inputs)
     if slow:
+        if unreduced:
+            raise NotImplementedError(f"[{name}] unreduced operands under a gradient or shape-only run; reduce "
+                                      f"them first with shardlab.reshard(x, x.sharding)")
         out = _elementwise_shard_map(ufunc, inputs, infos, out_dims, mesh)
     else:
         k = mesh.ndim
@@ -367,7 +391,7 @@ def elementwise(ufunc, inputs, kwargs):
                 st = st.reshape((1,) * k + shape)
             args.append(_split_view(st, k, mesh, dims, out_dims, shape))
         out = bind(prim, args, mesh)
-        out = ShardedArray(out.storage, _sharding(mesh, out_dims), out_shape)
+        out = ShardedArray(out.storage, _sharding(mesh, out_dims), out_shape, unreduced)
     return out if dtype is None else astype(out, dtype)
 
 
@@ -471,6 +495,22 @@ def contract(op: str, subscripts: str, operands, *, out_sharding=None, preferred
         R.check_legal(op, infos, out_shape, dtype, dims, prim)
     else:
         dims = R.dims_of(want.spec, len(out_labels))
+        out_u = frozenset(getattr(want.spec, "unreduced", None) or ())
+        if out_u:  # JAX's _dot_general_unreduced_rule: the contracted axes, and only they
+            contracted = [c for t in terms for c in t if c not in out_labels]
+            specs = [tuple(o.dims[t.index(c)] for c in dict.fromkeys(contracted) if c in t) for t, o in zip(terms, infos)]
+            if len(set(specs)) != 1:
+                raise ShardingTypeError(f"[{op}] lhs and rhs contracting dims should be sharded identically when "
+                                        f"out_sharding provided to dot_general mentions unreduced_axes. Got "
+                                        f"{', '.join(str(R.spec_tuple(sp)) for sp in specs)}")
+            flat = frozenset(a for axes in specs[0] for a in axes)
+            if out_u != flat:
+                raise ShardingTypeError(f"[{op}] out_sharding's unreduced axes should be equal to the contracting specs. "
+                                        f"Got unreduced axes={set(out_u)} and contracting spec={R.spec_tuple(specs[0])}")
+            arrays = [_as_global(x, mesh, dtype) for x in operands]
+            plan = plan_einsum(",".join(terms) + "->" + out_labels, *arrays, out_sharding=R.to_pspec(dims),
+                               unreduced=tuple(sorted(out_u)))
+            return run_plan(plan, *arrays, preferred_element_type=preferred_element_type)
     del meshes
     arrays = [_as_global(x, mesh, dtype) for x in operands]
     sub = ",".join(terms) + "->" + out_labels
