@@ -547,3 +547,68 @@ def test_signatures_accept_jaxs_keywords():
             if p in theirs:
                 assert p in ours, f"jnp.{name} lacks {p}="
     assert AxisType.Explicit is not None
+
+
+# -- host dtypes, swept: every dtype JAX has on the CPU, as numpy arrays and Python scalars ------------
+import ml_dtypes  # noqa: E402
+
+HOST_DTYPES = [np.dtype(d) for d in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16,
+                                     np.uint32, np.uint64, np.float16, ml_dtypes.bfloat16, np.float32, np.float64)]
+UNARY_NAMES = ("sin", "exp", "sqrt", "negative", "abs", "floor", "square", "tanh", "sign", "log1p")
+BINARY_NAMES = ("add", "multiply", "maximum", "true_divide", "floor_divide", "power", "equal", "arctan2")
+
+
+def _host(dtype):
+    return (np.array([1, 0, 1]) if dtype == np.bool_ else np.array([1, 2, 3])).astype(dtype)
+
+
+def _jax_result_dtype(fn, *args):
+    """JAX's result dtype of ``fn`` on host values (canonicalized as JAX's entry does), traced."""
+    arrays = [a for a in args if isinstance(a, np.ndarray)]
+    pos = [i for i, a in enumerate(args) if isinstance(a, np.ndarray)]
+
+    def f(*xs):
+        full = list(args)
+        for i, x in zip(pos, xs):
+            full[i] = x
+        return fn(*full)
+
+    return jax.eval_shape(f, *[jax.ShapeDtypeStruct(a.shape, jjnp.asarray(a).dtype) for a in arrays]).dtype
+
+
+@pytest.mark.parametrize("name", UNARY_NAMES)
+def test_host_unary_dtypes_match_jax_for_every_dtype(name):
+    for dt in HOST_DTYPES:
+        a = _host(dt)
+        try:
+            want = _jax_result_dtype(getattr(jjnp, name), a)
+        except TypeError:
+            with pytest.raises(TypeError):
+                getattr(snp, name)(a)
+            continue
+        got = getattr(snp, name)(a)
+        assert got.dtype == want, (name, dt, got.dtype, want)
+
+
+@pytest.mark.parametrize("name", BINARY_NAMES)
+def test_host_binary_dtypes_match_jax_for_every_pair(name):
+    others = HOST_DTYPES + [2, 2.0]
+    for dt in HOST_DTYPES:
+        for other in others:
+            a = _host(dt)
+            b = _host(other) if isinstance(other, np.dtype) else other
+            try:
+                want = _jax_result_dtype(getattr(jjnp, name), a, b)
+            except TypeError:
+                continue
+            got = getattr(snp, name)(a, b)
+            assert got.dtype == want, (name, dt, other, got.dtype, want)
+
+
+def test_host_values_match_jax_on_wide_inputs():
+    a, b = np.linspace(0.5, 2.0, 5), np.arange(5, dtype=np.int64) + 1
+    for name in UNARY_NAMES + ("add", "power", "true_divide"):
+        args = (a,) if name in UNARY_NAMES else (a, b)
+        ours, theirs = getattr(snp, name)(*args), getattr(jjnp, name)(*args)
+        assert ours.dtype == theirs.dtype
+        np.testing.assert_allclose(ours, np.asarray(theirs), rtol=1e-6)

@@ -175,6 +175,10 @@ def _rule(ufunc, key: tuple, x64: bool) -> tuple:
         except (TypeError, ValueError):
             raise TypeError(f"[{name}] is not defined for dtype {target} (operands "
                             f"{', '.join(getattr(k, 'name', getattr(k, '__name__', str(k))) for k in key)})") from None
+    if target == np.bool_ and out.kind in "iu":
+        # numpy computes square / floor_divide / power of booleans in int8; jax.numpy promotes
+        # them to the default int first (promote_dtypes_numeric): int32 with x64 off
+        return dtypes.default_int_dtype(), dtypes.default_int_dtype()
     return target, dtypes.canonicalize_dtype(out) if out != target else out
 
 
