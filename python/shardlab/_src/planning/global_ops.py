@@ -274,8 +274,8 @@ def _unreduced_rule(name: str, inputs) -> frozenset:
                                 f"lhs={set(a)}, rhs={set(b)} ({shown}); reduce one with shardlab.reshard first")
     if not (a and b):
         which, other = ("lhs", "rhs") if a else ("rhs", "lhs")
-        raise ShardingTypeError(f"[{name}] {which} is unreduced while {other} is not. `{prim}` operation does not allow "
-                                f"this because there will be implicit communication. Please reduce {which} via "
+        raise ShardingTypeError(f"[{name}] {which} is unreduced while {other} is not. `{prim}` operation does not "
+                                f"allow this because there will be implicit communication. Please reduce {which} via "
                                 f"`reshard` before calling `{prim}` ({shown})")
     return a
 
@@ -498,15 +498,17 @@ def contract(op: str, subscripts: str, operands, *, out_sharding=None, preferred
         out_u = frozenset(getattr(want.spec, "unreduced", None) or ())
         if out_u:  # JAX's _dot_general_unreduced_rule: the contracted axes, and only they
             contracted = [c for t in terms for c in t if c not in out_labels]
-            specs = [tuple(o.dims[t.index(c)] for c in dict.fromkeys(contracted) if c in t) for t, o in zip(terms, infos)]
+            specs = [tuple(o.dims[t.index(c)] for c in dict.fromkeys(contracted) if c in t)
+                     for t, o in zip(terms, infos)]
             if len(set(specs)) != 1:
                 raise ShardingTypeError(f"[{op}] lhs and rhs contracting dims should be sharded identically when "
                                         f"out_sharding provided to dot_general mentions unreduced_axes. Got "
                                         f"{', '.join(str(R.spec_tuple(sp)) for sp in specs)}")
             flat = frozenset(a for axes in specs[0] for a in axes)
             if out_u != flat:
-                raise ShardingTypeError(f"[{op}] out_sharding's unreduced axes should be equal to the contracting specs. "
-                                        f"Got unreduced axes={set(out_u)} and contracting spec={R.spec_tuple(specs[0])}")
+                raise ShardingTypeError(f"[{op}] out_sharding's unreduced axes should be equal to the contracting "
+                                        f"specs. Got unreduced axes={set(out_u)} and contracting "
+                                        f"spec={R.spec_tuple(specs[0])}")
             arrays = [_as_global(x, mesh, dtype) for x in operands]
             plan = plan_einsum(",".join(terms) + "->" + out_labels, *arrays, out_sharding=R.to_pspec(dims),
                                unreduced=tuple(sorted(out_u)))
