@@ -30,7 +30,6 @@ import operator
 
 import numpy as np
 
-from ..arrays.local_array import LocalArray
 from ..core.dtypes import x64_enabled
 
 KEY_SHAPE = (2,)
@@ -318,10 +317,3 @@ class PRNGKeyArray:
 
     __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = __truediv__ = __xor__ = _arith
 
-
-def is_key_array(x) -> bool:
-    return isinstance(x, PRNGKeyArray)
-
-
-def is_local(x) -> bool:
-    return isinstance(x, LocalArray)

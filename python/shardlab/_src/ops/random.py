@@ -45,10 +45,6 @@ f32 = np.float32
 _SQRT2_32 = f32(np.sqrt(2))
 
 
-class TypePromotionError(ValueError):
-    """JAX's ``jax.errors``-style TypePromotionError (a ValueError)."""
-
-
 # --- keys -------------------------------------------------------------------------------
 
 def _arraylike(x) -> bool:
@@ -438,14 +434,6 @@ def uniform(key, shape=(), dtype=None, minval=0.0, maxval=1.0, *, out_sharding=N
 
 
 # --- float samplers on uniform ------------------------------------------------------------
-
-def _in_f32(dtype, fn, *args):
-    """Transcendentals in float32 for float32, float16 and bfloat16 (XLA upcasts the small
-    types); float64 (x64 on) in numpy's float64."""
-    if np.dtype(dtype) == np.float64:
-        return None
-    return fn(*[np.asarray(a).astype(f32) for a in args]).astype(dtype)
-
 
 def _toward_zero(x: np.ndarray) -> np.ndarray:
     """np.nextafter(x, 0) for a nonzero value of any float dtype (bfloat16 included)."""
