@@ -186,7 +186,12 @@ def _host_ufunc(np_ufunc, args, dtype, kwargs):
 pow = power  # noqa: A001
 
 
-# numpy function → implementation on global ShardedArrays (filled by the planning layer).
+# Implementations on global ShardedArrays, filled by the planning layer (which the ops layer
+# cannot import). Keys: the numpy function (np.sum, np.reshape, ...) or the jnp name; the value
+# is called with the jnp function's own arguments. ``shardlab.numpy``'s dispatch
+# (numpy_fallback.global_dispatch) looks here first, then falls back (recorded) or refuses.
+# Reserved string keys: "elementwise", "contract", "matmul", "astype", "fallback",
+# "out_sharding", "reshard" (planning/global_ops.py).
 GLOBAL: dict = {}
 
 
