@@ -366,6 +366,25 @@ def test_out_sharding_and_set_mesh_match_jax():
         R.normal(R.key(0), (8,), out_sharding=P("x"))
 
 
+def test_auto_meshes_and_mesh_mismatch_as_jax():
+    from shardlab.sharding import AxisType
+    auto = sl.make_mesh((4, 2), ("x", "y"), (AxisType.Auto,) * 2)
+    jauto = jax.make_mesh((4, 2), ("x", "y"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    with sl.set_mesh(auto):
+        ours = R.normal(R.key(0), (8, 4))
+        with pytest.raises(ValueError, match="cannot contain axis names that are of type Auto"):
+            R.normal(R.key(0), (8, 4), out_sharding=P("x"))
+    with jax.set_mesh(jauto):
+        theirs = jr.normal(jr.key(0), (8, 4))
+    assert tuple(ours.sharding.spec) == tuple(theirs.sharding.spec)
+    assert_same(ours, theirs)
+    with sl.set_mesh(sl.make_mesh((4, 2), ("x", "y"))):
+        with pytest.raises(ValueError, match="should match the mesh"):
+            R.normal(R.key(0), (8, 4), out_sharding=sl.NamedSharding(sl.make_mesh((2, 4), ("x", "y")), P("x")))
+    with pytest.raises(TypeError, match="only supports instances of `NamedSharding` or `PartitionSpec`"):
+        R.normal(R.key(0), (8,), out_sharding="x")
+
+
 def test_keys_inside_shard_map_and_jit():
     mesh = sl.make_mesh((4, 2), ("x", "y"))
     key = R.PRNGKey(3)

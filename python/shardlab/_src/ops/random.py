@@ -36,7 +36,7 @@ from ..arrays.local_array import LocalArray
 from ..arrays.sharded_array import ShardedArray, device_put
 from ..core import dtypes as _dt
 from ..core.context import CTX
-from ..core.mesh import get_mesh
+from ..core.mesh import AxisType, get_mesh
 from ..core.sharding import NamedSharding, PartitionSpec
 from . import prng
 from .random_math import erf32, erfinv32, fma32, log1p32, log32
@@ -241,18 +241,39 @@ def clone(key):
 
 # --- where outputs go ---------------------------------------------------------------------
 
+def _all_auto(mesh) -> bool:
+    return all(t == AxisType.Auto for t in mesh.axis_types)
+
+
 def _as_sharding(out_sharding, name: str):
-    if out_sharding is None or isinstance(out_sharding, NamedSharding):
-        return out_sharding
+    """JAX's canonicalize_sharding for the samplers: a NamedSharding or None."""
+    if out_sharding is None:
+        return None
+    if not isinstance(out_sharding, (NamedSharding, PartitionSpec)):
+        raise TypeError(f"`out_sharding` argument of {name} only supports instances of `NamedSharding` or "
+                        f"`PartitionSpec`. Got {out_sharding} of type: {type(out_sharding)}")
+    mesh = get_mesh()
     if isinstance(out_sharding, PartitionSpec):
-        mesh = get_mesh()
         if mesh is None:
             raise ValueError("Using PartitionSpec when you are not under a mesh context is not allowed. Please "
                              "pass a NamedSharding instance or enter into a mesh context via `jax.set_mesh`. "
                              f"Got {out_sharding!r} (in jax.random.{name})")
-        return NamedSharding(mesh, out_sharding)
-    raise TypeError(f"[random.{name}] out_sharding must be a NamedSharding, a PartitionSpec or None, got "
-                    f"{out_sharding!r}")
+        out_sharding = NamedSharding(mesh, out_sharding)
+    elif mesh is not None and out_sharding.mesh != mesh and not (_all_auto(mesh) and _all_auto(out_sharding.mesh)):
+        raise ValueError(f"Context mesh {mesh!r} should match the mesh of sharding {out_sharding.mesh!r} passed to "
+                         f"{name}.")
+    sharding_mesh = out_sharding.mesh
+    for entry in tuple(out_sharding.spec):
+        for axis in (entry if isinstance(entry, tuple) else (entry,)):
+            if axis is None:
+                continue
+            kind = sharding_mesh.axis_types[sharding_mesh.axis_names.index(axis)]
+            if kind in (AxisType.Auto, AxisType.Manual):
+                raise ValueError(f"PartitionSpec passed to {name} cannot contain axis names that are of type Auto "
+                                 f"or Manual. Got PartitionSpec: {out_sharding.spec!r} with axis name: {axis} of "
+                                 f"type: {kind}. (Make the mesh with axis_types=AxisType.Explicit, the default "
+                                 "of make_mesh.)")
+    return out_sharding
 
 
 def _place(x, out_sharding, name: str):
@@ -267,10 +288,13 @@ def _place(x, out_sharding, name: str):
         mesh = get_mesh()
         if mesh is None:
             return x
-        sharding = NamedSharding(mesh, PartitionSpec(*([None] * np.ndim(x))))
-    spec = tuple(sharding.spec)
-    if len(spec) < np.ndim(x):  # JAX spells the output's spec at full rank: P('x') -> P('x', None)
-        sharding = NamedSharding(sharding.mesh, PartitionSpec(*spec, *([None] * (np.ndim(x) - len(spec)))))
+        # JAX: replicated, spelled P(None, ...) on an Explicit mesh and P() on an Auto one
+        sharding = NamedSharding(mesh, PartitionSpec() if _all_auto(mesh) else
+                                 PartitionSpec(*([None] * np.ndim(x))))
+    else:
+        spec = tuple(sharding.spec)
+        if len(spec) < np.ndim(x):  # JAX spells the output's spec at full rank: P('x') -> P('x', None)
+            sharding = NamedSharding(sharding.mesh, PartitionSpec(*spec, *([None] * (np.ndim(x) - len(spec)))))
     return device_put(np.asarray(x), sharding)
 
 
