@@ -243,7 +243,7 @@ def to_plain(obj, depth=0):
     if isinstance(obj, np.generic):
         return ("scalar", str(obj.dtype), obj.item() if obj.dtype.kind != "V" else str(obj))
     cls = type(obj).__name__
-    if cls == "PartitionSpec":
+    if cls in ("PartitionSpec", "P"):  # JAX 0.10 names the class P
         return ("P", _spec_tuple(obj))
     if cls in ("NamedSharding",):
         return ("NamedSharding", _mesh_plain(obj.mesh), _normal_spec(_spec_tuple(obj.spec)))
@@ -1138,7 +1138,7 @@ def render_report(results, when):
               "| cause | cells | example | first difference there |", "|---|---:|---|---|"]
     for cause, n, where, e in ranking(results):
         ex = ", ".join(f"{d}:{c}" for d, c in where[:3]) + (" ..." if len(where) > 3 else "")
-        at = f" (at `{_md(e['line'])}`)" if e.get("line") else ""
+        at = f" (at `{_code(e['line'])}`)" if e.get("line") else ""
         lines.append(f"| {_md(cause)} | {n} | {ex} | {_md(e['detail'][:140])}{at} |")
     nxt = next_blockers(results)
     if nxt:
@@ -1174,13 +1174,22 @@ def render_report(results, when):
                                            ln.strip().startswith(("#", "import ", "from ", "@"))), "")
             casc = f" ({e['cause']})" if e.get("cause", "").startswith("cascade") else ""
             note = f" *Note: {_md(e['note'])}*" if e.get("note") else ""
-            lines.append(f"- cell {e['id']} (`{_md(first[:80])}`): {_md(e['detail'][:220])}{casc}{note}")
+            lines.append(f"- cell {e['id']} (`{_code(first[:80])}`): {_md(e['detail'][:220])}{casc}{note}")
         lines.append("")
     return "\n".join(lines) + "\n"
 
 
 def _md(text):
-    return str(text).replace("|", "\\|").replace("\n", " ").replace("`", "'")
+    """Plain text for a markdown line or table cell (no links, no code spans, no column breaks)."""
+    text = str(text).replace("\n", " ").replace("`", "'")
+    for ch in "\\|[]*_>":
+        text = text.replace(ch, "\\" + ch)
+    return text.replace("<", "&lt;")
+
+
+def _code(text):
+    """Text for inside a code span in a table row."""
+    return str(text).replace("\n", " ").replace("`", "'").replace("|", "¦")
 
 
 def expected_passes():

@@ -55,6 +55,11 @@ def tiny_doc(tmp_path_factory):
         {"id": 1, "tags": [], "source": "y = x.astype(jnp.int32)\ny.dtype\n"},
         {"id": 2, "tags": [], "source": "print(x.sum())\n"},
         {"id": 3, "tags": [], "source": "jnp.ones(3) + jnp.ones(4)\n"},
+        {"id": 4, "tags": [], "source": "import jax\nfrom jax.sharding import PartitionSpec as P\n"
+                                        "mesh = jax.make_mesh((2, 4), ('x', 'y'))\n"
+                                        "s = jax.NamedSharding(mesh, P('x', None))\n"
+                                        "z = jax.device_put(jnp.arange(8.0), jax.NamedSharding(mesh, P('y')))\n"
+                                        "dt = jnp.float32\np = P(('x', 'y'))\n"},
     ]}
     path = tmp_path_factory.mktemp("conformance") / "tiny.json"
     path.write_text(json.dumps(doc))
@@ -67,7 +72,7 @@ def _verdicts(doc, jrecs, srecs):
 
 def test_real_jax_run_records_values(tiny_doc):
     doc, _, jrecs = tiny_doc
-    assert [r["status"] for r in jrecs] == ["ok", "ok", "ok", "raised"]
+    assert [r["status"] for r in jrecs] == ["ok", "ok", "ok", "raised", "ok"]
     kind, dtype, shape, data = jrecs[0]["values"]["x"][:4]
     assert (kind, dtype, shape) == ("array", "float32", (4,))
     np.testing.assert_array_equal(data, [0, 2, 4, 6])
@@ -75,8 +80,12 @@ def test_real_jax_run_records_values(tiny_doc):
     assert jrecs[1]["last"] == ("dtype", "int32")
     assert conformance.numbers_in(jrecs[2]["stdout"]) == [12.0]
     assert jrecs[3]["exc"]["type"] == "TypeError"
+    v = jrecs[4]["values"]
+    assert v["mesh"] == ("Mesh", ("x", "y"), (2, 4), ("Explicit", "Explicit"))
+    assert v["s"] == ("NamedSharding", v["mesh"], ("x",))
+    assert v["z"][4:6] == (("y",), v["mesh"]) and v["dt"] == ("dtype", "float32") and v["p"] == ("P", (("x", "y"),))
     # The same run compared with itself passes everywhere.
-    assert [v for v, _ in _verdicts(doc, jrecs, jrecs)] == ["pass"] * 4
+    assert [v for v, _ in _verdicts(doc, jrecs, jrecs)] == ["pass"] * 5
 
 
 @pytest.mark.parametrize("mutate, cell, expect", [
@@ -92,7 +101,11 @@ def test_real_jax_run_records_values(tiny_doc):
     (lambda r: r[1].update(status="raised", exc={"type": "AttributeError", "mro": ["AttributeError"],
                                                    "msg": "module 'shardlab' has no attribute 'typeof'",
                                                    "lineno": 1}), 1, "raises AttributeError"),
-], ids=["value", "dtype", "shape", "last-expression", "stdout", "error-kind", "no-error", "missing-api"])
+    (lambda r: r[4]["values"].__setitem__("z", r[4]["values"]["z"][:4] + (("x",),) + r[4]["values"]["z"][5:]), 4,
+     "sharding spec ('x',) where JAX has ('y',)"),
+    (lambda r: r[4]["values"].__setitem__("p", ("P", ("x", "y"))), 4, "p: "),
+], ids=["value", "dtype", "shape", "last-expression", "stdout", "error-kind", "no-error", "missing-api",
+        "array-sharding", "partition-spec"])
 def test_harness_detects_a_wrong_shardlab_result(tiny_doc, mutate, cell, expect):
     doc, _, jrecs = tiny_doc
     wrong = copy.deepcopy(jrecs)
