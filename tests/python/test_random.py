@@ -145,7 +145,8 @@ BIT_EQUAL_SMALL = [("uniform", "float16"), ("uniform", "bfloat16"), ("uniform_ra
                    ("uniform_range", "bfloat16"), ("normal", "float16"), ("normal", "bfloat16"),
                    ("exponential", "float16"), ("exponential", "bfloat16"), ("laplace", "float16"),
                    ("laplace", "bfloat16"), ("gumbel", "bfloat16"), ("logistic", "bfloat16"),
-                   ("truncated_normal", "float16"), ("truncated_normal", "bfloat16")]
+                   ("truncated_normal", "float16"), ("truncated_normal", "bfloat16"), ("gumbel", "float16"),
+                   ("logistic", "float16")]
 
 
 @pytest.mark.parametrize("name,dtype", BIT_EQUAL_SMALL)
@@ -154,17 +155,6 @@ def test_half_precision_samplers_are_bit_equal(name, dtype):
     for seed in SEEDS[:2]:
         for shape in [(), (40, 25)]:
             assert_same(fn(R, R.key(seed), shape, dtype), fn(jr, jr.key(seed), shape, dtype))
-
-
-@pytest.mark.parametrize("name,dtype", [("gumbel", "float16"), ("logistic", "float16")])
-def test_half_precision_samplers_within_a_few_ulp(name, dtype):
-    fn = FLOAT_SAMPLERS[name]
-    ours = np.asarray(fn(R, R.key(0), (2000,), dtype))
-    theirs = np.asarray(fn(jr, jr.key(0), (2000,), dtype))
-    assert ours.dtype == theirs.dtype
-    equal = _bits_of(ours) == _bits_of(theirs)
-    assert equal.mean() > 0.85  # XLA's float16 log differs from its float32 one in a few values
-    np.testing.assert_allclose(ours.astype(np.float32), theirs.astype(np.float32), rtol=2e-2, atol=2e-3)
 
 
 def test_uniform_broadcasts_minval_and_maxval_as_jax():

@@ -551,6 +551,13 @@ def truncated_normal(key, lower, upper, shape=None, dtype=None, *, out_sharding=
     return _run("truncated_normal", key, out_sharding, lambda k: _truncated_normal(k, lower, upper, shape, dtype))
 
 
+def _uniform_from_tiny(k, shape, dtype):
+    """``uniform(minval=finfo.tiny, maxval=1)`` inside JAX's jitted samplers: XLA folds it to
+    ``max(floats, tiny)`` (equal to the formula's value in float32 and bfloat16; in float16 it
+    is what XLA computes, where ``floats + tiny`` would differ)."""
+    return np.maximum(_floats01(k, shape, dtype), np.asarray(ml_dtypes.finfo(dtype).tiny, dtype))
+
+
 def _unary(name, fn, minval=0.0, maxval=1.0):
     def sampler(key, shape=(), dtype=None, *, out_sharding=None):
         dtype_ = _float_dtype(dtype, name)
@@ -560,8 +567,10 @@ def _unary(name, fn, minval=0.0, maxval=1.0):
 
         def draw(k):
             info = ml_dtypes.finfo(dtype_)
-            lo = minval(info) if callable(minval) else minval
-            u = _uniform(k, shape_, dtype_, lo, maxval)
+            if minval == "tiny":
+                u = _uniform_from_tiny(k, shape_, dtype_)
+            else:
+                u = _uniform(k, shape_, dtype_, minval(info) if callable(minval) else minval, maxval)
             return fn(u, dtype_)
         return _run(name, key, out_sharding, draw)
     sampler.__name__ = name
@@ -578,9 +587,7 @@ def _laplace_fn(u, dt):
 
 
 def _mid(x, dt):
-    """An intermediate between two transcendentals, rounded to the dtype as XLA's op is (bit-equal
-    for bfloat16; float16 gumbel and logistic differ from JAX in a few percent of values, by at
-    most a few ulp)."""
+    """An intermediate between two transcendentals, rounded to the dtype as XLA's op is."""
     return x.astype(dt)
 
 
@@ -594,8 +601,8 @@ def _gumbel_fn(u, dt):
 
 _exponential = _unary("exponential", _exp_fn)
 _laplace = _unary("laplace", _laplace_fn, lambda i: -1.0 + float(i.epsneg), 1.0)
-_logistic = _unary("logistic", _logistic_fn, lambda i: i.tiny, 1.0)
-_gumbel_low = _unary("gumbel", _gumbel_fn, lambda i: i.tiny, 1.0)
+_logistic = _unary("logistic", _logistic_fn, "tiny", 1.0)
+_gumbel_low = _unary("gumbel", _gumbel_fn, "tiny", 1.0)
 
 
 def exponential(key, shape=(), dtype=None, *, out_sharding=None):
@@ -940,9 +947,7 @@ def _gumbel_draw(k, shape, dtype, mode=None):
         return _gumbel_high(k, shape, dtype)
     if mode != "low":
         raise NotImplementedError(f"mode={mode!r} is not bit-matched in shardlab; use 'high' or 'low'")
-    info = ml_dtypes.finfo(dtype)
-    u = _uniform(k, shape, dtype, info.tiny, 1.0)
-    return _gumbel_fn(u, dtype)
+    return _gumbel_fn(_uniform_from_tiny(k, shape, dtype), dtype)
 
 
 def categorical(key, logits, axis=-1, shape=None, replace=True, mode=None, *, out_sharding=None):
