@@ -161,24 +161,32 @@ def _is_opaque(v):
 
 
 def _spec_tuple(spec):
+    """A PartitionSpec as a tuple: its entries, then "unreduced={...}" / "reduced={...}" when set."""
     out = []
-    for e in tuple(spec):
+    parts = getattr(spec, "partitions", None)  # JAX refuses to iterate a spec with unreduced axes
+    for e in (tuple(parts) if parts is not None else tuple(spec)):
         if e is None or isinstance(e, str):
             out.append(e)
         elif isinstance(e, (tuple, list)):
             out.append(tuple(e))
         else:
             out.append(str(e))
+    for attr in ("unreduced", "reduced"):
+        axes = getattr(spec, attr, None)
+        if axes:
+            out.append(f"{attr}={{{', '.join(sorted(map(str, axes)))}}}")
     return tuple(out)
 
 
 def _normal_spec(spec):
-    """A spec tuple without trailing Nones (P('x', None) and P('x') shard alike)."""
-    spec = list(spec)
+    """A spec tuple without trailing Nones before its unreduced/reduced marks (P('x', None) and
+    P('x') shard alike) and with 1-tuples as their axis."""
+    marks = [e for e in spec if isinstance(e, str) and e.endswith("}") and "=" in e]
+    spec = [e for e in spec if e not in marks]
     while spec and spec[-1] is None:
         spec.pop()
-    return tuple(tuple(e) if isinstance(e, tuple) and len(e) != 1 else (e[0] if isinstance(e, tuple) else e)
-                 for e in spec)
+    return tuple([tuple(e) if isinstance(e, tuple) and len(e) != 1 else (e[0] if isinstance(e, tuple) else e)
+                  for e in spec] + marks)
 
 
 def _mesh_plain(mesh):
@@ -500,18 +508,18 @@ def from_plain(plain, sl):
             return data  # numpy in the JAX run too
         if spec is not None and mesh is not None:
             m = _mesh_from_plain(mesh, sl)
-            return sl.device_put(data, sl.NamedSharding(m, sl.P(*spec)))
+            return sl.device_put(data, sl.NamedSharding(m, _spec_from_tuple(spec, sl)))
         return sl.numpy.asarray(data)
     if kind == "scalar":
         return np.dtype(plain[1]).type(plain[2])
     if kind == "dtype":
         return np.dtype(plain[1])
     if kind == "P":
-        return sl.P(*plain[1])
+        return _spec_from_tuple(plain[1], sl)
     if kind == "Mesh":
         return _mesh_from_plain(plain, sl)
     if kind == "NamedSharding":
-        return sl.NamedSharding(_mesh_from_plain(plain[1], sl), sl.P(*plain[2]))
+        return sl.NamedSharding(_mesh_from_plain(plain[1], sl), _spec_from_tuple(plain[2], sl))
     if kind == "Device":
         return sl.devices()[plain[1]]
     if kind == "seq":
@@ -521,6 +529,16 @@ def from_plain(plain, sl):
         items = {k: from_plain(v, sl) for k, v in plain[1]}
         return None if any(v is None for v in items.values()) else items
     return None
+
+
+def _spec_from_tuple(spec, sl):
+    entries = [e for e in spec if not (isinstance(e, str) and e.endswith("}") and "=" in e)]
+    kw = {}
+    for e in spec:
+        if isinstance(e, str) and e.endswith("}") and "=" in e:
+            k, v = e.split("=", 1)
+            kw[k] = frozenset(a.strip() for a in v.strip("{}").split(",") if a.strip())
+    return sl.P(*entries, **kw)
 
 
 def _mesh_from_plain(plain, sl):
