@@ -7,11 +7,16 @@ see REWRITES). After every cell the worker records its outcome (ok, raised with 
 class, timeout, skipped) and its values: the last expression's value and every array, scalar,
 dtype, shape, tuple, mesh, sharding or PartitionSpec the cell bound or rebound, converted to
 plain data (numpy arrays, strings, tuples), plus what it printed. The parent compares the two
-runs cell by cell (see compare_cell) and writes the report (docs/conformance.md).
+runs cell by cell (see compare_cell) and writes the report (docs/conformance.md). The JAX run
+goes first: when a cell fails under shardlab, the shardlab run takes JAX's values for the names
+that cell should have bound and goes on, charging the later cells that read them to the first
+failure ("cascade") while still recording what they would do on their own (see run_worker).
 
     python tests/python/conformance.py                      # every document, a summary
     python tests/python/conformance.py --doc jax-parallel   # one document, failing cells in full
     python tests/python/conformance.py --report docs/conformance.md --update-expected
+    python tests/python/conformance.py --commit auto        # the newest commit that imports, not
+                                                            # the (shared, moving) working tree
 
 Nothing is fetched: the cells are committed data (tests/data/conformance/README.md names their
 sources, commits and licences).
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import atexit
 import contextlib
 import io
 import json
@@ -29,6 +35,7 @@ import os
 import pathlib
 import pickle
 import re
+import shutil
 import signal
 import subprocess
 import symtable
@@ -1222,6 +1229,7 @@ def use_commit(rev):
         check=True).stdout.split()
     for r in revs:
         tmp = tempfile.mkdtemp(prefix="conformance-tree-")
+        atexit.register(shutil.rmtree, tmp, ignore_errors=True)
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", r, "python"], check=True,
                                  capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
