@@ -1012,6 +1012,10 @@ def check_document(name, only=None, shardlab_records=None, jax_records=None):
                  "note": cell.get("note")}
         if sr.get("exc") and sr["exc"].get("lineno"):
             entry["line"] = _cell_line(cell["source"], sr["exc"]["lineno"])
+        if verdict == "pass" and jr["status"] == "ok" and not (
+                any(not _is_opaque(v) for v in jr["values"].values()) or jr.get("last") is not None
+                or jr["stdout"].strip()):
+            entry["nothing_compared"] = True  # it ran, but bound and printed nothing to compare
         if verdict == "pass" and sr["status"] == "ok":
             hosts = host_array_names(jr, sr)
             if hosts:
@@ -1103,6 +1107,27 @@ def next_blockers(results):
     return out
 
 
+# Which part of issue #24 a cause most likely belongs to (first match), for routing.
+SECTION_HINTS = [
+    (r"random|tree_util|jax\.tree\b|vmap|make_jaxpr|\bscan\b|while_loop|\bcond\b|local_devices|"
+     r"process_index|config|profiler|numpy\.ndarray|dtype (int|float)64|jnp on host", "§3 rest of the namespace"),
+    (r"shard_map|pcast|pvary|all_gather|psum|ppermute|axis_index|per-device|checkpoint|remat|"
+     r"manual_axis_type|\bdot\] per-device|fori_loop", "§4 shard_map and lax"),
+    (r"lower|compile|as_text|cost_analysis|memory_analysis|trace\(|jaxpr", "§5 ahead of time"),
+    (r"typeof|aval|AbstractMesh|abstract_mesh|set_mesh|get_mesh|AxisType|make_mesh|unreduced|reduced|"
+     r"PartitionSpec|Mesh\(|mesh repr", "§1 meshes and types"),
+    (r"reshard|auto_axes|explicit_axes|with_sharding_constraint|out_sharding|device=|einsum|dot|matmul|"
+     r"sharding spec|visualize|ShardedArray|ShardingTypeError|Device not understood|str/repr|copy", "§2 sharding in types"),
+]
+
+
+def section_of(cause, detail=""):
+    for pattern, section in SECTION_HINTS:
+        if re.search(pattern, cause) or (detail and re.search(pattern, detail)):
+            return section
+    return "?"
+
+
 def render_report(results, when):
     lines = ["# Import swap on real code (conformance)", "",
              "The JAX documentation's sharding notebooks and the code blocks of the scaling book "
@@ -1152,6 +1177,9 @@ def render_report(results, when):
               f"**{okp} of {okc}** ({100 * okp / max(okc, 1):.0f}%, goal 95%) run under shardlab with equal "
               f"values; of the cells JAX makes raise, **{rp} of {rc}** raise the same kind of error in "
               "shardlab (goal: all).", ""]
+    empty = sum(1 for r in results for e in r["cells"] if e.get("nothing_compared"))
+    lines += [f"Of the passing cells, {empty} bind and print nothing to compare (they define functions, "
+              "set a mesh, ...): they pass by running without error.", ""]
     if hosts:
         lines += [f"Passing cells where a value is a numpy array in shardlab but a `jax.Array` in JAX (equal "
                   f"values, so not counted as a failure; `isinstance(x, jax.Array)` would differ): {len(hosts)}, "
@@ -1160,11 +1188,13 @@ def render_report(results, when):
               "## What costs the most cells", "",
               "Each failing cell is charged to one cause (a cell that fails only because an earlier "
               "cell failed is charged to the earlier cell's cause). Examples are `document:cell`.", "",
-              "| cause | cells | example | first difference there |", "|---|---:|---|---|"]
+              "| cause | cells | issue #24 (a guess) | example | first difference there |",
+              "|---|---:|---|---|---|"]
     for cause, n, where, e in ranking(results):
         ex = ", ".join(f"{d}:{c}" for d, c in where[:3]) + (" ..." if len(where) > 3 else "")
         at = f" (at `{_code(e['line'])}`)" if e.get("line") else ""
-        lines.append(f"| {_md(cause)} | {n} | {ex} | {_md(e['detail'][:140])}{at} |")
+        sec = section_of(cause, e.get("line") or "")
+        lines.append(f"| {_md(cause)} | {n} | {sec} | {ex} | {_md(e['detail'][:140])}{at} |")
     nxt = next_blockers(results)
     if nxt:
         lines += ["", "### Behind the cascades: what fails next", "",
