@@ -19,3 +19,6 @@ from ._src.planning.global_numpy import cumprod_lax as cumprod, cumsum_lax as cu
 from ._src.planning.sharding_api import with_sharding_constraint  # noqa: E402,F401
 
 __all__ += ["cumlogsumexp", "cummax", "cummin", "cumprod", "cumsum", "with_sharding_constraint"]
+from ._src.ops.numpy import _dot_general as dot_general  # noqa: E402,F401  (jax.lax.dot_general)
+
+__all__ += ["dot_general"]
