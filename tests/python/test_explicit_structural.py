@@ -43,16 +43,18 @@ def _spec(x):
     return _norm(jax.typeof(x).sharding.spec, x.ndim)
 
 
-def _both(fn, *args):
+def _both(fn, *args, jit=False):
     """fn(module, *arrays) run on shardlab and on JAX with the same inputs (arrays given as
-    (value, spec)); returns (shardlab result or exception, jax result or exception)."""
+    (value, spec)); returns (shardlab result or exception, jax result or exception). ``jit``:
+    JAX runs fn under jax.jit (where static indices take JAX's slice rule, not eager's gather)."""
     out = []
     for mod, put in ((snp, lambda v, s: sl.device_put(v, sl.NamedSharding(MESH, P(*s)))),
                      (jnp, lambda v, s: jax.device_put(v, JNS(JMESH, JP(*s))))):
         try:
             if mod is jnp:
                 with jax.set_mesh(JMESH):
-                    out.append(fn(mod, *[put(v, s) for v, s in args]))
+                    g = jax.jit(lambda *a: fn(jnp, *a)) if jit else (lambda *a: fn(jnp, *a))
+                    out.append(g(*[put(v, s) for v, s in args]))
             else:
                 out.append(fn(mod, *[put(v, s) for v, s in args]))
         except Exception as e:  # noqa: BLE001  (compared below)
@@ -77,8 +79,8 @@ def _compare(ours, theirs):
     assert _spec(ours) == _spec(theirs), (_spec(ours), _spec(theirs))
 
 
-def check(fn, *args):
-    ours, theirs = _both(fn, *args)
+def check(fn, *args, jit=False):
+    ours, theirs = _both(fn, *args, jit=jit)
     _compare(ours, theirs)
     return ours
 
@@ -246,7 +248,7 @@ KEYS = [0, -1, (0, 0), (slice(None), 0), slice(1, 5), slice(None, None, 2), slic
 @pytest.mark.parametrize("spec", FEW)
 @pytest.mark.parametrize("key", KEYS, ids=repr)
 def test_getitem(spec, key):
-    check(lambda m, a: a[key], (A, spec))
+    check(lambda m, a: a[key], (A, spec), jit=True)
 
 
 def test_getitem_with_index_arrays_that_are_arrays():
@@ -505,3 +507,58 @@ def test_reshape_rule_matches_jax_on_random_cases():
             r = snp.reshape(sl.device_put(v, sl.NamedSharding(MESH, P(*spec))), new)
             np.testing.assert_array_equal(np.asarray(r), v.reshape(new))
             assert _spec(r) == want
+
+
+def _random_key(rng, shape):
+    choices = [lambda n: int(rng.integers(-n, n)), lambda n: slice(None), lambda n: slice(1, n - 1),
+               lambda n: slice(None, None, -1), lambda n: slice(None, None, 2),
+               lambda n: rng.integers(0, n, size=int(rng.integers(1, 3))),
+               lambda n: rng.random(n) < 0.5]
+    key = []
+    for n in shape[:int(rng.integers(1, len(shape) + 1))]:
+        key.append(choices[int(rng.integers(len(choices)))](n))
+        if rng.random() < 0.15:
+            key.append(None)
+    if rng.random() < 0.3:
+        key.insert(int(rng.integers(0, len(key) + 1)), Ellipsis)
+        key = key[:len(shape)]
+    return tuple(key)
+
+
+def test_indexing_rule_matches_jax_on_random_cases():
+    """JAX's gather sharding for x[key] against shardlab's on random keys and shardings (types
+    via jax.eval_shape), with a sample run."""
+    from shardlab._src.planning.global_index import _Index
+
+    rng = np.random.default_rng(int(os.environ.get("SHARDLAB_TEST_SEED", 24)))
+    ran = 0
+    for _ in range(150):
+        shape = (4, 8, 8)
+        spec = _random_spec(rng, shape)
+        key = _random_key(rng, shape)
+        if sum(k is Ellipsis for k in key) > 1:
+            continue
+        x = sl.device_put(np.zeros(shape, np.float32), sl.NamedSharding(MESH, P(*spec)))
+        with jax.set_mesh(JMESH):
+            try:
+                aval = jax.ShapeDtypeStruct(shape, np.float32, sharding=JNS(JMESH, JP(*spec)))
+                out = jax.eval_shape(lambda a: a[key], aval)
+                want = _norm(out.sharding.spec, len(out.shape))
+            except Exception as e:  # noqa: BLE001
+                with pytest.raises(type(e) if type(e).__name__ != "ShardingTypeError" else ShardingTypeError):
+                    x[key]
+                continue
+        ix = _Index(x, key, "getitem")
+        got = _spec(x[key]) if 0 in ix.shape else _norm(ix.out_spec, len(ix.shape))
+        assert ix.shape == out.shape and got == want, (spec, key, got, want)
+        assert 0 in ix.shape or not [d for d in ix.indexed if spec_at(spec, d)], (spec, key)
+        if ran < 10:
+            ran += 1
+            v = np.arange(256, dtype=np.float32).reshape(shape)
+            r = sl.device_put(v, sl.NamedSharding(MESH, P(*spec)))[key]
+            np.testing.assert_array_equal(np.asarray(r), v[key])
+            assert _spec(r) == want
+
+
+def spec_at(spec, d):
+    return spec[d] if d < len(spec) else None

@@ -4,11 +4,14 @@ JAX lowers ``x[idx]``, ``jnp.take`` and ``jnp.take_along_axis`` to a ``gather`` 
 ``x.at[idx].set/add/...`` to a ``scatter``. Their explicit-sharding rules (JAX 0.10.2,
 ``lax/slicing.py``) come down to:
 
-- a dimension that is indexed (an int, an index array, a boolean mask, or a slice that is not
-  the whole dim) must be unsharded; a whole slice ``:`` keeps its sharding, and so does a
-  reverse ``::-1`` (one ppermute puts the blocks back in order); ``None`` adds an unsharded
-  dim; the dims an index array makes are unsharded, and an index array must itself be
-  replicated (``take_along_axis``'s may be sharded like the operand, batch-wise);
+- a dimension that is indexed (an int, an index array, a boolean mask) must be unsharded; a
+  whole slice ``:`` keeps its sharding, and so does a reverse ``::-1`` (one ppermute puts the
+  blocks back in order); with no index array, any other slice of a sharded dim keeps it too
+  when the axes divide its length (JAX's ``slice`` rule, as under ``jit``; JAX's eager
+  indexing gathers and refuses it; here the dim is all-gathered, sliced and re-split);
+  ``None`` adds an unsharded dim; the dims an index array makes are unsharded, and an index
+  array must itself be replicated (``take_along_axis``'s may be sharded like the operand,
+  batch-wise);
 - anything else is refused with JAX's ShardingTypeError, which asks for
   ``x.at[idx].get(out_sharding=...)`` (or ``.set(..., out_sharding=...)``): with it the op
   runs as JAX's ``auto_axes`` would (the indexed dims are all-gathered) and the result is
@@ -33,6 +36,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..arrays.local_array import LocalArray
@@ -43,8 +48,8 @@ from ..ops import lax
 from ..ops import numpy as jnp
 from ..primitives import structural as st
 from ..primitives.primitive import bind
-from .global_common import (as_global, axes_of, check_reduced, free_dims, norm_axis, run, same_mesh, spec_of, type_str,
-                            with_spec)
+from .global_common import (as_global, axes_of, check_reduced, free_dims, gather_dims, norm_axis, run, same_mesh,
+                            slice_dims, spec_of, type_str, with_spec)
 from .global_shapes import broadcast_to, ravel
 from .global_ops import reshard as _plan_reshard
 
@@ -86,9 +91,6 @@ class _Index:
                 k = np.asarray(k)
             elif isinstance(k, (list, tuple)):
                 k = np.asarray(k)
-            if isinstance(k, np.ndarray) and k.dtype == np.bool_ and k.ndim:
-                entries.extend(np.nonzero(k))
-                continue
             if isinstance(k, np.ndarray) and k.dtype.kind not in "iub":
                 raise IndexError(f"[{op}] index arrays must be integers or booleans, got dtype {k.dtype}")
             if isinstance(k, np.ndarray) and k.ndim == 0 and k.dtype.kind in "iu":
@@ -99,7 +101,10 @@ class _Index:
         ells = [i for i, k in enumerate(entries) if k is Ellipsis]
         if len(ells) > 1:
             raise IndexError(f"[{op}] an index can only have a single ellipsis ('...')")
-        real = sum(k is not None and k is not Ellipsis for k in entries)
+        def width(k):  # the operand dims an entry consumes (a boolean mask: its rank)
+            return 0 if k is None or k is Ellipsis else k.ndim if isinstance(k, np.ndarray) and k.dtype == np.bool_ \
+                else 1
+        real = sum(width(k) for k in entries)
         if real > x.ndim:
             raise IndexError(f"[{op}] too many indices for array: array is {x.ndim}-dimensional, but {real} were "
                              f"indexed")
@@ -108,6 +113,21 @@ class _Index:
             entries = entries[:e] + [slice(None)] * (x.ndim - real) + entries[e + 1:]
         else:
             entries = entries + [slice(None)] * (x.ndim - real)
+        masks, d = [], 0
+        for i, k in enumerate(entries):
+            if isinstance(k, np.ndarray) and k.dtype == np.bool_:
+                if k.shape != tuple(x.shape[d:d + k.ndim]):
+                    raise IndexError(f"[{op}] boolean index did not match shape of indexed array in index {i}: got "
+                                     f"{k.shape}, expected {list(x.shape[d:d + k.ndim])}")
+                masks.append((i, np.nonzero(k)))
+            d += width(k)
+        for i, parts in reversed(masks):
+            entries = entries[:i] + list(parts) + entries[i + 1:]
+        arrays = [np.shape(k) for k in entries if isinstance(k, np.ndarray)]
+        try:
+            np.broadcast_shapes(*arrays)
+        except ValueError:
+            raise ValueError(f"[{op}] Incompatible shapes for broadcasting: shapes={arrays}") from None
         probe = np.broadcast_to(np.zeros((), np.int8), x.shape)
         try:
             self.shape = probe[tuple(entries)].shape
@@ -122,30 +142,37 @@ class _Index:
                 continue
             n = x.shape[d]
             if isinstance(k, slice):
+                # with index arrays JAX gathers, and a reversed or partial slice is then indexed
                 rng = k.indices(n)
-                self.kind[d] = "whole" if rng == (0, n, 1) else "rev" if rng == (n - 1, -1, -1) else "indexed"
+                size = len(range(*rng))
+                self.kind[d] = "whole" if rng == (0, n, 1) else \
+                    "rev" if rng == (n - 1, -1, -1) and not arrays else \
+                    "sliced" if not arrays and spec[d] is not None and size % _axes_size(x, spec[d]) == 0 else \
+                    "indexed"
             else:
                 self.kind[d] = "indexed"
             dims.append(d)
             d += 1
         self.entries = entries
-        arrays = any(isinstance(k, np.ndarray) for k in entries)
         adv = [i for i, k in enumerate(entries) if isinstance(k, np.ndarray) or arrays and isinstance(k, int)]
         b = np.broadcast_shapes(*[np.shape(entries[i]) for i in adv]) if adv else ()
-        out = []
+        out, self.out_dim = [], {}
         for i, k in enumerate(entries):
             if adv and i == adv[0] and adv == list(range(adv[0], adv[-1] + 1)):
                 out += [None] * len(b)
             if k is None:
                 out.append(None)
             elif isinstance(k, slice):
+                self.out_dim[dims[i]] = len(out)
                 out.append(spec[dims[i]] if self.kind[dims[i]] != "indexed" else None)
         if adv and adv != list(range(adv[0], adv[-1] + 1)):
+            self.out_dim = {d: o + len(b) for d, o in self.out_dim.items()}
             out = [None] * len(b) + out
         assert len(out) == len(self.shape), (out, self.shape)
         self.out_spec = out
         self.indexed = [d for d, kd in self.kind.items() if kd == "indexed"]
         self.rev = [d for d, kd in self.kind.items() if kd == "rev" and spec[d] is not None]
+        self.sliced = [d for d, kd in self.kind.items() if kd == "sliced"]
 
     def local_key(self):
         """The key on a device's block: whole and reversed dims keep the device's part."""
@@ -154,10 +181,27 @@ class _Index:
             if k is None:
                 out.append(None)
                 continue
-            kd = self.kind[d]
+            kd = self.kind[d]  # "sliced" dims are gathered whole first, so they take the global slice
             out.append(slice(None) if kd == "whole" else slice(None, None, -1) if kd == "rev" else k)
             d += 1
         return tuple(out)
+
+    def local_plan(self):
+        """(a permutation of the block's dims or None, the key after it). Index arrays split by
+        slices put their dims first (numpy's rule); moving the dims they index to the front
+        first gives the same result with the arrays side by side."""
+        key = self.local_key()
+        pos = [i for i, k in enumerate(key) if isinstance(k, (np.ndarray, int))]
+        if not any(isinstance(key[i], np.ndarray) for i in pos) or pos == list(range(pos[0], pos[-1] + 1)):
+            return None, key
+        dim_of, d = {}, 0
+        for i, k in enumerate(key):
+            if k is not None:
+                dim_of[i] = d
+                d += 1
+        rest = [i for i in range(len(key)) if i not in pos]
+        perm = [dim_of[i] for i in pos] + [dim_of[i] for i in rest if i in dim_of]
+        return perm, tuple(key[i] for i in pos) + tuple(key[i] for i in rest)
 
     def sliced_spec(self):
         """The spec of ``x[idx]``'s slice shape where a scatter's values go (JAX's
@@ -174,13 +218,23 @@ def _reverse_blocks(v, spec_entries):
     return v
 
 
+def _axes_size(x, e) -> int:
+    return math.prod(x.sharding.mesh.shape[a] for a in axes_of(e))
+
+
 def _gather(x: ShardedArray, ix: _Index) -> ShardedArray:
-    key = ix.local_key()
+    perm, key = ix.local_plan()
     spec = spec_of(x)
     rev = [spec[d] for d in ix.rev]
+    out_spec = list(ix.out_spec)
+    sliced_out = [ix.out_dim[d] for d in ix.sliced]
 
     def body(v):
-        y = v[key]
+        # a static slice of a sharded dim (JAX's slice rule, when its size divides): the dim is
+        # gathered, sliced, and each device keeps its block of the result
+        v = gather_dims(v, spec, ix.sliced)
+        y = (jnp.transpose(v, perm) if perm else v)[key]
+        y = slice_dims(y, out_spec, sliced_out)
         return _reverse_blocks(y, rev) if rev else y
 
     return run(body, [x], P(*ix.out_spec))
@@ -191,6 +245,15 @@ def getitem(x: ShardedArray, key, *, out_sharding=None, mode=None, fill_value=No
     """``x[key]`` / ``x.at[key].get(...)`` on a global array (JAX's gather rule)."""
     check_reduced(x, "getitem")
     ix = _Index(x, key, "getitem")
+    if 0 in ix.shape and out_sharding is None:
+        # nothing to gather: JAX checks no sharding either, and slices keep the operand's
+        spec, out = spec_of(x), list(ix.out_spec)
+        for d, o in ix.out_dim.items():
+            if ix.shape[o] % _axes_size(x, spec[d]):
+                raise ValueError(f"[getitem] Sharding spec {spec[d]!r} of dim {d} does not evenly divide the size "
+                                 f"{ix.shape[o]} of the result's dim {o} (result shape {ix.shape})")
+            out[o] = spec[d]
+        return device_put(np.zeros(ix.shape, x.dtype), NamedSharding(x.sharding.mesh, P(*out)))
     if out_sharding is None:
         x2 = free_dims(x, ix.indexed, lambda: _gather_error(x))
         if x2 is not x:
@@ -241,12 +304,13 @@ def scatter(x: ShardedArray, key, values, how: str, *, out_sharding=None, mode=N
     target = None
     if out_sharding is not None:
         target = _as_sharding(out_sharding, x)
-        if ix.indexed:
-            x = with_spec(x, [None if d in ix.indexed else e for d, e in enumerate(spec_of(x))])
+        if ix.indexed or ix.sliced:
+            x = with_spec(x, [None if d in ix.indexed + ix.sliced else e for d, e in enumerate(spec_of(x))])
             ix = _Index(x, key, op)
     vals = _values(x, ix, values, op)
     if out_sharding is None:
-        x2 = free_dims(x, ix.indexed, lambda: _scatter_error(x, f", updates={type_str(vals)}"))
+        # a scatter into a slice of a sharded dim is refused even where a gather could slice it
+        x2 = free_dims(x, ix.indexed + ix.sliced, lambda: _scatter_error(x, f", updates={type_str(vals)}"))
         if x2 is not x:
             x, ix = x2, _Index(x2, key, op)
             vals = _values(x, ix, values, op)
