@@ -562,3 +562,33 @@ def test_indexing_rule_matches_jax_on_random_cases():
 
 def spec_at(spec, d):
     return spec[d] if d < len(spec) else None
+
+
+def test_scatter_rule_matches_jax_on_random_cases():
+    """JAX's scatter sharding for x.at[key].add(1) against shardlab's on random keys and
+    shardings (types via jax.eval_shape), with a sample run."""
+    rng = np.random.default_rng(int(os.environ.get("SHARDLAB_TEST_SEED", 24)) + 1)
+    ran = 0
+    for _ in range(80):
+        shape = (4, 8, 8)
+        spec = _random_spec(rng, shape)
+        key = _random_key(rng, shape)
+        if sum(k is Ellipsis for k in key) > 1:
+            continue
+        v = np.arange(256, dtype=np.float32).reshape(shape)
+        x = sl.device_put(v, sl.NamedSharding(MESH, P(*spec)))
+        with jax.set_mesh(JMESH):
+            try:
+                aval = jax.ShapeDtypeStruct(shape, np.float32, sharding=JNS(JMESH, JP(*spec)))
+                want = _norm(jax.eval_shape(lambda a: a.at[key].add(1.0), aval).sharding.spec, 3)
+            except Exception as e:  # noqa: BLE001
+                with pytest.raises(type(e) if type(e).__name__ != "ShardingTypeError" else ShardingTypeError):
+                    x.at[key].add(1.0)
+                continue
+        if ran < 8:
+            ran += 1
+            r = x.at[key].add(1.0)
+            expect = v.copy()
+            np.add.at(expect, key, 1.0)
+            np.testing.assert_array_equal(np.asarray(r), expect)
+            assert _spec(r) == want, (spec, key)

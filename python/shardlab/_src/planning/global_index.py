@@ -301,26 +301,25 @@ def scatter(x: ShardedArray, key, values, how: str, *, out_sharding=None, mode=N
         factor = scatter(ones, key, values, "multiply", out_sharding=out_sharding)
         return np.divide(x, factor) if how == "divide" else np.power(x, factor)
     ix = _Index(x, key, op)
+    if 0 in ix.shape:
+        return x  # an empty update, as JAX's (which checks nothing either)
     target = None
+    # a scatter into a slice or a reverse of a sharded dim is refused even where a gather keeps it
+    moving = ix.indexed + ix.sliced + ix.rev
     if out_sharding is not None:
         target = _as_sharding(out_sharding, x)
-        if ix.indexed or ix.sliced:
-            x = with_spec(x, [None if d in ix.indexed + ix.sliced else e for d, e in enumerate(spec_of(x))])
+        if moving:
+            x = with_spec(x, [None if d in moving else e for d, e in enumerate(spec_of(x))])
             ix = _Index(x, key, op)
     vals = _values(x, ix, values, op)
     if out_sharding is None:
-        # a scatter into a slice of a sharded dim is refused even where a gather could slice it
-        x2 = free_dims(x, ix.indexed + ix.sliced, lambda: _scatter_error(x, f", updates={type_str(vals)}"))
+        x2 = free_dims(x, moving, lambda: _scatter_error(x, f", updates={type_str(vals)}"))
         if x2 is not x:
             x, ix = x2, _Index(x2, key, op)
             vals = _values(x, ix, values, op)
-    key_local = ix.local_key()
-    spec = spec_of(x)
-    rev = [spec[d] for d in ix.rev]
+    key_local = ix.local_key()  # every updated dim is unsharded here, so global = local indices
 
     def body(xv, vv):
-        if rev:
-            vv = _reverse_blocks(vv, rev)
         mask = np.zeros(xv.shape, bool)
         mask[key_local] = True
         placed = bind(st.SCATTER_ADD, [vv], xv.mesh, key=key_local, local_shape=xv.shape)
