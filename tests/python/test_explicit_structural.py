@@ -592,3 +592,24 @@ def test_scatter_rule_matches_jax_on_random_cases():
             np.add.at(expect, key, 1.0)
             np.testing.assert_array_equal(np.asarray(r), expect)
             assert _spec(r) == want, (spec, key)
+
+
+def test_gradients_through_auto_axes_and_explicit_axes_match_jax():
+    x = sl.device_put(C, sl.NamedSharding(MESH, P("X", "Y")))
+    jx = jax.device_put(C, JNS(JMESH, JP("X", "Y")))
+    with sl.set_mesh(MESH), jax.set_mesh(JMESH):
+        f = auto_axes(lambda a: a[0:4] * 2, out_sharding=P("X"))
+        jf = jax.sharding.auto_axes(lambda a: a[0:4] * 2, out_sharding=JP("X"))
+        g = sl.grad(lambda a: snp.sum(f(a) ** 2))(x)
+        jg = jax.grad(lambda a: jnp.sum(jf(a) ** 2))(jx)
+    _compare(g, jg)
+    mesh = sl.make_mesh((2, 4), ("X", "Y"), (AxisType.Auto,) * 2)
+    jmesh = jax.make_mesh((2, 4), ("X", "Y"), (jax.sharding.AxisType.Auto,) * 2)
+    x = sl.device_put(C, sl.NamedSharding(mesh, P("X", "Y")))
+    jx = jax.device_put(C, JNS(jmesh, JP("X", "Y")))
+    with sl.set_mesh(mesh), jax.set_mesh(jmesh):
+        h = explicit_axes(lambda a: snp.sum(a, axis=0), in_sharding=P("X", "Y"))
+        jh = jax.sharding.explicit_axes(lambda a: jnp.sum(a, axis=0), in_sharding=JP("X", "Y"))
+        g = sl.grad(lambda a: snp.sum(h(a) ** 2))(x)
+        jg = jax.grad(lambda a: jnp.sum(jh(a) ** 2))(jx)
+    np.testing.assert_allclose(np.asarray(g), np.asarray(jg), rtol=1e-5)

@@ -37,6 +37,7 @@ from ..arrays.sharded_array import ShardedArray, device_put
 from ..core import tree
 from ..core.mesh import AxisType, Mesh, get_mesh, set_mesh
 from ..core.sharding import NamedSharding, P
+from ..primitives.primitive import push_entry
 from .global_common import axes_of, entry, spec_of
 from .global_ops import reshard as _plan_reshard
 
@@ -54,15 +55,36 @@ def _prefix(shardings, xs, what: str, op: str) -> list:
                          f"of them with the structure of the arguments {tree.flatten(xs)[1]}") from None
 
 
+class _Relabel:
+    """Tape step: the same storage on a mesh with other axis types (auto_axes / explicit_axes);
+    its transpose puts the cotangent back on the input's mesh."""
+
+    name = "mesh axis types"
+
+    @staticmethod
+    def vjp(cts, ins, outs, mesh, *, sharding):
+        ct = cts[0]
+        if not isinstance(ct, ShardedArray):
+            return [ct]
+        return [_relabel(ct, sharding.mesh)]
+
+
+def _relabel(x: ShardedArray, mesh: Mesh) -> ShardedArray:
+    return ShardedArray(x._storage, NamedSharding(mesh, x.sharding.spec), x.shape, x.unreduced)
+
+
 def _on_mesh(x: ShardedArray, mesh: Mesh) -> ShardedArray:
-    """``x`` on ``mesh`` when the two differ only in axis types (no data moves)."""
+    """``x`` on ``mesh`` when the two differ only in axis types (no data moves; a gradient
+    flows through)."""
     m = x.sharding.mesh
     if m is mesh:
         return x
     if m.axis_names != mesh.axis_names or m.axis_sizes != mesh.axis_sizes:
         raise ValueError(f"[reshard] the array lives on {m!r} but the sharding is on {mesh!r}; device_put it "
                          f"onto that mesh first")
-    return ShardedArray(x._storage, NamedSharding(mesh, x.sharding.spec), x.shape, x.unreduced)
+    out = _relabel(x, mesh)
+    push_entry(_Relabel, {"sharding": x.sharding}, [x], [out], m)
+    return out
 
 
 def _resolve(s, x, op: str) -> NamedSharding:
