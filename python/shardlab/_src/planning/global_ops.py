@@ -34,6 +34,7 @@ from ..ops import lax
 from ..ops import numpy as jnp
 from ..primitives import elementwise as ew
 from ..primitives.primitive import bind
+from ..transforms.program import Aval, Var
 from ..transforms.shard_map import shard_map
 from . import sharding_rules as R
 from .plan import Plan
@@ -65,7 +66,7 @@ def _apply(step, env: dict, mesh, preferred_element_type=None) -> LocalArray:
     raise ValueError(f"[run_plan] unknown step {step.op!r}")
 
 
-def _run_direct(plan: Plan, arrays, preferred_element_type):
+def _run_direct(plan: Plan, arrays, preferred_element_type, sharding=None):
     """The plan's steps on the arrays' own storages, with the mesh's axis names bound but
     without shard_map's argument handling (the dispatch path of jnp.einsum on global arrays).
     None when shard_map's path is needed: a gradient tape or a jit trace is recording, an
@@ -90,10 +91,11 @@ def _run_direct(plan: Plan, arrays, preferred_element_type):
         if any(h not in (1, w) for h, w in zip(storage.shape[:mesh.ndim], want)):
             return None  # varies along an axis the result is replicated on: shard_map's checks say why
         storage = np.broadcast_to(storage, want + tuple(storage.shape[mesh.ndim:]))
-    return ShardedArray(storage, NamedSharding(mesh, lay.spec()), plan.output.shape, frozenset(lay.unreduced))
+    return ShardedArray(storage, sharding or NamedSharding(mesh, lay.spec()), plan.output.shape,
+                        frozenset(lay.unreduced))
 
 
-def run_plan(plan: Plan, *arrays, preferred_element_type=None) -> ShardedArray:
+def run_plan(plan: Plan, *arrays, preferred_element_type=None, sharding=None) -> ShardedArray:
     """Runs ``plan`` on ``arrays`` (laid out as the plan's inputs) inside one shard_map.
 
     Example:
@@ -104,31 +106,54 @@ def run_plan(plan: Plan, *arrays, preferred_element_type=None) -> ShardedArray:
         >>> plan = sl.plan_einsum("ij,jk->ik", a, a, out_sharding=P())
         >>> np.allclose(np.asarray(sl.run_plan(plan, a, a)), np.eye(4))
         True
+
+    ``sharding``: the result's NamedSharding as the caller spells it (JAX's ops give one spec
+    entry per dim: ``P('X', None)``, not ``P('X')``); it must lay out as the plan's output.
+    The result is the value shard_map (or the op) returned, so a jit trace records it.
     """
     mesh = plan.mesh
     if len(arrays) != len(plan.inputs):
         raise ValueError(f"[run_plan] the plan takes {len(plan.inputs)} operands, got {len(arrays)}")
-    direct = _run_direct(plan, arrays, preferred_element_type)
+    lay = plan.output.layout
+    if sharding is not None and tuple(sharding.spec.normalized(len(plan.output.shape))) != tuple(lay.dims):
+        raise ValueError(f"[run_plan] sharding {sharding.spec!r} is not the plan's output layout {lay.spec()!r}")
+    direct = _run_direct(plan, arrays, preferred_element_type, sharding)
     if direct is not None:
         return direct
     in_specs = tuple(t.layout.spec() for t in plan.inputs)
-    lay = plan.output.layout
+    spec = sharding.spec if sharding is not None else lay.spec()
     u = tuple(a for a in mesh.axis_names if a in lay.unreduced)
-    out_spec = P(u, *lay.spec()) if u else lay.spec()
+    explicit_u = bool(u) and not (set(u) & R.auto_axes(mesh))
+    if explicit_u:  # partial sums leave shard_map as JAX's P(unreduced={...}): the value shard_map returns
+        out_spec = spec.update(unreduced=frozenset(u))
+    else:
+        out_spec = P(u, *spec) if u else spec
 
     def body(*local):
         env = {t.name: lift(v, mesh) for t, v in zip(plan.inputs, local)}
         for step in plan.steps:
             env[step.output.name] = _apply(step, env, mesh, preferred_element_type)
         r = env[plan.output.name]
-        # Partial sums leave shard_map through a leading dim of the axis size, as real data.
-        return jnp.expand_dims(r, 0) if u else r
+        # Partial sums on Auto axes (which JAX's type cannot say) leave shard_map through a
+        # leading dim of the axis size, as real data.
+        return jnp.expand_dims(r, 0) if u and not explicit_u else r
 
     res = shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_spec)(*arrays)
-    sharding = NamedSharding(mesh, lay.spec())
-    if not u:
-        return res  # laid out as out_spec already (and known to a gradient tape)
-    return ShardedArray(res._storage.squeeze(mesh.ndim), sharding, plan.output.shape, frozenset(u))
+    if not u or explicit_u:
+        return res  # laid out as out_spec already (and known to a gradient tape and a jit trace)
+    out = ShardedArray(res._storage.squeeze(mesh.ndim), NamedSharding(mesh, spec), plan.output.shape, frozenset(u))
+    return _seen(res, out)
+
+
+def _seen(src, out):
+    """``out`` (a new wrapper of ``src``'s buffer: the same per-device values, a global type)
+    told to a running jit trace as the value ``src`` is, so the program's result is the op's
+    and not an unknown host value."""
+    for r in CTX.recorders:
+        var = r.read(src)
+        if isinstance(var, Var):
+            r.define(out, Var(Aval.of(out))).alias = var
+    return out
 
 
 def _as_sharded(x, mesh) -> ShardedArray:
@@ -390,8 +415,18 @@ def elementwise(ufunc, inputs, kwargs):
             else:
                 st = st.reshape((1,) * k + shape)
             args.append(_split_view(st, k, mesh, dims, out_dims, shape))
-        out = bind(prim, args, mesh)
-        out = ShardedArray(out.storage, _sharding(mesh, out_dims), out_shape, unreduced)
+        if CTX.recorders:  # a jit trace: operands it knows (a re-laid view is shard_map's to record)
+            if any(kind != "scalar" and (kind != "sharded" or a is not x._storage)
+                   for x, (kind, _), a in zip(inputs, infos, args)):
+                return _maybe_astype(_elementwise_shard_map(ufunc, inputs, infos, out_dims, mesh), dtype)
+            args = [_seen(x, LocalArray(a, mesh)) if kind == "sharded" else a
+                    for x, (kind, _), a in zip(inputs, infos, args)]
+        res = bind(prim, args, mesh)
+        out = _seen(res, ShardedArray(res.storage, _sharding(mesh, out_dims), out_shape, unreduced))
+    return _maybe_astype(out, dtype)
+
+
+def _maybe_astype(out, dtype):
     return out if dtype is None else astype(out, dtype)
 
 
@@ -456,8 +491,9 @@ def astype(x: ShardedArray, dtype) -> ShardedArray:
         spec = x.sharding.spec
         return shard_map(lambda v: jnp.astype(v, dtype), mesh=x.sharding.mesh, in_specs=spec,
                          out_specs=spec)(x)
-    out = bind(ew.CONVERT, [x._storage], x.sharding.mesh, dtype=dtype)
-    return ShardedArray(out.storage, x.sharding, x.shape, x.unreduced)
+    arg = _seen(x, LocalArray(x._storage, x.sharding.mesh)) if CTX.recorders else x._storage
+    out = bind(ew.CONVERT, [arg], x.sharding.mesh, dtype=dtype)
+    return _seen(out, ShardedArray(out.storage, x.sharding, x.shape, x.unreduced))
 
 
 # -- contractions -------------------------------------------------------------------------------------
@@ -512,7 +548,8 @@ def contract(op: str, subscripts: str, operands, *, out_sharding=None, preferred
             arrays = [_as_global(x, mesh, dtype) for x in operands]
             plan = plan_einsum(",".join(terms) + "->" + out_labels, *arrays, out_sharding=R.to_pspec(dims),
                                unreduced=tuple(sorted(out_u)))
-            return run_plan(plan, *arrays, preferred_element_type=preferred_element_type)
+            return run_plan(plan, *arrays, preferred_element_type=preferred_element_type,
+                            sharding=_sharding(mesh, dims))
     del meshes
     arrays = [_as_global(x, mesh, dtype) for x in operands]
     sub = ",".join(terms) + "->" + out_labels
@@ -522,15 +559,12 @@ def contract(op: str, subscripts: str, operands, *, out_sharding=None, preferred
         if len(_PLANS) > 1024:
             _PLANS.clear()
         plan = _PLANS[key] = plan_einsum(sub, *arrays, out_sharding=R.to_pspec(dims))
+    sharding = _sharding(mesh, dims)  # JAX's spec: one entry per dim
     if want is None and R.auto_axes(mesh):
         # Auto axes: the layout is propagation's choice; the ledger says so on each event.
         with named_scope(f"auto:{op} -> {R.type_str(out_shape, dtype, dims)} (propagation's choice)"):
-            out = run_plan(plan, *arrays, preferred_element_type=preferred_element_type)
-    else:
-        out = run_plan(plan, *arrays, preferred_element_type=preferred_element_type)
-    if CTX.tapes or out.unreduced:
-        return out
-    return ShardedArray(out._storage, _sharding(mesh, dims), out.shape)  # JAX's spec: one entry per dim
+            return run_plan(plan, *arrays, preferred_element_type=preferred_element_type, sharding=sharding)
+    return run_plan(plan, *arrays, preferred_element_type=preferred_element_type, sharding=sharding)
 
 
 def contract_matmul(a, b, *, out_sharding=None, preferred_element_type=None, op: str = "matmul"):
