@@ -279,6 +279,12 @@ def test_at_updates_every_kind_of_index(spec, how):
         check(lambda m, a: getattr(a.at[key], how)(2.0), (A, spec))
 
 
+@pytest.mark.parametrize("spec", FEW + [()])
+def test_at_apply(spec):
+    for key in ((slice(None), 1), 2, np.array([0, 5])):
+        check(lambda m, a: a.at[key].apply(m.sin), (A, spec))
+
+
 @pytest.mark.parametrize("spec", [("X", None), (None, "Y")])
 @pytest.mark.parametrize("how", ["set", "add", "multiply", "min", "max", "subtract", "divide"])
 def test_at_updates(spec, how):

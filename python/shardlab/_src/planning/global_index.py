@@ -292,7 +292,7 @@ def _values(x: ShardedArray, ix: _Index, values, op: str) -> ShardedArray:
 def scatter(x: ShardedArray, key, values, how: str, *, out_sharding=None, mode=None, indices_are_sorted=False,
             unique_indices=False, wrap_negative_indices=True) -> ShardedArray:
     """``x.at[key].<how>(values)``: how in set, add, subtract, multiply, divide, power, min, max."""
-    op = f".at[].{how}"
+    op = f".at[].{how if isinstance(how, str) else 'apply'}"
     check_reduced(x, op)
     if how in ("divide", "power") and out_sharding is not None:
         # JAX: x / ones_like(x).at[idx].mul(values, out_sharding=...): the division then follows
@@ -304,8 +304,9 @@ def scatter(x: ShardedArray, key, values, how: str, *, out_sharding=None, mode=N
     if 0 in ix.shape:
         return x  # an empty update, as JAX's (which checks nothing either)
     target = None
-    # a scatter into a slice or a reverse of a sharded dim is refused even where a gather keeps it
-    moving = ix.indexed + ix.sliced + ix.rev
+    # a scatter into a slice or a reverse of a sharded dim is refused even where a gather keeps it;
+    # JAX's apply scatters unsharded updates, so any sharded dim of the operand refuses it
+    moving = ix.indexed + ix.sliced + ix.rev if isinstance(how, str) else list(range(x.ndim))
     if out_sharding is not None:
         target = _as_sharding(out_sharding, x)
         if moving:
@@ -335,6 +336,8 @@ def scatter(x: ShardedArray, key, values, how: str, *, out_sharding=None, mode=N
         if how in ("min", "max"):
             best = (np.minimum if how == "min" else np.maximum)(xv, placed)
             return jnp.where(mask, best, xv)
+        if callable(how):  # .apply(func): func on the updated elements, once each
+            return jnp.where(mask, how(xv), xv)
         raise ValueError(f"[scatter] unknown update {how!r}")
 
     res = run(body, [x, vals], x.sharding.spec)
@@ -372,6 +375,12 @@ class _IndexUpdateRef:
     min = _do("min")
     max = _do("max")
     del _do
+
+    def apply(self, func, *, indices_are_sorted=False, unique_indices=False, mode=None, wrap_negative_indices=True):
+        """Pure equivalent of ``func.at(x, idx)`` for a unary elementwise ``func`` (JAX's
+        ``.at[idx].apply``: JAX scatters unsharded updates, so a sharded operand is refused;
+        a repeated index applies ``func`` once here)."""
+        return scatter(self.array, self.index, 0, func, mode=mode)
 
 
 class _IndexUpdateHelper:
