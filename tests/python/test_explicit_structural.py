@@ -619,3 +619,20 @@ def test_gradients_through_auto_axes_and_explicit_axes_match_jax():
         g = sl.grad(lambda a: snp.sum(h(a) ** 2))(x)
         jg = jax.grad(lambda a: jnp.sum(jh(a) ** 2))(jx)
     np.testing.assert_allclose(np.asarray(g), np.asarray(jg), rtol=1e-5)
+
+
+def test_abstract_mesh_records_the_same_collectives():
+    """DESIGN's rule: a program small enough to run gives the same ledger shape-only."""
+    amesh = sl.make_mesh((2, 4), ("X", "Y"), abstract=True)
+    ops = [lambda a: snp.reshape(a, (64,)), lambda a: a[:, ::-1], lambda a: snp.argmax(a, axis=0),
+           lambda a: snp.concatenate([a, a]), lambda a: a.at[1:3].get(out_sharding=P("X")),
+           lambda a: a[2:6]]
+    for op in ops:
+        events = []
+        for mesh in (MESH, amesh):
+            s = sl.ShapeDtypeStruct((8, 8), np.float32, sharding=sl.NamedSharding(mesh, P("Y", "X")))
+            with sl.Ledger() as ledger:
+                out = sl.eval_shape(op, s) if mesh is amesh else op(sl.device_put(A, s.sharding))
+            events.append(([(e["op"], tuple(e["axes"]), e["bytes_sent"]) for e in ledger.events], out.shape,
+                           _norm(out.sharding.spec, len(out.shape))))
+        assert events[0] == events[1] and events[0][0], events
