@@ -870,11 +870,82 @@ def take_along_axis(x, indices, axis):
     return bind(st.TAKE_ALONG_AXIS, [x, astype(indices, np.int32)], mesh, axis=ax)
 
 
+def _dynamic_index(x: LocalArray, key: tuple):
+    """``x[key]`` where some indices are per-device integer values (``x[lax.axis_index('i')]``),
+    as JAX: a negative index counts from the end, then it is clamped into range (JAX's
+    dynamic_slice for scalar indices, its gather's clamping for index arrays); the steps are
+    primitives (dynamic_slice, take_along_axis, getitem), so they are recorded and differentiable.
+    Returns (x, key) with every per-device index applied and the rest of ``key`` left to do."""
+    n_dims = builtins.sum(1 for k in key if k is not None and k is not Ellipsis and
+                          not (isinstance(k, (np.ndarray, LocalArray)) and k.dtype == np.bool_))
+    if builtins.sum(1 for k in key if k is Ellipsis) > 1:
+        raise IndexError("[getitem] an index can only have a single ellipsis ('...')")
+    if Ellipsis in [k for k in key if not isinstance(k, (np.ndarray, LocalArray))]:
+        i = [j for j, k in enumerate(key) if k is Ellipsis and not isinstance(k, (np.ndarray, LocalArray))][0]
+        key = key[:i] + (slice(None),) * builtins.max(0, x.ndim - n_dims) + key[i + 1:]
+    key = key + (slice(None),) * builtins.max(0, x.ndim - builtins.sum(1 for k in key if k is not None))
+    dims, d = [], 0  # the dim of x each entry of key consumes (None: inserts one)
+    for k in key:
+        dims.append(None if k is None else d)
+        d += k is not None
+    if d > x.ndim:
+        raise IndexError(f"[getitem] too many indices for a per-device value of local rank {x.ndim}: {d} were "
+                         f"given (local shape {x.shape})")
+    dyn = [j for j, k in enumerate(key) if isinstance(k, LocalArray)]
+    for j in dyn:
+        k = key[j]
+        if k.dtype == np.bool_:
+            raise IndexError(f"[getitem] a per-device boolean index gives a data-dependent shape (JAX's "
+                             f"NonConcreteBooleanIndexError; local shape {k.shape}); use jnp.where")
+        if k.dtype.kind not in "iu":
+            raise TypeError(f"[getitem] Indexer must have integer or boolean type, got indexer with type {k.dtype} "
+                            f"at position {j}, indexer value {k!r:.60}")
+    if builtins.any(isinstance(key[j], np.ndarray) for j in range(len(key))):
+        raise NotImplementedError("[getitem] per-device indices mixed with constant index arrays; index in two "
+                                  "steps, or make the constant a per-device array too")
+    key = list(key)
+    scalars = [j for j in dyn if key[j].ndim == 0]
+    if scalars:  # JAX's dynamic_slice of size 1 on each such dim, then the (static) int index 0
+        starts, sizes = [0] * x.ndim, list(x.shape)
+        for j in scalars:
+            n = x.shape[dims[j]]
+            if n == 0:
+                raise IndexError(f"[getitem] index is out of bounds for local axis {dims[j]} with size 0")
+            i = astype(key[j], np.int32)
+            starts[dims[j]] = where(i < 0, i + n, i)
+            sizes[dims[j]] = 1
+            key[j] = 0
+        starts = [lift(np.int32(v), x.mesh) if not isinstance(v, LocalArray) else v for v in starts]
+        x = bind(st.DYNAMIC_SLICE, [x, *starts], x.mesh, sizes=tuple(sizes))
+    arrays = [j for j in dyn if isinstance(key[j], LocalArray)]
+    if len(arrays) > 1:
+        raise NotImplementedError("[getitem] more than one per-device index array; index in several steps")
+    if arrays:
+        (j,) = arrays
+        ints = [i for i, k in enumerate(key) if isinstance(k, (int, np.integer)) and not isinstance(k, bool)]
+        adv = sorted(ints + [j])
+        if adv != list(range(adv[0], adv[-1] + 1)):
+            raise NotImplementedError("[getitem] a per-device index array separated from integer indices by "
+                                      "slices; index in two steps")
+        idx, ax = key[j], dims[j]
+        n = x.shape[ax]
+        idx = astype(idx, np.int32)
+        idx = clip(where(idx < 0, idx + n, idx), 0, builtins.max(n - 1, 0))  # JAX's gather clamps
+        flat = reshape(idx, (1,) * ax + (-1,) + (1,) * (x.ndim - ax - 1))
+        flat = broadcast_to(flat, x.shape[:ax] + (idx.size,) + x.shape[ax + 1:])
+        x = reshape(bind(st.TAKE_ALONG_AXIS, [x, flat], x.mesh, axis=ax),
+                    x.shape[:ax] + idx.shape + x.shape[ax + 1:])
+        key[j:j + 1] = [slice(None)] * idx.ndim
+    return x, tuple(key)
+
+
 def _getitem(x: LocalArray, key):
     key = key if isinstance(key, tuple) else (key,)
     if builtins.any(isinstance(k, LocalArray) for k in key):
-        raise TypeError("[getitem] indexing with a per-device index is not supported; "
-                        "use jnp.take_along_axis, lax.dynamic_slice or one-hot arithmetic")
+        key = tuple(np.asarray(k) if isinstance(k, list) else k for k in key)
+        x, key = _dynamic_index(x, key)
+        if builtins.all(isinstance(k, slice) and k == slice(None) for k in key):
+            return x
     key = tuple(np.asarray(k) if isinstance(k, list) else k for k in key)
     probe = np.broadcast_to(np.zeros((), np.int8), x.shape)
     try:
@@ -966,19 +1037,31 @@ def _global_contract(op, sub, operands, out_sharding=None, preferred_element_typ
 def dot(a, b, *, precision=None, preferred_element_type=None, out_sharding=None):
     """``jnp.dot``: a's last dim against b's second-to-last (its only one if 1-D); scalars multiply."""
     ra, rb = ndim(a), ndim(b)
-    if _has_global((a, b)):
-        if ra == 0 or rb == 0:
-            return multiply(a, b)
+
+    def subscripts():  # JAX's: lax.dot_general contracting (ra-1, max(rb-2, 0)), no batch dims
         la = _LETTERS[:ra]
         lb = _LETTERS[ra:ra + rb - 1]
         lb = lb[:-1] + la[-1] + lb[-1:] if rb > 1 else la[-1]
-        out = la[:-1] + (lb[:-2] + lb[-1] if rb > 1 else "")
-        return _global_contract("dot", f"{la},{lb}->{out}", (a, b), out_sharding, preferred_element_type)
+        return f"{la},{lb}->" + la[:-1] + (lb[:-2] + lb[-1] if rb > 1 else "")
+
+    if _has_global((a, b)):
+        if ra == 0 or rb == 0:
+            return multiply(a, b)
+        return _global_contract("dot", subscripts(), (a, b), out_sharding, preferred_element_type)
     if ra > 2 or rb > 2:
         if not _is_local(a, b):
             return _host_placed(_host_result(np.dot(np.asarray(a), np.asarray(b)), preferred_element_type, (a, b)),
                                 out_sharding, "dot")
-        raise NotImplementedError("[dot] per-device operands of rank > 2: use einsum or matmul")
+        if ra == 0 or rb == 0:
+            return multiply(a, b)
+        mesh = mesh_of((a, b))
+        A, B = lift(a, mesh), lift(b, mesh)
+        k = B.shape[-2 if rb > 1 else 0]
+        if A.shape[-1] != k:
+            raise TypeError(f"[dot] dot_general requires contracting dimensions to have the same shape, got "
+                            f"({A.shape[-1]},) and ({k},) (local shapes {A.shape} and {B.shape}): jnp.dot "
+                            f"contracts a's last dim with b's second-to-last")
+        return einsum(subscripts(), A, B, preferred_element_type=preferred_element_type)
     if ra == 0 or rb == 0:
         return multiply(a, b)
     return matmul(a, b, preferred_element_type=preferred_element_type, out_sharding=out_sharding)
