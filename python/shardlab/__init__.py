@@ -42,6 +42,7 @@ from ._src.planning.plan import Plan  # noqa: E402
 from ._src.planning.planner import plan_einsum, plan_reshard  # noqa: E402
 from ._src.transforms.autodiff import grad, value_and_grad, vjp  # noqa: E402
 from ._src.transforms.checkpoint import checkpoint  # noqa: E402
+from ._src.transforms.checkpoint_policies import checkpoint_policies  # noqa: E402  (jax.checkpoint_policies)
 from ._src.transforms.eval_shape import ShapeDtypeStruct, eval_shape  # noqa: E402
 from ._src.transforms.jit import block_until_ready, jit  # noqa: E402
 from ._src.transforms.make_jaxpr import make_jaxpr  # noqa: E402
@@ -65,6 +66,8 @@ __all__ = [
 ]
 __all__ += ["tree", "tree_util", "vmap"]
 __all__ += ["make_jaxpr"]
+__all__ += ["ad_checkpoint", "checkpoint_policies"]
+from . import ad_checkpoint  # noqa: E402
 __all__ += ["Array", "default_backend", "device_count", "device_get", "local_device_count", "local_devices",
             "process_count", "process_index", "typeof"]
 

@@ -22,3 +22,8 @@ __all__ += ["cumlogsumexp", "cummax", "cummin", "cumprod", "cumsum", "with_shard
 from ._src.ops.numpy import _dot_general as dot_general  # noqa: E402,F401  (jax.lax.dot_general)
 
 __all__ += ["dot_general"]
+from ._src.transforms.checkpoint_policies import (  # noqa: E402,F401  (what checkpoint policies compare against)
+    all_gather_p, all_to_all_p, axis_index_p, dot_general_p, pmax_p, pmin_p, ppermute_p, psum_p,
+)
+
+__all__ += ["all_gather_p", "all_to_all_p", "axis_index_p", "dot_general_p", "pmax_p", "pmin_p", "ppermute_p", "psum_p"]

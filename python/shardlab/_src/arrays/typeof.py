@@ -23,6 +23,7 @@ Example:
 from __future__ import annotations
 
 import math
+import weakref
 
 import numpy as np
 
@@ -34,15 +35,97 @@ from .sharded_array import ShardedArray
 from .storage import AbstractStorage
 
 
+class ManualAxisType:
+    """How a value inside ``shard_map`` relates to the manual mesh axes, as JAX's
+    ``jax.sharding.ManualAxisType`` (``jax.typeof(x).manual_axis_type``): the axes it
+    ``varying`` along (a different value per device), and those along which it is an
+    ``unreduced`` partial sum or ``reduced`` (summed, kept for the cotangent's sake). Equal
+    contents give the same object (interned, as JAX's).
+
+    Example:
+        >>> from shardlab.sharding import ManualAxisType
+        >>> m = ManualAxisType(varying={"i"})
+        >>> m.varying == {"i"}, m is ManualAxisType(varying=frozenset({"i"})), m.update(varying=set()).empty
+        (True, True, True)
+    """
+
+    __slots__ = ("varying", "unreduced", "reduced", "__weakref__")
+    _interned: "weakref.WeakValueDictionary" = None  # type: ignore[assignment]
+
+    def __new__(cls, *, varying=frozenset(), unreduced=frozenset(), reduced=frozenset()):
+        varying, unreduced, reduced = frozenset(varying), frozenset(unreduced), frozenset(reduced)
+        if varying & unreduced:
+            raise ValueError("varying and unreduced cannot have common mesh axes. Got"
+                             f" varying={varying} and unreduced={unreduced}")
+        if varying & reduced:
+            raise ValueError("varying and reduced cannot have common mesh axes. Got"
+                             f" varying={varying} and reduced={reduced}")
+        key = (varying, unreduced, reduced)
+        obj = _MATS.get(key)
+        if obj is None:
+            obj = object.__new__(cls)
+            object.__setattr__(obj, "varying", varying)
+            object.__setattr__(obj, "unreduced", unreduced)
+            object.__setattr__(obj, "reduced", reduced)
+            _MATS[key] = obj
+        return obj
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"ManualAxisType is immutable; use .update({name}=...)")
+
+    def __repr__(self):
+        return (f"ManualAxisType(varying={self.varying}, unreduced={self.unreduced}, "
+                f"reduced={self.reduced})")
+
+    def __reduce__(self):
+        return (_make_mat, (self.varying, self.unreduced, self.reduced))
+
+    def update(self, **kwargs) -> "ManualAxisType":
+        """A copy with some of varying, unreduced, reduced replaced."""
+        fields = {k: getattr(self, k) for k in ("varying", "unreduced", "reduced")}
+        fields.update(kwargs)
+        return ManualAxisType(**fields)
+
+    def to_ct_mat(self) -> "ManualAxisType":
+        """The cotangent's: unreduced and reduced swapped."""
+        return self.update(unreduced=self.reduced, reduced=self.unreduced)
+
+    @property
+    def empty(self) -> bool:
+        """Neither varying, unreduced nor reduced along any axis."""
+        return not (self.varying or self.unreduced or self.reduced)
+
+    def invarying(self, mesh) -> frozenset:
+        """The manual axes of `mesh` along which the value is the same on every device."""
+        manual = frozenset(n for n, t in zip(mesh.axis_names, mesh.axis_types) if t == AxisType.Manual)
+        return manual - self.vur
+
+    @property
+    def vur(self) -> frozenset:
+        """varying | unreduced | reduced."""
+        return self.varying | self.unreduced | self.reduced
+
+
+_MATS: "weakref.WeakValueDictionary" = weakref.WeakValueDictionary()
+
+
+def _make_mat(varying, unreduced, reduced):
+    return ManualAxisType(varying=varying, unreduced=unreduced, reduced=reduced)
+
+
 class ShapedArray:
     """An abstract value: shape, dtype, weak type and sharding (plus, inside shard_map, the
     mesh axes the value varies along), as JAX's ``core.ShapedArray``. ``str`` is JAX's short
-    form (``float32[8@X,4]{V:Y}``), ``repr`` wraps it (``ShapedArray(float32[8@X,4])``)."""
+    form (``float32[8@X,4]{V:Y}``), ``repr`` wraps it (``ShapedArray(float32[8@X,4])``).
+    ``manual_axis_type`` (also ``mat``) is JAX's :class:`ManualAxisType`; ``vma`` (JAX's name
+    before 0.10) is its ``varying`` set."""
 
     __slots__ = ("shape", "dtype", "weak_type", "sharding", "vma")
 
     def __init__(self, shape, dtype, weak_type: bool = False, sharding: NamedSharding | None = None,
-                 vma: frozenset = frozenset()):
+                 vma: frozenset = frozenset(), *, manual_axis_type: ManualAxisType | None = None):
+        if manual_axis_type is not None:
+            vma = manual_axis_type.varying
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
         self.weak_type = bool(weak_type)
@@ -50,6 +133,14 @@ class ShapedArray:
             sharding = NamedSharding(empty_abstract_mesh(), PartitionSpec(*[None] * len(self.shape)))
         self.sharding = sharding
         self.vma = frozenset(vma)
+
+    @property
+    def manual_axis_type(self) -> ManualAxisType:
+        """The manual axes the value varies along (``.varying``), as JAX 0.10's
+        ``ShapedArray.manual_axis_type``; outside shard_map it is empty."""
+        return ManualAxisType(varying=self.vma)
+
+    mat = manual_axis_type
 
     @property
     def ndim(self) -> int:
@@ -98,8 +189,11 @@ class ShapedArray:
         return hash((self.shape, self.dtype, self.weak_type, self.vma))
 
     def update(self, **kwargs) -> "ShapedArray":
-        """A copy with some of shape, dtype, weak_type, sharding, vma replaced."""
+        """A copy with some of shape, dtype, weak_type, sharding, vma (or manual_axis_type)
+        replaced."""
         fields = {k: getattr(self, k) for k in self.__slots__}
+        if "manual_axis_type" in kwargs:
+            kwargs["vma"] = kwargs.pop("manual_axis_type").varying
         fields.update(kwargs)
         return ShapedArray(**fields)
 

@@ -26,8 +26,8 @@ class _Context(threading.local):
         self.phase: str = "forward"     # 'forward', 'backward' or 'recompute'
         self.tapes: list = []           # active gradient tapes, innermost last
         self.wanted = None              # ids of values whose cotangents a backward walk needs (None: all)
-        self.remat_saving = None        # (saveable primitives, outputs saved) in a checkpoint
-        self.remat_replay = None        # (saveable primitives, saved outputs to hand back)
+        self.remat_saving = None        # (keep(prim, args, params) test, outputs saved) in a checkpoint
+        self.remat_replay = None        # (the same test, saved outputs to hand back)
         self.mesh_stack: list = []      # `with mesh:` blocks
         self.global_mesh = None         # set_mesh(...)
         self.recorders: list = []       # jit(f).trace/lower program recorders: each sees every bind

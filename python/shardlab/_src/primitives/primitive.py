@@ -72,7 +72,7 @@ def bind(prim: Primitive, args, mesh, **params):
         raise NotImplementedError(f"[{prim.name}] has no {backend} implementation")
     ctx = CTX
     replay = ctx.remat_replay
-    if replay is not None and prim in replay[0] and replay[1]:
+    if replay is not None and replay[1] and replay[0](prim, args, params):
         # A checkpoint's re-run: this output was kept by its policy, so it is not recomputed.
         results = replay[1].pop(0)
         for tape in ctx.tapes:
@@ -90,7 +90,7 @@ def bind(prim: Primitive, args, mesh, **params):
         for r in ctx.recorders:
             r.bind(prim, params, args, results, mesh, event)
     saving = ctx.remat_saving
-    if saving is not None and prim in saving[0]:
+    if saving is not None and saving[0](prim, args, params):
         saving[1].append(results)
     tapes = ctx.tapes
     if tapes:

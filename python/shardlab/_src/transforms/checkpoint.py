@@ -5,7 +5,10 @@ the backward walk runs `f` again (its events are tagged ``phase='recompute'`` in
 and differentiates that re-run. Policies choose what is kept anyway:
 
 - ``None`` / ``"nothing_saveable"``: keep nothing, recompute everything;
-- ``"dots_saveable"``: keep the outputs of contractions (matmul / einsum), recompute the rest.
+- ``"dots_saveable"``: keep the outputs of contractions (matmul / einsum), recompute the rest;
+- any of ``shardlab.checkpoint_policies.*`` or a callable ``policy(prim, *avals, **params) ->
+  bool`` as in JAX (``lambda op, *_, **__: str(op) != 'all_gather'``: keep everything but the
+  all-gathers, FSDP's re-gather); see ``checkpoint_policies.py`` for what `prim` is.
 
 Example:
     >>> import numpy as np, shardlab as sl
@@ -24,12 +27,9 @@ from ..arrays.local_array import LocalArray
 from ..arrays.sharded_array import ShardedArray
 from ..core import tree
 from ..core.context import CTX, phase, shard_map_frame
-from ..primitives import contractions as con
 from ..primitives.primitive import Tape, push_entry
+from . import checkpoint_policies as pol
 from .autodiff import backward
-
-POLICIES = ("nothing_saveable", "dots_saveable")
-_SAVEABLE = {"nothing_saveable": frozenset(), "dots_saveable": frozenset({con.EINSUM})}
 
 
 def _is_value(x) -> bool:
@@ -77,15 +77,22 @@ def checkpoint(fun=None, *, policy=None, prevent_cse: bool = True, static_argnum
 
     Args:
         fun: the function (also usable as ``@checkpoint(policy=...)``).
-        policy: None or "nothing_saveable" (keep nothing), "dots_saveable" (keep the outputs
-            of matmul / einsum); JAX's ``jax.checkpoint_policies.*`` names are accepted.
+        policy: None (keep nothing), a ``shardlab.checkpoint_policies`` policy or any callable
+            ``policy(prim, *avals, **params) -> bool`` (True: keep that primitive's outputs),
+            as JAX's; the names "nothing_saveable", "dots_saveable", ... are accepted too.
+
+    Example:
+        >>> import numpy as np, shardlab as sl
+        >>> import shardlab.numpy as jnp
+        >>> f = sl.checkpoint(lambda x: jnp.sin(jnp.sin(x)), policy=lambda prim, *_, **__: str(prim) == "sin")
+        >>> round(float(sl.grad(lambda x: f(x).sum())(np.float32(0.5))), 4)
+        0.7786
     """
     if fun is None:
-        return lambda f: checkpoint(f, policy=policy)
+        return lambda f: checkpoint(f, policy=policy, prevent_cse=prevent_cse, static_argnums=static_argnums)
     if not callable(fun):
         raise TypeError(f"[checkpoint] fun must be callable, got {type(fun).__name__}")
-    name = _policy_name(policy)
-    saveable = _SAVEABLE[name]
+    saveable = _saveable(_policy(policy))
 
     @functools.wraps(fun)
     def wrapped(*args):
@@ -111,11 +118,32 @@ def checkpoint(fun=None, *, policy=None, prevent_cse: bool = True, static_argnum
     return wrapped
 
 
-def _policy_name(policy) -> str:
+def _policy(policy):
+    """The policy callable (None: keep nothing; a name of jax.checkpoint_policies: that policy)."""
     if policy is None:
-        return "nothing_saveable"
-    name = policy if isinstance(policy, str) else getattr(policy, "__name__", repr(policy))
-    if name not in POLICIES:
-        raise ValueError(f"[checkpoint] policy {policy!r} is not supported; use None, "
-                         f"'nothing_saveable' or 'dots_saveable'")
-    return name
+        return None
+    if isinstance(policy, str):
+        found = getattr(pol.checkpoint_policies, policy, None)
+        if found is None or policy.startswith(("save_", "offload_")):
+            names = ", ".join(repr(k) for k in vars(pol.checkpoint_policies) if not k.startswith(("save_", "offload_")))
+            raise ValueError(f"[checkpoint] policy {policy!r} is not a policy name; use None, one of {names}, "
+                             f"or a callable policy(prim, *avals, **params) -> bool (shardlab.checkpoint_policies)")
+        return found
+    if not callable(policy):
+        raise TypeError(f"[checkpoint] policy must be None or a callable policy(prim, *avals, **params) -> bool, "
+                        f"got {policy!r} of type {type(policy).__name__}")
+    return policy
+
+
+def _saveable(policy):
+    """The test ``bind`` asks of each primitive in a checkpointed call (None: keep nothing)."""
+    if policy is None or policy is pol.nothing_saveable:
+        return None
+
+    def keep(prim, args, params) -> bool:
+        if prim.name in ("shard_map_split", "shard_map_merge"):  # nested shard_map's boundary, not JAX's
+            return False
+        view, avals, jparams = pol.jax_view(prim, args, params)
+        return bool(policy(view, *avals, **jparams))
+
+    return keep

@@ -1,0 +1,197 @@
+"""Conformance fixes: typeof's manual_axis_type, callable checkpoint policies, closed-over global
+arrays in shard_map, reshard onto an abstract mesh, and shardlab.profiler; compared with JAX."""
+
+import gzip
+import json
+import pickle
+from functools import partial
+
+import numpy as np
+import pytest
+
+import shardlab as sl
+import shardlab.numpy as jnp
+from shardlab import P
+
+pytestmark = pytest.mark.jax
+jax = pytest.importorskip("jax")
+jjnp = pytest.importorskip("jax.numpy")
+JP = jax.sharding.PartitionSpec
+
+
+# -- typeof(x).manual_axis_type ------------------------------------------------------------------
+def _mat_inside(lib, mesh_of, put):
+    mesh = mesh_of((4, 2), ("i", "j"))
+    seen = {}
+
+    def f(x):
+        seen["x"] = lib.typeof(x).manual_axis_type
+        y = lib.lax.psum(x, "j")
+        seen["y"] = lib.typeof(y).manual_axis_type
+        seen["str"] = str(lib.typeof(y))
+        return y
+
+    x = put(np.arange(32.0, dtype=np.float32).reshape(8, 4), mesh)
+    lib.shard_map(f, mesh=mesh, in_specs=lib.sharding.PartitionSpec("i", "j"),
+                  out_specs=lib.sharding.PartitionSpec("i"))(x)
+    return seen
+
+
+def test_manual_axis_type_matches_jax_inside_shard_map():
+    ours = _mat_inside(sl, sl.make_mesh, lambda v, m: sl.device_put(v, sl.NamedSharding(m, P("i", "j"))))
+    theirs = _mat_inside(jax, jax.make_mesh, lambda v, m: jax.device_put(v, jax.NamedSharding(m, JP("i", "j"))))
+    for k in ("x", "y"):
+        assert ours[k].varying == theirs[k].varying
+        assert ours[k].unreduced == theirs[k].unreduced and ours[k].reduced == theirs[k].reduced
+        assert repr(ours[k]) == repr(theirs[k])
+    assert ours["str"] == theirs["str"] == "float32[2,2]{V:i}"
+
+
+def test_manual_axis_type_class_as_jax():
+    M, JM = sl.sharding.ManualAxisType, jax.sharding.ManualAxisType
+    a = M(varying={"i"}, unreduced={"j"})
+    assert a is M(varying=frozenset({"i"}), unreduced={"j"})  # interned, as JAX's
+    assert repr(a) == repr(JM(varying={"i"}, unreduced={"j"}))
+    assert a.update(varying=set()).varying == frozenset() and a.to_ct_mat().reduced == {"j"}
+    assert M().empty and not a.empty and a.vur == {"i", "j"}
+    assert pickle.loads(pickle.dumps(a)) is a
+    for kw in ({"varying": {"i"}, "unreduced": {"i"}}, {"varying": {"i"}, "reduced": {"i"}}):
+        with pytest.raises(ValueError) as ours:
+            M(**kw)
+        with pytest.raises(ValueError) as theirs:
+            JM(**kw)
+        assert str(ours.value).split(".")[0] == str(theirs.value).split(".")[0]
+    # outside shard_map: empty; .mat is the same; the old .vma is the varying set
+    t = sl.typeof(np.ones(3, np.float32))
+    assert t.manual_axis_type.empty and t.mat is t.manual_axis_type and t.vma == frozenset()
+    assert jax.typeof(jjnp.ones(3)).manual_axis_type.varying == t.manual_axis_type.varying
+    assert t.update(manual_axis_type=M(varying={"i"})).vma == {"i"}
+
+
+# -- checkpoint policies -------------------------------------------------------------------------
+def _fsdp_grads(lib, lnp, mesh_of, put, policy):
+    """The FSDP cell of the shard_map notebook: weights all-gathered inside a remat'd block."""
+    mesh = mesh_of((4,), ("batch",))
+    rng = np.random.default_rng(0)
+    params = [(rng.standard_normal((8, 8)).astype(np.float32), rng.standard_normal(8).astype(np.float32))
+              for _ in range(2)]
+    x = rng.standard_normal((8, 8)).astype(np.float32)
+    params = put(params, mesh, lib.sharding.PartitionSpec("batch"))
+    x = put(x, mesh, lib.sharding.PartitionSpec("batch"))
+
+    @partial(lib.checkpoint, policy=policy)
+    def predict(params_frag, inputs):
+        for W_frag, b_frag in params_frag:
+            W = lib.lax.all_gather(W_frag, "batch", tiled=True)
+            b = lib.lax.all_gather(b_frag, "batch", tiled=True)
+            inputs = lnp.tanh(lnp.dot(inputs, W) + b)
+        return inputs
+
+    def loss(params, x):
+        return lib.lax.pmean(lnp.mean(predict(params, x) ** 2), "batch")
+
+    f = lib.shard_map(loss, mesh=mesh, in_specs=lib.sharding.PartitionSpec("batch"),
+                      out_specs=lib.sharding.PartitionSpec())
+    with lib.sharding.set_mesh(mesh):
+        return lib.value_and_grad(f)(params, x)
+
+
+def _sl_put(v, mesh, spec):
+    return sl.device_put(v, sl.NamedSharding(mesh, spec))
+
+
+def _jax_put(v, mesh, spec):
+    return jax.device_put(v, jax.NamedSharding(mesh, spec))
+
+
+@pytest.mark.parametrize("name", ["lambda", "dots_with_no_batch_dims_saveable", "both"])
+def test_callable_policies_give_jax_values_and_gradients(name):
+    def policy(lib):
+        cp = lib.checkpoint_policies
+        return {"lambda": lambda op, *_, **__: str(op) != "all_gather",
+                "save_only_these_names": cp.save_only_these_names("h"),
+                "both": cp.save_from_both_policies(cp.dots_saveable,
+                                                   lambda p, *_, **__: p is lib.lax.all_gather_p)}.get(
+            name, getattr(cp, name, None))
+
+    v0, g0 = _fsdp_grads(sl, jnp, sl.make_mesh, _sl_put, policy(sl))
+    v1, g1 = _fsdp_grads(jax, jjnp, jax.make_mesh, _jax_put, policy(jax))
+    np.testing.assert_allclose(float(v0), float(v1), rtol=1e-5)
+    for a, b in zip(jax.tree_util.tree_leaves(g1), sl.tree_util.tree_leaves(g0)):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-5)
+
+
+def _recomputed(policy):
+    with sl.Ledger() as ledger:
+        _fsdp_grads(sl, jnp, sl.make_mesh, _sl_put, policy)
+    return [e["op"] for e in ledger.events if e["phase"] == "recompute"]
+
+
+def test_ledger_shows_what_the_policy_recomputes():
+    everything = _recomputed(None)
+    assert everything.count("all_gather") == 4 and "matmul" in everything or "einsum" in everything
+    # JAX's FSDP policy: keep everything but the all-gathers, so only those run again
+    assert _recomputed(lambda op, *_, **__: str(op) != "all_gather") == ["all_gather"] * 4
+    assert _recomputed(sl.checkpoint_policies.everything_saveable) == []
+    dots = _recomputed(sl.checkpoint_policies.dots_saveable)
+    assert dots.count("all_gather") == 4 and len(dots) < len(everything)
+    assert not {"matmul", "einsum", "dot_general"} & set(dots)
+
+
+def test_policies_see_jax_primitives_and_params():
+    seen = []
+
+    def spy(prim, *avals, **params):
+        seen.append((str(prim), prim, params.get("dimension_numbers"), params.get("axis_name")))
+        return False
+
+    _fsdp_grads(sl, jnp, sl.make_mesh, _sl_put, spy)
+    names = {s[0] for s in seen}
+    assert {"all_gather", "dot_general", "tanh", "add"} <= names
+    gathers = [s for s in seen if s[0] == "all_gather"]
+    assert all(s[1] is sl.lax.all_gather_p and s[3] == "batch" for s in gathers)
+    dots = [s for s in seen if s[0] == "dot_general"]
+    assert dots and all(s[1] is sl.lax.dot_general_p and s[2] == (((1,), (0,)), ((), ())) for s in dots)
+    from jax._src.lax.parallel import reduce_scatter_p
+    from shardlab._src.transforms.checkpoint_policies import reduce_scatter_p as sl_reduce_scatter_p
+    assert str(sl.lax.psum_p) == str(jax.lax.psum_p) and str(sl_reduce_scatter_p) == str(reduce_scatter_p)
+    assert sorted(vars(sl.checkpoint_policies)) == sorted(vars(jax.checkpoint_policies))
+
+
+def test_checkpoint_name_and_name_policies():
+    from shardlab.ad_checkpoint import checkpoint_name
+    mesh = sl.make_mesh((2,), ("x",))
+    seen = []
+
+    def block(x):
+        h = checkpoint_name(jnp.sin(x), "h")
+        return jnp.cos(h) * jnp.sin(h)
+
+    def spy(prim, *avals, **params):
+        seen.append((prim, params.get("name")))
+        return sl.checkpoint_policies.save_only_these_names("h")(prim, *avals, **params)
+
+    def run(policy):
+        f = sl.shard_map(sl.checkpoint(block, policy=policy), mesh=mesh, in_specs=P("x"), out_specs=P("x"))
+        return sl.grad(lambda x: jnp.sum(f(x)))(np.linspace(0, 1, 4, dtype=np.float32))
+
+    ref = jax.grad(lambda x: jjnp.sum(jax.checkpoint(
+        lambda x: jjnp.cos(jjnp.sin(x)) * jjnp.sin(jjnp.sin(x)))(x)))(np.linspace(0, 1, 4, dtype=np.float32))
+    for policy in (spy, sl.checkpoint_policies.save_any_names_but_these("h")):
+        np.testing.assert_allclose(np.asarray(run(policy)), np.asarray(ref), rtol=1e-5)
+    from shardlab._src.transforms.checkpoint_policies import name_p
+    assert (name_p, "h") in seen and str(name_p) == str(jax._src.ad_checkpoint.name_p)
+    assert checkpoint_name(np.ones(2), "h").tolist() == [1.0, 1.0]
+
+
+def test_bad_policies_are_refused():
+    with pytest.raises(TypeError, match=r"\[checkpoint\] policy must be None or a callable"):
+        sl.checkpoint(lambda x: x, policy=3)
+    with pytest.raises(ValueError, match=r"\[checkpoint\] policy 'everything' is not a policy name"):
+        sl.checkpoint(lambda x: x, policy="everything")
+    both = sl.checkpoint_policies.save_from_both_policies(lambda *_, **__: 1, sl.checkpoint_policies.dots_saveable)
+    jboth = jax.checkpoint_policies.save_from_both_policies(lambda *_, **__: 1, jax.checkpoint_policies.dots_saveable)
+    with pytest.raises(ValueError, match="should be a boolean"):
+        both(sl.lax.dot_general_p)
+    with pytest.raises(ValueError, match="should be a boolean"):
+        jboth(jax.lax.dot_general_p)
