@@ -35,7 +35,7 @@ from ..arrays.sharded_array import ShardedArray, abstract_array, device_put
 from ..arrays.storage import AbstractStorage
 from ..core import tree as _tree
 from ..core.context import CTX
-from ..core.dtypes import canonicalize
+from ..core.dtypes import canonicalize, canonicalize_dtype
 from ..core.mesh import UNIT_MESH, get_mesh
 from ..core.sharding import NamedSharding, PartitionSpec, as_sharding
 from . import program as _program
@@ -54,6 +54,16 @@ def _is_sharding(x) -> bool:
 
 def _is_value(x) -> bool:
     return isinstance(x, (ShardedArray, LocalArray, ShapeDtypeStruct, np.ndarray))
+
+
+def _canonical_args(tree):
+    """numpy arguments in JAX's dtypes, as jit's arguments are (x64 off: int64 -> int32,
+    float64 -> float32), so the function computes in the types JAX's would."""
+    leaves, treedef = _tree.flatten(tree, _is_value)
+    if not any(type(x) is np.ndarray and x.dtype.kind in "iuf" and canonicalize_dtype(x.dtype) != x.dtype
+               for x in leaves):
+        return tree
+    return _tree.unflatten(treedef, [canonicalize(x, "jit") if type(x) is np.ndarray else x for x in leaves])
 
 
 def _argnums(v, what: str) -> tuple:
@@ -216,7 +226,7 @@ class JitWrapped:
     def __call__(self, *args, **kwargs):
         if self._in_shardings is None and self._out_shardings is None and not self._static_argnums \
                 and not self._static_argnames:
-            return self._fun(*args, **kwargs)  # eager with nothing to place: the plain call
+            return self._fun(*_canonical_args(args), **_canonical_args(kwargs))  # nothing to place: the plain call
         dyn, dyn_kw, static_pos, static_kw = self._split(args, kwargs)
         dyn, dyn_kw = self._place_inputs(dyn, dyn_kw)
         return self._place_outputs(self._fun(*_merge(dyn, static_pos), **dyn_kw, **static_kw))
