@@ -389,6 +389,7 @@ def elementwise(ufunc, inputs, kwargs):
         hit = _RULES_SEEN[key] = (out_dims, mesh, out_shape)
     out_dims, mesh, out_shape = hit
     r = len(out_dims)
+    sharding = _result_sharding(mesh, out_dims, inputs)
     if R.auto_axes(mesh):
         inputs = [_fit(x, out_dims, name) if isinstance(x, ShardedArray) else x for x in inputs]
         infos = [_operand_info(x, name) for x in inputs]
@@ -398,7 +399,7 @@ def elementwise(ufunc, inputs, kwargs):
         if unreduced:
             raise NotImplementedError(f"[{name}] unreduced operands under a gradient or shape-only run; reduce "
                                       f"them first with shardlab.reshard(x, x.sharding)")
-        out = _elementwise_shard_map(ufunc, inputs, infos, out_dims, mesh)
+        out = _elementwise_shard_map(ufunc, inputs, infos, out_dims, mesh, sharding.spec)
     else:
         k = mesh.ndim
         args = []
@@ -418,16 +419,36 @@ def elementwise(ufunc, inputs, kwargs):
         if CTX.recorders:  # a jit trace: operands it knows (a re-laid view is shard_map's to record)
             if any(kind != "scalar" and (kind != "sharded" or a is not x._storage)
                    for x, (kind, _), a in zip(inputs, infos, args)):
-                return _maybe_astype(_elementwise_shard_map(ufunc, inputs, infos, out_dims, mesh), dtype)
+                return _maybe_astype(_elementwise_shard_map(ufunc, inputs, infos, out_dims, mesh, sharding.spec),
+                                     dtype)
             args = [_seen(x, LocalArray(a, mesh)) if kind == "sharded" else a
                     for x, (kind, _), a in zip(inputs, infos, args)]
         res = bind(prim, args, mesh)
-        out = _seen(res, ShardedArray(res.storage, _sharding(mesh, out_dims), out_shape, unreduced))
+        out = _seen(res, ShardedArray(res.storage, sharding, out_shape, unreduced))
     return _maybe_astype(out, dtype)
 
 
 def _maybe_astype(out, dtype):
     return out if dtype is None else astype(out, dtype)
+
+
+def _result_sharding(mesh, dims: tuple, operands) -> NamedSharding:
+    """A result's sharding spelled as JAX's. Explicit axes: the type's spec, one entry per dim
+    (``P('X', None)``). On a mesh of Auto axes the layout is the compiler's choice, read back as
+    JAX's pxla does (``_get_out_sharding_from_orig_sharding``): the first array operand's own
+    sharding where it is equivalent (same rank), else the spec with trailing unsharded dims
+    dropped (``P('X',)``, ``P()`` when replicated). ``P('X') != P('X', None)`` in JAX, so code
+    comparing specs sees the difference."""
+    auto = R.auto_axes(mesh)
+    if not auto or len(auto) != len(mesh.axis_names):
+        return _sharding(mesh, dims)
+    first = next((x for x in operands if isinstance(x, ShardedArray)), None)
+    if first is not None and first.ndim == len(dims) and not first.unreduced and _dims(first) == tuple(dims):
+        return first.sharding
+    d = list(dims)
+    while d and not d[-1]:
+        d.pop()
+    return _sharding(mesh, tuple(d))
 
 
 def _fit(x: ShardedArray, out_dims: tuple, op: str) -> ShardedArray:
@@ -445,7 +466,7 @@ def _fit(x: ShardedArray, out_dims: tuple, op: str) -> ShardedArray:
         return reshard(x, _sharding(x.sharding.mesh, keep))
 
 
-def _elementwise_shard_map(ufunc, inputs, infos, out_dims, mesh):
+def _elementwise_shard_map(ufunc, inputs, infos, out_dims, mesh, out_spec=None):
     """The same op inside one shard_map (differentiable, abstract-ready): each array operand
     enters with the output's sharding on the dims it holds whole."""
     r = len(out_dims)
@@ -464,7 +485,7 @@ def _elementwise_shard_map(ufunc, inputs, infos, out_dims, mesh):
             args[i] = v
         return ufunc(*args)
 
-    return shard_map(body, mesh=mesh, in_specs=tuple(specs), out_specs=R.to_pspec(out_dims),
+    return shard_map(body, mesh=mesh, in_specs=tuple(specs), out_specs=out_spec or R.to_pspec(out_dims),
                      check_vma=False)(*[inputs[i] for i in pos])
 
 
@@ -559,7 +580,7 @@ def contract(op: str, subscripts: str, operands, *, out_sharding=None, preferred
         if len(_PLANS) > 1024:
             _PLANS.clear()
         plan = _PLANS[key] = plan_einsum(sub, *arrays, out_sharding=R.to_pspec(dims))
-    sharding = _sharding(mesh, dims)  # JAX's spec: one entry per dim
+    sharding = _result_sharding(mesh, dims, operands) if want is None else _sharding(mesh, dims)
     if want is None and R.auto_axes(mesh):
         # Auto axes: the layout is propagation's choice; the ledger says so on each event.
         with named_scope(f"auto:{op} -> {R.type_str(out_shape, dtype, dims)} (propagation's choice)"):
@@ -592,6 +613,26 @@ def contract_matmul(a, b, *, out_sharding=None, preferred_element_type=None, op:
                                  f"size-1 batch dim of a global array is not supported: use einsum")
         sub = f"{ba}ij,{bb}jk->{extra + common}ik"
     return contract(op, sub, (a, b), out_sharding=out_sharding, preferred_element_type=preferred_element_type)
+
+
+def copy(a, order="K", subok=False):
+    """``jnp.copy`` of a global array: each device copies its own shard, so the sharding is kept
+    (JAX's spec, one entry per dim, as its copy primitive's type); nothing moves.
+
+    Example:
+        >>> import numpy as np, shardlab as sl, shardlab.numpy as jnp
+        >>> from shardlab import P
+        >>> mesh = sl.make_mesh((2,), ("X",))
+        >>> x = sl.device_put(np.ones((4, 2), np.float32), sl.NamedSharding(mesh, P("X")))
+        >>> jnp.copy(x).sharding.spec
+        P('X', None)
+    """
+    if not isinstance(a, ShardedArray):
+        return global_fallback(np.copy, "copy", (a,), {"order": order})
+    if CTX.tapes and not a.unreduced:  # the gradient tape sees the copy (an identity shard_map)
+        spec = a.sharding.spec
+        return shard_map(lambda v: v, mesh=a.sharding.mesh, in_specs=spec, out_specs=spec.padded(a.ndim))(a)
+    return _seen(a, a.copy())
 
 
 # -- no rule: the fallback, recorded ---------------------------------------------------------------
@@ -669,3 +710,4 @@ jnp.GLOBAL["fallback"] = global_fallback
 jnp.GLOBAL["astype"] = astype
 jnp.GLOBAL["out_sharding"] = R.out_sharding
 jnp.GLOBAL["reshard"] = reshard
+jnp.GLOBAL[np.copy] = copy
