@@ -95,16 +95,15 @@ def test_reductions(name, spec):
     check(lambda m, a: getattr(m, name)(a, axis=1, keepdims=True), (A, spec))
 
 
-def _impl(m, name):
-    """The global implementation (jnp.sum's dispatch does not pass where= / initial= on yet)."""
-    return snp.GLOBAL[getattr(np, name)] if m is snp else getattr(m, name)
-
-
 def test_reductions_with_where():
+    """where= / initial= / correction= reach the global reductions through jnp's dispatch."""
     mask = A > 0
-    for name in ("sum", "mean", "prod", "any", "all", "var"):
-        check(lambda m, a: _impl(m, name)(a, axis=0, where=mask), (A, ("X", "Y")))
-    check(lambda m, a: _impl(m, "max")(a, axis=1, where=mask, initial=-10.0), (A, ("X", "Y")))
+    for name in ("sum", "mean", "prod", "any", "all", "var", "std"):
+        check(lambda m, a: getattr(m, name)(a, axis=0, where=mask), (A, ("X", "Y")))
+    check(lambda m, a: m.max(a, axis=1, where=mask, initial=-10.0), (A, ("X", "Y")))
+    check(lambda m, a: m.sum(a, axis=1, initial=3.0), (A, ("X", "Y")))
+    check(lambda m, a: m.var(a, axis=0, correction=1), (A, ("X", "Y")))
+    check(lambda m, a: m.std(a, axis=1, correction=1), (A, ("X", "Y")))
 
 
 @pytest.mark.parametrize("spec", SPECS)

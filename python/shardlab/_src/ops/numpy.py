@@ -501,7 +501,7 @@ def _axes(axis, x: LocalArray, op: str) -> tuple:
 def _reducer(prim, np_fn, *, takes_dtype=True):
     def fn(x, axis=None, dtype=None, keepdims=False, **kw):
         if isinstance(x, ShardedArray):
-            return _global(np_fn, x, axis=axis, dtype=dtype, keepdims=keepdims)
+            return _global(np_fn, x, axis=axis, dtype=dtype, keepdims=keepdims, **kw)
         if not isinstance(x, LocalArray):
             extra = {"dtype": dtype} if dtype is not None and takes_dtype else {}
             return np_fn(x, axis=axis, keepdims=keepdims, **extra, **kw)
@@ -525,9 +525,12 @@ prod = _reducer(red.REDUCE_PROD, np.prod)
 def _nodtype(prim, np_fn):
     def fn(x, axis=None, keepdims=False, **kw):
         if isinstance(x, ShardedArray):
-            return _global(np_fn, x, axis=axis, keepdims=keepdims)
+            return _global(np_fn, x, axis=axis, keepdims=keepdims, **kw)
         if not isinstance(x, LocalArray):
             return np_fn(x, axis=axis, keepdims=keepdims, **kw)
+        if kw:
+            raise TypeError(f"[{np_fn.__name__}] keyword arguments {sorted(kw)} are not supported on "
+                            f"per-device values")
         return bind(prim, [x], x.mesh, axes=_axes(axis, x, np_fn.__name__), keepdims=bool(keepdims))
 
     fn.__name__ = np_fn.__name__
@@ -543,6 +546,12 @@ any = _nodtype(red.REDUCE_ANY, np.any)  # noqa: A001
 all = _nodtype(red.REDUCE_ALL, np.all)  # noqa: A001
 
 
+def _no_kwargs(kw: dict, op: str) -> None:
+    if kw:
+        raise TypeError(f"[{op}] keyword arguments {sorted(kw)} are not supported on per-device values; "
+                        f"use jnp.where to mask inside shard_map")
+
+
 def _inexact(x: LocalArray) -> LocalArray:
     """`x` in dtypes.to_inexact_dtype (int32 -> float32, float64 -> float32 with x64 off)."""
     return astype(x, _dt.to_inexact_dtype(x.dtype))
@@ -553,23 +562,25 @@ def _count(x: LocalArray, axes: tuple) -> int:
 
 
 @_implements(np.mean)
-def mean(x, axis=None, dtype=None, keepdims=False):
+def mean(x, axis=None, dtype=None, keepdims=False, **kw):
     """Mean over the local axes (integers give float32, as jax.numpy with x64 off)."""
     if isinstance(x, ShardedArray):
-        return _global(np.mean, x, axis=axis, dtype=dtype, keepdims=keepdims)
+        return _global(np.mean, x, axis=axis, dtype=dtype, keepdims=keepdims, **kw)
     if not isinstance(x, LocalArray):
-        return np.mean(x, axis=axis, dtype=dtype, keepdims=keepdims)
+        return np.mean(x, axis=axis, dtype=dtype, keepdims=keepdims, **kw)
+    _no_kwargs(kw, "mean")
     x = _inexact(x) if dtype is None else astype(x, dtype)
     s = sum(x, axis=axis, keepdims=keepdims)
     return divide(s, x.dtype.type(builtins.max(_count(x, _axes(axis, x, "mean")), 1)))
 
 
 @_implements(np.var)
-def var(x, axis=None, dtype=None, ddof=0, keepdims=False):
+def var(x, axis=None, dtype=None, ddof=0, keepdims=False, **kw):
     if isinstance(x, ShardedArray):
-        return _global(np.var, x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+        return _global(np.var, x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims, **kw)
     if not isinstance(x, LocalArray):
-        return np.var(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+        return np.var(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims, **kw)
+    _no_kwargs(kw, "var")
     x = _inexact(x) if dtype is None else astype(x, dtype)
     d = subtract(x, mean(x, axis=axis, keepdims=True))
     s = sum(multiply(d, d), axis=axis, keepdims=keepdims)
@@ -577,11 +588,12 @@ def var(x, axis=None, dtype=None, ddof=0, keepdims=False):
 
 
 @_implements(np.std)
-def std(x, axis=None, dtype=None, ddof=0, keepdims=False):
+def std(x, axis=None, dtype=None, ddof=0, keepdims=False, **kw):
     if isinstance(x, ShardedArray):
-        return _global(np.std, x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+        return _global(np.std, x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims, **kw)
     if not isinstance(x, LocalArray):
-        return np.std(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims)
+        return np.std(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims, **kw)
+    _no_kwargs(kw, "std")
     return sqrt(var(x, axis=axis, dtype=dtype, ddof=ddof, keepdims=keepdims))
 
 

@@ -64,6 +64,10 @@ def _reduce(np_fn):
         check_reduced(x, name)
         if out is not None:
             raise TypeError(f"[{name}] out= is not supported (JAX arrays are immutable)")
+        if "correction" in kw and np_fn in (np.var, np.std):
+            ddof = kw.pop("correction")  # the array API's name for ddof (jnp.var/std take both)
+        if kw:
+            raise TypeError(f"[{name}] got unexpected keyword arguments {sorted(kw)}")
         r = x.ndim
         axes = _norm_axes(axis, r, name)
         spec = spec_of(x)
@@ -90,10 +94,12 @@ def _reduce(np_fn):
                 if m is not None:
                     v = jnp.where(m, v, v.dtype.type(_IDENTITY[np_fn]) if np_fn in (np.sum, np.prod) else v)
                 if np_fn is np.sum:
-                    return combine(jnp.sum(v, axis=axes, keepdims=keepdims), lax.psum)
+                    y = combine(jnp.sum(v, axis=axes, keepdims=keepdims), lax.psum)
+                    return y if initial is None else y + v.dtype.type(initial)
                 if np_fn is np.prod:
                     y = jnp.prod(v, axis=axes, keepdims=keepdims)
-                    return jnp.prod(lax.all_gather(y, reduced, axis=0), axis=0) if reduced else y
+                    y = jnp.prod(lax.all_gather(y, reduced, axis=0), axis=0) if reduced else y
+                    return y if initial is None else y * v.dtype.type(initial)
                 hit = (v != 0) if np_fn is np.any else (v == 0)
                 if m is not None:
                     hit = jnp.logical_and(hit, m)
