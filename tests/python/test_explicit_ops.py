@@ -612,3 +612,194 @@ def test_host_values_match_jax_on_wide_inputs():
         ours, theirs = getattr(snp, name)(*args), getattr(jjnp, name)(*args)
         assert ours.dtype == theirs.dtype
         np.testing.assert_allclose(ours, np.asarray(theirs), rtol=1e-6)
+
+
+# -- the program a jit trace records: every global op's result is a value it saw -----------------
+def _lowered(fn, *structs):
+    return sl.jit(fn).lower(*structs).as_text()
+
+
+def _structs(mesh):
+    x = sl.ShapeDtypeStruct((8, 16), np.float32, sharding=sl.NamedSharding(mesh, P("X", "Y")))
+    w = sl.ShapeDtypeStruct((16, 4), np.float32, sharding=sl.NamedSharding(mesh, P("Y", None)))
+    return x, w
+
+
+@pytest.mark.parametrize("op", ["matmul", "dot", "einsum"])
+def test_jnp_contractions_lower_to_the_same_program_as_sl_einsum(op):
+    mesh = sl.make_mesh((2, 4), ("X", "Y"))
+    x, w = _structs(mesh)
+    with sl.set_mesh(mesh):
+        ref = _lowered(lambda a, b: sl.einsum("ij,jk->ik", a, b, out_sharding=P("X", None)), x, w)
+        fn = {"matmul": lambda a, b: snp.matmul(a, b, out_sharding=P("X", None)),
+              "dot": lambda a, b: snp.dot(a, b, out_sharding=P("X", None)),
+              "einsum": lambda a, b: snp.einsum("ij,jk->ik", a, b, out_sharding=P("X", None))}[op]
+        text = _lowered(fn, x, w)
+    assert "host" not in text and "custom-call" not in text
+    strip = lambda t: [ln.split(", einsum=")[0] for ln in t.splitlines()]  # noqa: E731 (letters differ)
+    assert strip(text) == strip(ref)
+    assert "ROOT %1 = f32[4,4]{V:X} all-reduce(%0), axes={Y}" in text
+
+
+def test_unreduced_contraction_and_elementwise_on_captured_arrays_are_recorded():
+    mesh = sl.make_mesh((2, 4), ("X", "Y"))
+    x, w = _structs(mesh)
+    c = sl.device_put(np.ones((8, 16), np.float32), sl.NamedSharding(mesh, P("X", "Y")))
+    with sl.set_mesh(mesh):
+        text = _lowered(lambda a, b: snp.einsum("ij,jk->ik", a, b, out_sharding=P("X", None, unreduced={"Y"})), x, w)
+        assert "host" not in text and "ROOT %0 = f32[4,4]{V:(X,Y)} dot(%p0, %p1)" in text
+        text = _lowered(lambda a, b: ((c + c) * a).astype(np.int32), x, w)
+    assert "host" not in text
+    assert text.count("constant({...})") == 1  # c once, as the global value it is
+    assert "add(%c0, %c0)" in text and "multiply(%0, %p0)" in text and "convert(%1)" in text
+
+
+# -- per-device jnp.dot of any rank and per-device indices, compared with JAX's shard_map ----------
+def _mesh4(lib):
+    """A 4-device axis 'i' of type Auto (JAX's shard_map then takes host arguments)."""
+    return lib.make_mesh((4,), ("i",), axis_types=(lib.sharding.AxisType.Auto,))
+
+
+def _local_both(body, *args, in_specs, out_specs):
+    """``body(jnp, lax)`` in a shard_map over a 4-device axis 'i', with shardlab and with JAX;
+    specs are given as tuples of entries (one tuple per argument)."""
+    results = []
+    for lib, jnp, P_ in ((sl, snp, P), (jax, jjnp, JP)):
+        ins = tuple(P_(*e) for e in in_specs)
+        results.append(lib.shard_map(body(jnp, lib.lax), mesh=_mesh4(lib), in_specs=ins,
+                                     out_specs=P_(*out_specs))(*args))
+    return tuple(results)
+
+
+@pytest.mark.parametrize("sa,sb", [((4, 3, 5), (2, 5, 6)), ((4, 5), (3, 5, 2)), ((4, 2, 5), (5,)),
+                                   ((4, 5), (5, 6))])
+def test_local_dot_of_any_rank_matches_jax(sa, sb):
+    a = RNG.standard_normal(sa).astype(np.float32)
+    b = RNG.standard_normal(sb).astype(np.float32)
+    ours, theirs = _local_both(lambda jnp, lax: lambda x, y: jnp.dot(x, y), a, b,
+                               in_specs=(("i",), ()), out_specs=("i",))
+    assert ours.shape == theirs.shape and ours.dtype == theirs.dtype
+    np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-5, atol=1e-5)
+
+
+def test_local_dot_shape_mismatch_raises_typeerror_as_jax():
+    a, b = np.ones((4, 3, 5), np.float32), np.ones((2, 4, 6), np.float32)
+    with pytest.raises(TypeError, match="dot"):
+        jax.shard_map(lambda x, y: jjnp.dot(x, y), mesh=_mesh4(jax), in_specs=(JP("i"), JP()),
+                      out_specs=JP("i"))(a, b)
+    with pytest.raises(TypeError, match=r"\[dot\].*second-to-last"):
+        sl.shard_map(lambda x, y: snp.dot(x, y), mesh=_mesh4(sl), in_specs=(P("i"), P()),
+                     out_specs=P("i"))(a, b)
+
+
+X3 = np.arange(40.0, dtype=np.float32).reshape(4, 5, 2)
+INDEXERS = {
+    "scalar": lambda v, i, jnp: v[i],
+    "wrapped_and_clamped": lambda v, i, jnp: v[:, i * 3 - 4],  # -4, -1 (wrap), 2, 5 (clamped)
+    "two_scalars": lambda v, i, jnp: v[i - 2, i % 2],
+    "ellipsis": lambda v, i, jnp: v[..., i % 2],
+    "newaxis": lambda v, i, jnp: v[None, i, 1:],
+    "array": lambda v, i, jnp: v[0, jnp.stack([i * 3 - 3, i, -i])],  # out of range: clamped, as JAX's gather
+    "array_then_slice": lambda v, i, jnp: v[jnp.stack([i, 3 - i]), ::2],
+}
+
+
+@pytest.mark.parametrize("name", sorted(INDEXERS))
+def test_per_device_index_matches_jax(name):
+    idx = INDEXERS[name]
+
+    def body(jnp, lax):
+        return lambda v: idx(v, lax.axis_index("i"), jnp)[None]
+
+    ours, theirs = _local_both(body, X3, in_specs=((),), out_specs=("i",))
+    assert ours.shape == theirs.shape and ours.dtype == theirs.dtype
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+
+
+def test_per_device_index_is_differentiable_and_recorded_as_jax():
+    def body(jnp, lax):
+        def f(v):
+            i = lax.axis_index("i")
+            return (v[i] * 2.0 + v[:, jnp.stack([i, i + 1])].sum())[None]
+        return f
+
+    def loss(lib, jnp, lax):
+        P_ = P if lib is sl else JP
+        g = lib.shard_map(body(jnp, lax), mesh=_mesh4(lib), in_specs=P_(), out_specs=P_("i"))
+        return lambda v: jnp.sum(g(v) ** 2)
+
+    ours = sl.grad(loss(sl, snp, sl.lax))(X3)
+    theirs = jax.grad(loss(jax, jjnp, jax.lax))(X3)
+    np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-5)
+    text = sl.jit(sl.shard_map(body(snp, sl.lax), mesh=_mesh4(sl), in_specs=P(),
+                               out_specs=P("i"))).lower(X3).as_text()
+    assert "dynamic-slice(%0, %4" in text and "take_along_axis(%0, " in text and 'custom_call_target="host"' not in text
+
+
+def test_per_device_boolean_or_float_index_raises_as_jax():
+    mesh = _mesh4(sl)
+    with pytest.raises(IndexError, match="getitem"):
+        sl.shard_map(lambda v: v[v > 3][None], mesh=mesh, in_specs=P(), out_specs=P("i"))(X3)
+    with pytest.raises(TypeError, match="integer"):
+        sl.shard_map(lambda v: v[sl.lax.axis_index("i") * 1.0][None], mesh=mesh, in_specs=P(), out_specs=P("i"))(X3)
+    jmesh = _mesh4(jax)
+    with pytest.raises((IndexError, TypeError)):  # NonConcreteBooleanIndexError under jit
+        jax.shard_map(lambda v: v[v > 3][None], mesh=jmesh, in_specs=JP(), out_specs=JP("i"))(X3)
+    with pytest.raises(TypeError):
+        jax.shard_map(lambda v: v[jax.lax.axis_index("i") * 1.0][None], mesh=jmesh, in_specs=JP(),
+                      out_specs=JP("i"))(X3)
+
+
+# -- dtypes at jit's boundary, copy's sharding, JAX's contracting-dims rule, Auto spelling ------------
+def test_jit_of_numpy_arguments_computes_in_jax_dtypes():
+    some = np.arange(8)
+    rng = np.random.default_rng(0)
+    x, w, b = rng.normal(size=(32,)), rng.normal(size=(32, 4)), rng.normal(size=(4,))
+    ours = (sl.jit(lambda v: v + v)(some), sl.jit(lambda x, w, b: snp.tanh(x @ w + b))(x, w, b))
+    theirs = (jax.jit(lambda v: v + v)(some), jax.jit(lambda x, w, b: jjnp.tanh(x @ w + b))(x, w, b))
+    for o, t in zip(ours, theirs):
+        assert o.dtype == t.dtype
+        np.testing.assert_allclose(np.asarray(o), np.asarray(t), rtol=1e-5)
+
+
+def test_copy_keeps_the_sharding_as_jax():
+    def fn(env):
+        y, z = env.put(A @ B, "X", None), env.put(A @ B, None, "Y")
+        return env.jnp.copy(env.jnp.dot(y, z))
+
+    compare(fn)
+    ours, theirs = fn(envs()[0]), fn(envs()[1])
+    assert ours.sharding.spec == P("X", "Y") and theirs.sharding.spec == JP("X", "Y")
+
+
+def test_dot_contracting_dims_sharded_differently_raises_as_jax():
+    def fn(env):
+        x = env.put(np.ones((8, 8), np.float32), "X", "Y")
+        return env.jnp.dot(x, x)
+
+    r = compare(fn)
+    assert isinstance(r, ShardingTypeError)
+    assert "dot_general requires contracting dimensions to have consistent sharding, got ('Y',) and ('X',)" in str(r)
+
+
+AUTO_CASES = {
+    "conflict": (("X", None), ("Y", None)),
+    "both_conflict": (("X", "Y"), ("Y", "X")),
+    "partial_conflict": (("X", "Y"), ("Y", None)),
+    "merge": (("X", None), (None, "Y")),
+    "same": (("X", None), ("X", None)),
+    "replicated": ((), ()),
+    "unsharded_padded": ((None, None), (None, None)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(AUTO_CASES))
+def test_auto_mesh_result_spec_is_spelled_as_jax(name):
+    su, sv = AUTO_CASES[name]
+    ours, theirs = envs("Auto")
+    results = []
+    for env in (ours, theirs):
+        u, v = env.put(A @ B, *su), env.put(A @ B, *sv)
+        results.append((tuple((u + v).sharding.spec), tuple(env.jnp.sin(u).sharding.spec),
+                        tuple(env.jnp.einsum("ij,jk->ik", u, v).sharding.spec)))
+    assert results[0] == results[1]
