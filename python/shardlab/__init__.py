@@ -66,8 +66,8 @@ __all__ = [
 ]
 __all__ += ["tree", "tree_util", "vmap"]
 __all__ += ["make_jaxpr"]
-__all__ += ["ad_checkpoint", "checkpoint_policies"]
-from . import ad_checkpoint  # noqa: E402
+__all__ += ["ad_checkpoint", "checkpoint_policies", "profiler"]
+from . import ad_checkpoint, profiler  # noqa: E402
 __all__ += ["Array", "default_backend", "device_count", "device_get", "local_device_count", "local_devices",
             "process_count", "process_index", "typeof"]
 

@@ -195,3 +195,147 @@ def test_bad_policies_are_refused():
         both(sl.lax.dot_general_p)
     with pytest.raises(ValueError, match="should be a boolean"):
         jboth(jax.lax.dot_general_p)
+
+
+# -- shard_map bodies that close over global arrays ----------------------------------------------
+def _closure_cases(lib, lnp, mesh_of, put):
+    Sp = lib.sharding.PartitionSpec
+    out = {}
+
+    def attempt(name, fn):
+        try:
+            r = fn()
+            out[name] = (np.asarray(r), tuple(r.sharding.spec)) if hasattr(r, "sharding") else np.asarray(r)
+        except Exception as e:  # noqa: BLE001
+            out[name] = type(e).__name__
+
+    auto = lib.sharding.AxisType.Auto
+    auto_mesh = mesh_of((4, 2), ("i", "j"), (auto, auto))
+    with lib.sharding.set_mesh(auto_mesh):
+        x = lnp.array([[3.0]])
+        for name, spec in (("ij", Sp("i", "j")), ("i", Sp("i", None)), ("none", Sp(None, None))):
+            attempt(f"out_{name}", lambda: lib.shard_map(lambda: x, in_specs=(), out_specs=spec)())
+        a = put(np.arange(8.0, dtype=np.float32), auto_mesh, Sp("i"))
+        c = put(np.arange(2.0, dtype=np.float32), auto_mesh, Sp("j"))
+        bodies = {"a+c": lambda v: v + c, "c+a": lambda v: c + v, "add(c,a)": lambda v: lnp.add(c, v),
+                  "a*sum(c)": lambda v: v * lnp.sum(c), "c.max()*a": lambda v: c.max() * v,
+                  "psum(c)": lambda v: lib.lax.psum(c, "i") + 0 * v}
+        for name, body in bodies.items():
+            attempt(name, lambda: lib.shard_map(body, in_specs=Sp("i"), out_specs=Sp("i"))(a))
+        attempt("return c", lambda: lib.shard_map(lambda: c, in_specs=(), out_specs=Sp())())
+        attempt("grad", lambda: lib.grad(lambda c_: lnp.sum(
+            lib.shard_map(lambda v: v * c_, in_specs=Sp("i"), out_specs=Sp("i"))(a)))(c))
+        attempt("jit", lambda: lib.jit(lib.shard_map(lambda v: v * c, in_specs=Sp("i"), out_specs=Sp("i")))(a))
+        attempt("vma", lambda: lib.shard_map(lambda v: v + c, in_specs=Sp("i"), out_specs=Sp())(a))
+    mesh = mesh_of((4, 2), ("i", "j"))
+    with lib.sharding.set_mesh(mesh):
+        a = put(np.arange(8.0, dtype=np.float32), mesh, Sp("i"))
+        r = put(np.arange(2.0, dtype=np.float32), mesh, Sp())
+        attempt("explicit a+r", lambda: lib.shard_map(lambda v: v + r, in_specs=Sp("i"), out_specs=Sp("i"))(a))
+        attempt("explicit return r", lambda: lib.shard_map(lambda: r, in_specs=(), out_specs=Sp())())
+        attempt("explicit return a", lambda: lib.shard_map(lambda: a, in_specs=(), out_specs=Sp())())
+        attempt("explicit jit", lambda: lib.jit(lib.shard_map(lambda v: v + r, in_specs=Sp("i"), out_specs=Sp("i")))(a))
+    return out
+
+
+def test_closed_over_global_arrays_as_jax():
+    ours = _closure_cases(sl, jnp, sl.make_mesh, _sl_put)
+    theirs = _closure_cases(jax, jjnp, jax.make_mesh, _jax_put)
+    assert ours.keys() == theirs.keys()
+    for k in ours:
+        if isinstance(theirs[k], tuple):
+            np.testing.assert_allclose(ours[k][0], theirs[k][0], err_msg=k)
+            assert ours[k][1] == theirs[k][1], k
+        elif isinstance(theirs[k], np.ndarray):
+            np.testing.assert_allclose(ours[k], theirs[k], err_msg=k)
+        else:
+            assert ours[k] == theirs[k], k
+    assert theirs["vma"] == "ValueError" and theirs["explicit a+r"] == "NotImplementedError"
+
+
+def test_closed_over_array_gradient_is_summed_over_devices_in_the_ledger():
+    mesh = sl.make_mesh((4,), ("i",), (sl.sharding.AxisType.Auto,))
+    a = _sl_put(np.arange(8.0, dtype=np.float32), mesh, P("i"))
+    w = _sl_put(np.ones(2, np.float32), mesh, P())
+    with sl.Ledger() as ledger:
+        g = sl.grad(lambda w_: jnp.sum(sl.shard_map(lambda v: v * w_, mesh=mesh, in_specs=P("i"),
+                                                    out_specs=P("i"))(a)))(w)
+    assert np.asarray(g).tolist() == [12.0, 16.0]
+    assert [e for e in ledger.events if e["phase"] == "backward" and e["op"] == "psum"]
+    with pytest.raises(NotImplementedError, match=r"Closing over inputs to shard_map .* f32\[8@X\]"):
+        m2 = sl.make_mesh((4,), ("X",))
+        b = _sl_put(np.arange(8.0, dtype=np.float32), m2, P("X"))
+        sl.shard_map(lambda v: v + b, mesh=m2, in_specs=P("X"), out_specs=P("X"))(b)
+
+
+# -- shardlab.profiler ---------------------------------------------------------------------------
+def _trace_file(log_dir):
+    files = list((log_dir / "plugins" / "profile").glob("*/*.trace.json.gz"))
+    assert len(files) == 1, files
+    with gzip.open(files[0], "rb") as f:
+        return json.load(f)
+
+
+def test_profiler_trace_writes_the_collectives_of_a_shard_map(tmp_path):
+    mesh = sl.make_mesh((4, 2), ("x", "y"))
+    f = sl.shard_map(lambda a, b: sl.lax.psum(a @ b, "y"), mesh=mesh, in_specs=(P("x", "y"), P("y", None)),
+                     out_specs=P("x", None))
+    a, b = np.ones((8, 4), np.float32), np.ones((4, 6), np.float32)
+    with sl.Ledger() as ledger, sl.profiler.trace(str(tmp_path)):
+        with sl.profiler.StepTraceAnnotation("train", step_num=3):
+            with sl.profiler.TraceAnnotation("layer0"):
+                f(a, b)
+    doc = _trace_file(tmp_path)
+    spans = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    psums = [e for e in spans if e["name"] == "psum"]
+    want = [e for e in ledger.events if e["op"] == "psum"]
+    assert len(want) == 1 and len(psums) == mesh.size  # every device runs it (SPMD)
+    assert {e["pid"] for e in psums} == set(range(mesh.size))
+    for e in psums:
+        assert e["args"]["bytes_sent"] == want[0]["bytes_sent"] > 0
+        assert e["args"]["axes"] == ["y"] and e["args"]["label"] == "train/layer0" and e["dur"] >= 0
+    assert [e for e in spans if e["name"] == "matmul"]  # the compute lane
+    steps = [e for e in spans if e["cat"] == "step"]
+    assert [(s["name"], s["args"]["step_num"]) for s in steps] == [("train", 3)]
+    assert [s["name"] for s in spans if s["cat"] == "annotation"] == ["layer0"]
+    names = {e["args"]["name"] for e in doc["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"}
+    assert len(names) == mesh.size + 1
+
+
+def test_profiler_modelled_times_on_hardware_and_perfetto_file(tmp_path):
+    mesh = sl.make_mesh((8,), ("x",), hardware="tpu-v5e")
+    f = sl.shard_map(lambda a: sl.lax.all_gather(a, "x", tiled=True), mesh=mesh, in_specs=P("x"), out_specs=P())
+    with sl.Ledger() as ledger:
+        sl.profiler.start_trace(tmp_path, create_perfetto_trace=True)
+        f(np.ones(1024, np.float32))
+        path = sl.profiler.stop_trace()
+    assert path.endswith(".trace.json.gz") and (tmp_path / "plugins" / "profile").is_dir()
+    assert list((tmp_path / "plugins" / "profile").glob("*/perfetto_trace.json.gz"))
+    doc = _trace_file(tmp_path)
+    gathers = [e for e in doc["traceEvents"] if e["ph"] == "X" and e["name"] == "all_gather"]
+    assert gathers and all(abs(e["dur"] - ledger.events[0]["seconds"] * 1e6) < 1e-2 for e in gathers)
+    assert "tpu" in doc["otherData"]["clock"].lower()
+
+
+def test_profiler_api_and_errors_as_jax(tmp_path):
+    import jax.profiler as jprof
+    for name in ("trace", "start_trace", "stop_trace", "TraceAnnotation", "StepTraceAnnotation", "annotate_function"):
+        assert hasattr(jprof, name) and hasattr(sl.profiler, name)
+    with pytest.raises(RuntimeError, match="No profile started"):
+        sl.profiler.stop_trace()
+    with pytest.raises(RuntimeError, match="No profile started"):
+        jprof.stop_trace()
+    with sl.profiler.trace(tmp_path / "a"):
+        with pytest.raises(RuntimeError, match="already been started"):
+            sl.profiler.start_trace(tmp_path / "b")
+    calls = []
+
+    @sl.profiler.annotate_function
+    def step(x):
+        calls.append(x)
+        return x + 1
+
+    with sl.profiler.trace(tmp_path / "c"):
+        assert step(1) == 2
+    doc = _trace_file(tmp_path / "c")
+    assert [e["name"] for e in doc["traceEvents"] if e.get("cat") == "annotation"] == [step.__qualname__]

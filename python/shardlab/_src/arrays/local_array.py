@@ -182,11 +182,18 @@ def mesh_of(values):
     return mesh
 
 
+# How a global array closed over by a shard_map body becomes a per-device value (JAX: a const,
+# replicated and invariant); registered by transforms/shard_map.py, which records its gradient.
+CAPTURE: list = []
+
+
 def lift(x, mesh) -> LocalArray:
     """A LocalArray for `x`; constants become values invariant along every mesh axis."""
     if isinstance(x, LocalArray):
         return x
-    if hasattr(x, "sharding") and hasattr(x, "unreduced"):
+    if hasattr(x, "sharding") and hasattr(x, "unreduced"):  # a global array closed over by a shard_map body
+        if CAPTURE:
+            return CAPTURE[0](x, mesh)
         raise TypeError("[shard_map] a global ShardedArray was captured inside a shard_map body; "
                         "pass it as an argument with an in_spec instead")
     arr = np.asarray(x)

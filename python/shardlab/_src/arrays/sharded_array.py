@@ -121,6 +121,8 @@ class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
         run shard by shard; ``@`` is planned and run by ``shardlab.matmul``."""
         if method != "__call__" or kwargs.get("out") is not None:
             return NotImplemented
+        if any(type(v).__name__ == "LocalArray" for v in inputs):
+            return NotImplemented  # inside a shard_map body: the per-device value's ufunc captures this one
         return GLOBAL_UFUNC[0](ufunc, inputs, kwargs)
 
     @property

@@ -106,6 +106,8 @@ class ufunc:
                             f"(as jax.numpy); convert the result with .astype(dtype)")
         dtype = None
         if _has_global(args):
+            if _CTX.meshes:  # inside a shard_map body a global array is a closed-over constant (replicated)
+                return self(*[lift(a, _CTX.meshes[-1]) if isinstance(a, ShardedArray) else a for a in args], **kwargs)
             return GLOBAL["elementwise"](self._np, args, {"dtype": dtype, **kwargs})
         if _is_local(*args):
             return self._np(*args, **({} if dtype is None else {"dtype": dtype}), **kwargs)

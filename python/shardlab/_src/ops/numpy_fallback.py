@@ -25,6 +25,7 @@ import numpy as np
 
 from ..arrays.local_array import HANDLED, LocalArray, lift, mesh_of
 from ..arrays.sharded_array import ShardedArray
+from ..core.context import CTX
 from ..primitives import elementwise as ew
 from ..primitives.fallback import FALLBACK
 from ..primitives.primitive import bind
@@ -219,6 +220,21 @@ def _global_in(args, kwargs) -> bool:
     return False
 
 
+def _captured(values) -> list:
+    """`values` with each global array (also inside a list or tuple) made the per-device value
+    a shard_map body sees when it closes over it (``lift``: the whole array, invariant)."""
+    mesh = CTX.meshes[-1]
+
+    def one(v):
+        if isinstance(v, ShardedArray):
+            return lift(v, mesh)
+        if isinstance(v, (list, tuple)) and builtins.any(isinstance(b, ShardedArray) for b in v):
+            return type(v)(lift(b, mesh) if isinstance(b, ShardedArray) else b for b in v)
+        return v
+
+    return [one(v) for v in values]
+
+
 def global_dispatch(fn, name: str):
     """``fn`` (a public jax.numpy function) made safe on global ShardedArrays, and its host results
     in JAX's dtypes (:func:`_host_out`). On global arrays: a function with a
@@ -245,6 +261,8 @@ def global_dispatch(fn, name: str):
     def wrapped(*args, **kwargs):
         if not _global_in(args, kwargs):
             return _host_out(fn(*args, **kwargs))
+        if CTX.meshes:  # inside a shard_map body a global array is a closed-over constant (replicated)
+            return fn(*_captured(args), **dict(zip(kwargs, _captured(kwargs.values()))))
         if aware:
             return fn(*args, **kwargs)
         impl = _np_ops.GLOBAL.get(np_fn) if np_fn is not None else None

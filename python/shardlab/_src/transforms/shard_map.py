@@ -25,9 +25,11 @@ import warnings
 import numpy as np
 
 from ..arrays.layout import full_storage, global_value, local_storage
+from ..arrays import local_array as _local_array
 from ..arrays.local_array import LocalArray, lift
 from ..arrays.sharded_array import ShardedArray, abstract_array, device_put
 from ..arrays.storage import AbstractStorage, is_abstract
+from ..arrays.typeof import typeof
 from ..core import tree
 from ..core.context import CTX, shard_map_frame
 from ..core.dtypes import bfloat16, canonicalize
@@ -435,6 +437,8 @@ def _enter(x, spec, mesh: Mesh, i: int) -> LocalArray:
 
 def _exit(x, spec, mesh: Mesh, i: int, check_vma: bool, fname: str = "f") -> ShardedArray:
     spec = _check_spec(spec, f"out_specs for output {i}")
+    if isinstance(x, ShardedArray):  # closed over by the body: returned as the invariant value it is there
+        x = capture(x, mesh, output=i)
     if not isinstance(x, LocalArray):
         arr = np.asarray(x) if isinstance(x, (bool, int, float, np.generic, np.ndarray)) else None
         if arr is None or arr.dtype.kind not in "biuf" and arr.dtype != bfloat16:
@@ -472,6 +476,91 @@ def _exit(x, spec, mesh: Mesh, i: int, check_vma: bool, fname: str = "f") -> Sha
     if CTX.tapes:
         push_entry(_Exit, {"sharding": sharding}, [v], [out], mesh)
     return out
+
+
+def capture(x: ShardedArray, mesh: Mesh, output: int | None = None) -> LocalArray:
+    """A global array that a shard_map body closes over (rather than takes as an argument), as a
+    per-device value: JAX makes it a constant of the body, entered replicated, so every device
+    holds the whole array and it is invariant along every manual axis (``typeof`` shows no
+    ``{V:...}``; mixing it with varying values broadcasts it, returning it needs no check).
+    Under a gradient the entry is recorded, so a captured parameter gets its cotangent summed
+    over the devices, as for an argument entered with ``P()``.
+
+    JAX allows this for arrays on a mesh of Auto axes only: an array on a mesh with Explicit
+    axes raises NotImplementedError when an operation uses it (JAX's message), and returning
+    one that is sharded raises ValueError (its spec is not the P() a constant enters with);
+    returning a replicated one is allowed. `output`: the output index when the body returns it.
+
+    Example:
+        >>> import numpy as np, shardlab as sl
+        >>> from shardlab import P
+        >>> from shardlab.sharding import AxisType
+        >>> mesh = sl.make_mesh((2,), ("i",), (AxisType.Auto,))
+        >>> w = sl.device_put(np.arange(4.0, dtype=np.float32), sl.NamedSharding(mesh, P("i")))
+        >>> f = sl.shard_map(lambda a: a * w, mesh=mesh, in_specs=P("i"), out_specs=P("i"))
+        >>> np.asarray(f(np.ones(8, np.float32))).tolist()
+        [0.0, 1.0, 2.0, 3.0, 0.0, 1.0, 2.0, 3.0]
+    """
+    src = x.sharding.mesh
+    if AxisType.Explicit in tuple(src.axis_types):
+        t = _short(typeof(x))
+        explicit = tuple(n for n, ty in zip(src.axis_names, src.axis_types) if ty == AxisType.Explicit)
+        if output is None:
+            raise NotImplementedError(
+                "[shard_map] Closing over inputs to shard_map where the input is sharded on `Explicit` axes is "
+                "not implemented. As a workaround, please pass those inputs as an argument to shard_map. Got "
+                f"input with shape {t}({{Explicit: {explicit}}})")
+        spec = _type_spec_tuple(x)
+        if any(e is not None for e in spec):
+            raise ValueError(
+                f"[shard_map] output {output} is a global array the body closes over, {t} on Explicit "
+                f"axes: it enters as a constant with in_specs P({', '.join(['None'] * x.ndim)}), which does not "
+                f"match its spec {x.sharding.spec!r}. Pass it to shard_map as an argument with its in_spec")
+    k = mesh.ndim
+    if x.is_abstract or mesh.abstract:
+        storage = AbstractStorage((1,) * k + tuple(x.shape), x.dtype)
+    else:
+        storage = np.asarray(x).reshape((1,) * k + tuple(x.shape))  # partial sums added, as JAX's const
+    local = LocalArray(storage, mesh)
+    if CTX.tapes:
+        sharding = NamedSharding(mesh, PartitionSpec())
+        push_entry(_Capture, {"sharding": sharding, "global_shape": tuple(x.shape)}, [x], [local], mesh)
+    return local
+
+
+class _Capture(_Enter):
+    """Tape step: a closed-over global array entering a shard_map body. Its cotangent is summed
+    over the devices and left replicated (an Auto mesh's layout is the compiler's choice; JAX's
+    comes back as P())."""
+
+    name = "shard_map (closed over)"
+
+    @staticmethod
+    def vjp(cts, ins, outs, mesh, *, sharding, global_shape):
+        ct = cts[0]
+        partial = col.partial_axes(ct, outs[0], mesh.axis_names)
+        if partial:
+            ct = bind(col.PSUM, [ct], mesh, axes=partial, reduction="sum")
+        out = ShardedArray(full_storage(ct.storage, sharding, global_shape), sharding, global_shape)
+        push_entry(_Exit, {"sharding": sharding}, [ct], [out], mesh)
+        return [out]
+
+
+def _short(t) -> str:
+    """A type in the book's notation (``f32[8@X,4]``)."""
+    name = t.dtype.name
+    for long, short in (("bfloat", "bf"), ("complex", "c"), ("float", "f"), ("uint", "u"), ("int", "i")):
+        if name.startswith(long):
+            name = short + name[len(long):]
+            break
+    return name + t.str_short()[len(t.dtype.name):]
+
+
+def _type_spec_tuple(x: ShardedArray) -> tuple:
+    return tuple(x.sharding.spec.axes_of(d) or None for d in range(x.ndim))
+
+
+_local_array.CAPTURE[:] = [capture]
 
 
 def _first(storage, a: int):
