@@ -2,9 +2,10 @@
 
 ``jax.Array`` covers concrete arrays and the tracers a traced function sees. shardlab's
 counterparts are a global ``ShardedArray``, a per-device ``LocalArray`` inside ``shard_map``
-(what a traced JAX function would see), and the host arrays ``shardlab.numpy`` returns for
-host data (numpy arrays and numpy scalars), so ``isinstance(jnp.ones(3), Array)`` holds as in
-JAX. (A numpy array made by numpy itself is an instance too: shardlab cannot tell them apart.)
+(what a traced JAX function would see), and the ``HostArray`` (JAX's Array on one device, a
+numpy subclass) ``shardlab.numpy`` returns for host data, so ``isinstance(jnp.ones(3), Array)``
+holds as in JAX. (A numpy array or scalar made by numpy itself is an instance too, as shardlab
+takes them wherever JAX takes an Array.)
 
 Example:
     >>> import numpy as np, shardlab as sl
@@ -21,6 +22,7 @@ import abc
 
 import numpy as np
 
+from .host_array import HostArray
 from .local_array import LocalArray
 from .sharded_array import ShardedArray
 
@@ -36,6 +38,6 @@ class Array(abc.ABC):
                         "or shardlab.device_put to make an array")
 
 
-for _cls in (ShardedArray, LocalArray, np.ndarray, np.number, np.bool_):
+for _cls in (ShardedArray, LocalArray, HostArray, np.ndarray, np.number, np.bool_):
     Array.register(_cls)
 del _cls

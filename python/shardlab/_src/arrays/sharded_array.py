@@ -121,7 +121,7 @@ class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
         run shard by shard; ``@`` is planned and run by ``shardlab.matmul``."""
         if method != "__call__" or kwargs.get("out") is not None:
             return NotImplemented
-        if any(type(v).__name__ == "LocalArray" for v in inputs):
+        if any(type(v).__name__ == "LocalArray" and v.mesh.axis_names for v in inputs):
             return NotImplemented  # inside a shard_map body: the per-device value's ufunc captures this one
         return GLOBAL_UFUNC[0](ufunc, inputs, kwargs)
 
@@ -512,9 +512,10 @@ def device_put(x, device=None, *, src=None, donate=False, may_alias=None):
         x: array-like (numpy array, scalar, ShardedArray) or a pytree of them (lists and tuples
             are pytrees, as in JAX).
         device: a NamedSharding; a PartitionSpec (with a mesh set by ``set_mesh``); a Device or
-            SingleDeviceSharding (host data: a numpy array); None (an array keeps its placement,
-            host data stays a numpy array, as JAX puts it on one device); or a pytree of these,
-            a prefix of `x`'s structure.
+            SingleDeviceSharding (host data: a HostArray, JAX's Array on one device, committed
+            to it); None (an array keeps its placement, host data becomes an uncommitted
+            HostArray, as JAX puts it on one device); or a pytree of these, a prefix of `x`'s
+            structure.
         src, donate, may_alias: accepted for JAX's signature; shardlab copies when it must.
 
     Values take JAX's canonical dtypes (float64 becomes float32 unless x64 is on).
@@ -557,7 +558,16 @@ def _put(x, device):
             return x
         if type(x).__name__ == "LocalArray":  # inside shard_map: already on its devices
             return x
-        return _host(x)
+        from .host_array import as_host  # (host_array imports this module)
+        if isinstance(x, ShardedArray):  # gathered onto the one device
+            dev = device.device_set.pop() if isinstance(device, SingleDeviceSharding) else device
+            return as_host(np.asarray(x), weak=x.weak_type, committed=True, device=dev)
+        # JAX's Array on one device: committed when the device is named; a Python scalar is weak
+        weak = type(x) in (int, float, complex) or bool(getattr(x, "_weak", False))
+        committed = device is not None or bool(getattr(x, "_committed", False))
+        dev = device.device_set.pop() if isinstance(device, SingleDeviceSharding) else device
+        dev = getattr(x, "_device", None) if dev is None else dev
+        return as_host(_host(x), weak=weak, committed=committed, device=dev)
     sharding = as_sharding(device, "device_put")
     if isinstance(x, ShardedArray):
         if x.sharding == sharding:
@@ -585,14 +595,15 @@ def _put(x, device):
         partial[tuple(slice(0, 1) if a in unreduced else slice(None) for a in mesh.axis_names)] = storage
         storage = partial
     out = ShardedArray(storage, sharding, arr.shape)
-    if type(x) in (int, float, complex):  # JAX's weak type: a Python scalar keeps promoting as one
+    if type(x) in (int, float, complex) or getattr(x, "_weak", False):  # JAX's weak type: a Python scalar keeps promoting as one
         out._weak_type = True
     return out
 
 
 def device_get(x):
-    """The host value of `x` (an array or a pytree of arrays), as ``jax.device_get``: a numpy
-    array for each ShardedArray (partial sums added); other leaves are returned as they are.
+    """The host value of `x` (an array or a pytree of arrays), as ``jax.device_get``: a plain numpy
+    array for each ShardedArray (partial sums added) or HostArray; other leaves are returned as
+    they are.
 
     Example:
         >>> import numpy as np, shardlab as sl
@@ -601,7 +612,7 @@ def device_get(x):
         {'a': array([0., 1., 2., 3.], dtype=float32), 'n': 3}
     """
     leaves, treedef = tree.flatten(x)
-    return tree.unflatten(treedef, [np.asarray(v) if isinstance(v, ShardedArray) else v for v in leaves])
+    return tree.unflatten(treedef, [np.asarray(v) if isinstance(v, (ShardedArray, np.ndarray)) else v for v in leaves])
 
 
 def abstract_array(shape, dtype, sharding: NamedSharding) -> ShardedArray:

@@ -20,6 +20,10 @@ import math
 import numpy as np
 
 from ..arrays.local_array import HANDLED, UFUNC, LocalArray, lift, local_axes, mesh_of, register_method
+from ..arrays.host_array import HOST_UFUNC, HostArray
+from ..arrays.host_array import as_host as _as_host
+from ..arrays.host_array import promote_weak as _promote_weak
+from ..arrays.host_array import weak_result as _weak_result
 from ..arrays.sharded_array import ShardedArray
 from ..arrays.sharded_array import device_put as _device_put
 from ..arrays.storage import AbstractStorage, is_abstract
@@ -48,11 +52,18 @@ pi, e, inf, nan, newaxis = np.pi, np.e, np.inf, np.nan, np.newaxis
 _PY_SCALARS = frozenset((int, float, complex, bool))
 
 
-def _on_mesh(out):
+def _on_mesh(out, weak: bool = False):
     """A result computed from host data: under ``set_mesh`` (outside shard_map) a replicated
-    ShardedArray on that mesh, as JAX gives ``NamedSharding(mesh, P())``; else the numpy array."""
+    ShardedArray on that mesh, as JAX gives ``NamedSharding(mesh, P())``; with no mesh a
+    HostArray (JAX's Array on one device, a numpy subclass; `weak`: its weak_type)."""
+    if not isinstance(out, (np.ndarray, np.generic)):
+        return out
     mesh = _get_mesh()
-    if mesh is None or _CTX.meshes or mesh.abstract or not isinstance(out, (np.ndarray, np.generic)):
+    if mesh is None:
+        if _CTX.meshes:
+            return out
+        return out if type(out) is HostArray and (out._weak or not weak) else _as_host(out, weak=weak)
+    if _CTX.meshes or mesh.abstract:
         return out
     return _device_put(np.asarray(out), _NamedSharding(mesh, _P()))
 
@@ -65,6 +76,8 @@ def _has_global(args) -> bool:
 
 
 def _host_operand(v, op: str):
+    if isinstance(v, HostArray):  # plain numpy (a weak 0-d one as its Python scalar, promoting as one)
+        return v.item() if v._weak and v.ndim == 0 else v.view(np.ndarray)
     if type(v) in _PY_SCALARS or isinstance(v, (np.ndarray, np.generic)):
         return v
     if isinstance(v, (list, tuple)):
@@ -78,13 +91,13 @@ class ufunc:
 
     On global ShardedArrays it follows JAX's explicit-sharding rule (``planning/sharding_rules``);
     on per-device values (inside shard_map) it is a primitive; on host data it gives JAX's
-    dtypes (float64 input -> float32, int64 -> int32, Python scalars weak), as a numpy array
-    (a replicated ShardedArray under ``set_mesh``).
+    dtypes (float64 input -> float32, int64 -> int32, Python scalars weak), as a HostArray
+    (JAX's Array on one device; a replicated ShardedArray under ``set_mesh``).
 
     Example:
         >>> import numpy as np, shardlab.numpy as jnp
         >>> jnp.sin(np.ones(2)).dtype, jnp.add(np.ones(2, np.int64), 1).dtype, jnp.add(np.uint8(1), 300)
-        (dtype('float32'), dtype('int32'), array(45, dtype=uint8))
+        (dtype('float32'), dtype('int32'), Array(45, dtype=uint8))
     """
 
     def __init__(self, np_ufunc):
@@ -111,7 +124,10 @@ class ufunc:
             return GLOBAL["elementwise"](self._np, args, {"dtype": dtype, **kwargs})
         if _is_local(*args):
             return self._np(*args, **({} if dtype is None else {"dtype": dtype}), **kwargs)
-        return _on_mesh(_host_ufunc(self._np, args, dtype, kwargs))
+        res = _host_ufunc(self._np, args, dtype, kwargs)
+        if isinstance(res, tuple):
+            return tuple(_on_mesh(r) for r in res)
+        return _on_mesh(res, _weak_result(args, res))
 
     def _host(self, method: str, a, *rest, **kw):
         fn = getattr(self._np, method)
@@ -151,7 +167,7 @@ def _host_ufunc(np_ufunc, args, dtype, kwargs):
     single-device mesh: the same promotion as on sharded values)."""
     name = np_ufunc.__name__
     prim = ew.PRIMS.get(name)
-    vals = [_host_operand(a, name) for a in args]
+    vals = [_host_operand(a, name) for a in _promote_weak(args)]
     if prim is None or kwargs:
         with np.errstate(all="ignore"):
             res = np_ufunc(*[a if _scalar(a) else _dt.canonicalize(np.asarray(a), name) for a in vals], **kwargs)
@@ -271,6 +287,7 @@ def _ufunc(ufunc, method, inputs, kwargs):
 
 
 UFUNC[0] = _ufunc
+HOST_UFUNC[0] = _host_ufunc  # HostArray arithmetic: jax.numpy's dtype rules
 
 
 # -- constants and creation ------------------------------------------------------------------
@@ -346,7 +363,10 @@ def full(shape, fill_value, dtype=None, *, device=None, out_sharding=None):
         return v if sh is None else GLOBAL["reshard"](v, sh)
     dt = _dt.result_type(fill_value) if dtype is None else _dt.canonicalize_dtype(dtype)
     value = np.broadcast_to(np.asarray(fill_value).astype(dt), shape)
-    return _create(value, device, out_sharding, "full")
+    out = _create(value, device, out_sharding, "full")
+    if dtype is None and type(fill_value) in (int, float, complex) and type(out) is HostArray:
+        out = _as_host(out, weak=True)  # a Python scalar's weak type, as JAX's
+    return out
 
 
 def arange(start, stop=None, step=None, dtype=None, *, device=None, out_sharding=None):
@@ -398,7 +418,10 @@ def array(object, dtype=None, *args, copy=True, order="K", ndmin=0, device=None,
         return stack([asarray(o) for o in object]) if object else np.zeros((0,), np.float32)
     value = np.array(object, ndmin=ndmin)
     value = _dt.canonicalize(value, "array") if dtype is None else value.astype(_dt.canonicalize_dtype(dtype))
-    return _create(value, device, out_sharding, "array")
+    out = _create(value, device, out_sharding, "array")
+    if dtype is None and type(object) in (int, float, complex) and type(out) is HostArray:
+        out = _as_host(out, weak=True)  # a Python scalar's weak type, as JAX's
+    return out
 
 
 def asarray(a, dtype=None, order=None, *, copy=None, device=None, out_sharding=None):

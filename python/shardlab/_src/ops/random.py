@@ -32,6 +32,7 @@ from collections.abc import Sequence
 import ml_dtypes
 import numpy as np
 
+from ..arrays.host_array import as_host
 from ..arrays.local_array import LocalArray
 from ..arrays.sharded_array import ShardedArray, device_put
 from ..core import dtypes as _dt
@@ -122,7 +123,7 @@ def PRNGKey(seed, *, impl=None):
     Example:
         >>> import shardlab as sl
         >>> sl.random.PRNGKey(7)
-        array([0, 7], dtype=uint32)
+        Array([0, 7], dtype=uint32)
     """
     _check_impl(impl, "PRNGKey")
     return _place(_seed(seed, "PRNGKey"), None, "PRNGKey")
@@ -277,7 +278,8 @@ def _as_sharding(out_sharding, name: str):
 
 
 def _place(x, out_sharding, name: str):
-    """Numpy result -> what JAX returns: numpy (no mesh / inside shard_map) or a ShardedArray."""
+    """Numpy result -> what JAX returns: numpy inside shard_map, a HostArray (JAX's Array on one
+    device) with no mesh, or a ShardedArray."""
     sharding = _as_sharding(out_sharding, name)
     if CTX.meshes:  # a shard_map body: values are local
         if sharding is not None:
@@ -287,7 +289,7 @@ def _place(x, out_sharding, name: str):
     if sharding is None:
         mesh = get_mesh()
         if mesh is None:
-            return x
+            return as_host(x)
         # JAX: replicated, spelled P(None, ...) on an Explicit mesh and P() on an Auto one
         sharding = NamedSharding(mesh, PartitionSpec() if _all_auto(mesh) else
                                  PartitionSpec(*([None] * np.ndim(x))))
