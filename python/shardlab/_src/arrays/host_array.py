@@ -78,10 +78,11 @@ class HostArray(np.ndarray):
                 getattr(ufunc, method)(*[_plain(v) for v in inputs], **kwargs)
             return out[0] if len(out) == 1 else out
         committed = any(getattr(v, "_committed", False) for v in inputs)
+        device = next((v._device for v in inputs if isinstance(v, HostArray) and v._committed), None)
         if ufunc is np.matmul and method == "__call__" and not kwargs:  # ``a @ b``: JAX's promotion
             dtype = _dt.result_type(*inputs)
             res = np.matmul(*[np.asarray(_plain(v), dtype) for v in inputs])
-            return as_host(_dt.canonicalize(res, "matmul"), committed=committed)
+            return as_host(_dt.canonicalize(res, "matmul"), committed=committed, device=device)
         if method == "__call__" and HOST_UFUNC[0] is not None:
             dtype = kwargs.pop("dtype", None)
             kwargs.pop("subok", None)
@@ -92,8 +93,9 @@ class HostArray(np.ndarray):
                 res = getattr(ufunc, method)(*[_plain(v) for v in inputs], **kwargs)
             weak = False
         if isinstance(res, tuple):
-            return tuple(as_host(_dt.canonicalize(r, ufunc.__name__), committed=committed) for r in res)
-        return as_host(_dt.canonicalize(res, ufunc.__name__), weak=weak, committed=committed)
+            return tuple(as_host(_dt.canonicalize(r, ufunc.__name__), committed=committed, device=device)
+                         for r in res)
+        return as_host(_dt.canonicalize(res, ufunc.__name__), weak=weak, committed=committed, device=device)
 
     def __array_function__(self, func, types, args, kwargs):
         """numpy's functions (``np.roll(x)``, ``np.concatenate``, ...) see plain ndarrays and give
@@ -313,15 +315,15 @@ def _is_int_index(k) -> bool:
 
 
 def _normalized(key, shape: tuple, mode: str) -> tuple:
-    """`key` as a tuple whose integer indices are in bounds: negatives wrapped, then out-of-bounds
-    ones clamped (``mode="clip"``) or pointed at one past the end (``"drop"``: the caller pads
-    each dimension by one so those updates land outside the result)."""
+    """(`key` as a tuple whose integer indices are in bounds, the dims they index): negatives
+    wrapped, then out-of-bounds ones clamped (``mode="clip"``) or pointed at one past the end
+    (``"drop"``: the caller pads those dims by one so such updates land outside the result)."""
     key = key if isinstance(key, tuple) else (key,)
     key = tuple(np.asarray(k) if isinstance(k, (list, np.ndarray)) else k for k in key)
     key = tuple(k.view(np.ndarray) if isinstance(k, HostArray) else k for k in key)
     used = sum(k.ndim if isinstance(k, np.ndarray) and k.dtype == bool else 0 if k is None or k is Ellipsis else 1
                for k in key)
-    out, dim = [], 0
+    out, dim, int_dims = [], 0, []
     for k in key:
         if k is Ellipsis:
             out.append(k)
@@ -342,9 +344,10 @@ def _normalized(key, shape: tuple, mode: str) -> tuple:
             i = np.where(i < 0, i + n, i)
             i = np.clip(i, 0, n - 1) if mode == "clip" else np.where((i < 0) | (i >= n), n, i)
             k = int(i) if i.ndim == 0 else i
+            int_dims.append(dim)
         out.append(k)
         dim += 1
-    return tuple(out)
+    return tuple(out), int_dims
 
 
 def _has_mask(key) -> bool:
@@ -368,8 +371,8 @@ def _scatter(x: HostArray, key, values, how: str, mode=None) -> HostArray:
     mode = _check_mode(mode, op) or "drop"
     base = np.asarray(x)
     mode = "clip" if _has_mask(key) else mode  # a boolean mask selects in-bounds elements only
-    idx = _normalized(key, base.shape, mode)
-    pad = [(0, 1)] * base.ndim if mode == "drop" else None
+    idx, int_dims = _normalized(key, base.shape, mode)
+    pad = [(0, int(d in int_dims)) for d in range(base.ndim)] if mode == "drop" else None
     ufunc_of = {"add": np.add, "subtract": np.subtract, "min": np.minimum, "max": np.maximum,
                 "multiply": np.multiply, "divide": np.multiply, "power": np.multiply}
     if how in ("divide", "power"):
@@ -413,10 +416,12 @@ class _IndexUpdateRef:
         if mode == "drop":  # JAX's "fill": out-of-bounds reads give fill_value
             fill = (np.nan if base.dtype.kind in "fc" else np.iinfo(base.dtype).min if base.dtype.kind in "iu"
                     else True) if fill_value is None else fill_value
-            padded = np.pad(base, [(0, 1)] * base.ndim, constant_values=np.array(fill).astype(base.dtype))
-            out = padded[_normalized(self.index, base.shape, "drop")]
+            idx, int_dims = _normalized(self.index, base.shape, "drop")
+            padded = np.pad(base, [(0, int(d in int_dims)) for d in range(base.ndim)],
+                            constant_values=np.array(fill).astype(base.dtype))
+            out = padded[idx]
         else:
-            out = base[_normalized(self.index, base.shape, "clip")]
+            out = base[_normalized(self.index, base.shape, "clip")[0]]
         return as_host(out, weak=self.array._weak, committed=self.array._committed)
 
     def apply(self, func, *, indices_are_sorted=False, unique_indices=False, mode=None):

@@ -26,6 +26,7 @@ import math
 
 import numpy as np
 
+from ..arrays.host_array import as_host
 from ..arrays.layout import storage_shape
 from ..arrays.local_array import LocalArray
 from ..arrays.sharded_array import ShardedArray, device_put
@@ -139,7 +140,7 @@ def stack(values: list, axis: int, batch_axes: tuple = (), op: str = "vmap"):
         return _stack_global(values, axis, tuple(batch_axes), op)
     if any(isinstance(v, LocalArray) for v in values):
         return jnp.stack(values, axis=axis)
-    return np.stack([as_array(v, op) for v in values], axis=axis)
+    return as_host(np.stack([as_array(v, op) for v in values], axis=axis))  # JAX's one-device Array
 
 
 def _stack_global(values: list, axis: int, batch_axes: tuple, op: str) -> ShardedArray:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..arrays.host_array import as_host
 from ..arrays.local_array import LocalArray
 from ..arrays.sharded_array import ShardedArray, device_put
 from ..arrays.storage import AbstractStorage, is_abstract
@@ -158,13 +159,13 @@ def _wrap_input(x, i: int, op: str):
 
 
 def _unwrap(v):
-    """The user's view of a value: one-device LocalArrays are plain numpy arrays, unless an
-    enclosing grad is tracing the value (grad of grad): then it stays a tracked LocalArray,
-    or the outer derivative would see a constant and come out zero."""
+    """The user's view of a value: one-device LocalArrays are HostArrays (JAX's Array on one
+    device), unless an enclosing grad is tracing the value (grad of grad): then it stays a
+    tracked LocalArray, or the outer derivative would see a constant and come out zero."""
     if isinstance(v, LocalArray) and v.mesh is UNIT_MESH:
         if any(id(v) in t.live for t in CTX.tapes):
             return v
-        return v.storage
+        return as_host(v.storage) if isinstance(v.storage, np.ndarray) else v.storage
     return v
 
 

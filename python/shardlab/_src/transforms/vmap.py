@@ -34,6 +34,7 @@ import inspect
 
 import numpy as np
 
+from ..arrays.host_array import as_host
 from ..arrays.local_array import LocalArray
 from ..arrays.sharded_array import ShardedArray
 from ..arrays.storage import AbstractStorage, is_abstract
@@ -219,7 +220,7 @@ def _run_named(fun, leaves, treedef, axes, size, axis_name, out_axes):
                 raise ValueError(f"axis {d} is out of bounds for array of dimension {rank}")
             if d % rank:
                 v = jnp.moveaxis(v, 0, d % rank)
-        result.append(v if traced or is_abstract(v.storage) else np.asarray(v.storage))
+        result.append(v if traced or is_abstract(v.storage) else as_host(v.storage))  # JAX's one-device Array
     return out_def.unflatten(result)
 
 
