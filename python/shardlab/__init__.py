@@ -54,6 +54,7 @@ from ._src.transforms.vmap import vmap  # noqa: E402
 
 remat = checkpoint
 _jit_module.RESHARD[0] = reshard  # jit's out_shardings reshard with the planner (a layer above)
+from ._src.planning.sharding_api import reshard  # noqa: E402,F811  (jax.reshard is jax.sharding.reshard)
 
 __version__ = "0.2.0"
 

@@ -35,6 +35,7 @@ import numpy as np
 
 from ..arrays.sharded_array import ShardedArray, device_put
 from ..core import tree
+from ..core.context import CTX
 from ..core.mesh import AxisType, Mesh, get_mesh, set_mesh
 from ..core.sharding import NamedSharding, P
 from ..primitives.primitive import push_entry
@@ -99,12 +100,32 @@ def _resolve(s, x, op: str) -> NamedSharding:
     if mesh is None:
         raise ValueError(f"[{op}] a PartitionSpec {s} needs a mesh: call shardlab.set_mesh(mesh) or pass a "
                          f"NamedSharding")
-    return NamedSharding(mesh, s)
+    return NamedSharding(_under_abstract_mesh(mesh), s)
+
+
+def _under_abstract_mesh(mesh: Mesh) -> Mesh:
+    """Inside ``use_abstract_mesh(am)``, as JAX: a PartitionSpec names am's axes, on the devices of
+    `mesh` (row-major, as many) reshaped to am's axis sizes."""
+    am = getattr(CTX, "abstract_mesh", None)
+    if am is None or am.empty or (am.axis_names, am.axis_sizes, am.axis_types) == \
+            (mesh.axis_names, mesh.axis_sizes, mesh.axis_types):
+        return mesh
+    if am.size != mesh.size:
+        raise ValueError(f"use_abstract_mesh cannot change the size of the mesh. Got new mesh: {am} with "
+                         f"size={am.size} and prev mesh: {mesh.abstract_mesh} with size={mesh.size}")
+    if mesh.abstract:
+        return am
+    devices = np.asarray(mesh.devices).reshape(am.axis_sizes)
+    return Mesh(devices, am.axis_names, am.axis_types, hardware=mesh.hardware)
 
 
 def _reshard_one(x, s: NamedSharding, unreduced=()):
     if not isinstance(x, ShardedArray):
         return device_put(np.asarray(x) if not isinstance(x, (int, float, bool)) else x, s)
+    m = x.sharding.mesh
+    if (m.axis_names, m.axis_sizes) != (s.mesh.axis_names, s.mesh.axis_sizes) and m.size == s.mesh.size and \
+            getattr(CTX, "abstract_mesh", None) is not None and not x.unreduced and not unreduced:
+        return device_put(x, s)  # onto use_abstract_mesh's mesh: the same devices under other axes
     x = _on_mesh(x, s.mesh)
     if x.sharding.spec == s.spec and not x.unreduced and not unreduced:
         return x
@@ -131,6 +152,11 @@ def reshard(xs, out_shardings, *, unreduced=()):
         (P(), ['all_gather', 'all_gather'])
     """
     leaves, treedef = tree.flatten(xs)
+    for s in tree.flatten(out_shardings, _is_sharding_leaf)[0]:
+        if isinstance(s, str):  # JAX's TypeError; a bare axis name is a common slip
+            raise TypeError(f"[reshard] the target sharding must be a NamedSharding or a PartitionSpec, got {s!r}; "
+                            f"for one axis write P({s!r}) (`out_sharding` argument of reshard only supports "
+                            f"instances of `NamedSharding` or `PartitionSpec`)")
     shardings = _prefix(out_shardings, xs, "out_shardings", "reshard")
     out = [_reshard_one(x, _resolve(s, x, "reshard"), unreduced) for x, s in zip(leaves, shardings)]
     return tree.unflatten(treedef, out)

@@ -501,6 +501,9 @@ def capture(x: ShardedArray, mesh: Mesh, output: int | None = None) -> LocalArra
         >>> np.asarray(f(np.ones(8, np.float32))).tolist()
         [0.0, 1.0, 2.0, 3.0, 0.0, 1.0, 2.0, 3.0]
     """
+    if mesh is UNIT_MESH:  # not inside a shard_map body (a value tracked by grad): no per-device view
+        raise TypeError("[shard_map] a global ShardedArray was captured inside a shard_map body; "
+                        "pass it as an argument with an in_spec instead")
     src = x.sharding.mesh
     if AxisType.Explicit in tuple(src.axis_types):
         t = _short(typeof(x))
