@@ -999,6 +999,92 @@ def _getitem(x: LocalArray, key):
 register_method("__getitem__", _getitem)
 
 
+def _scatter(x: LocalArray, key, values, how: str) -> LocalArray:
+    """``x.at[key].<how>(values)`` on a per-device value, as JAX's scatter: the positions
+    ``x[key]`` selects (per-device indices allowed, see :func:`_dynamic_index`) get the updates
+    (cast to x's dtype, broadcast to ``x[key]``'s shape); a per-device scalar index out of
+    range drops its update (JAX's FILL_OR_DROP). Built from primitives (take_along_axis's
+    transpose put_along_axis_add, select), so it is recorded and differentiable. Repeated
+    positions accumulate for ``add``; for the other updates they are unspecified, as in JAX."""
+    mesh = x.mesh
+    key = key if isinstance(key, tuple) else (key,)
+    n = x.size
+    sel = _getitem(lift(np.arange(n, dtype=np.int32).reshape(x.shape), mesh), key)
+    sel = lift(sel, mesh)
+    upd = values if isinstance(values, LocalArray) else lift(np.asarray(values, x.dtype), mesh)
+    upd = reshape(broadcast_to(astype(upd, x.dtype), sel.shape), (-1,))
+    idx = reshape(sel, (-1,))
+    weight = None
+    if not builtins.any(k is None or k is Ellipsis for k in key if not isinstance(k, (np.ndarray, LocalArray))):
+        for d, k in enumerate(key):
+            if isinstance(k, LocalArray) and k.ndim == 0 and d < x.ndim:
+                ok = (k >= -x.shape[d]) & (k < x.shape[d])
+                weight = ok if weight is None else weight & ok
+    if weight is not None:
+        upd = upd * astype(weight, x.dtype)
+
+    def put(v):
+        return bind(st.PUT_ALONG_ADD, [v, idx], mesh, axis=0, local_shape=(n,))
+
+    flat = reshape(x, (-1,))
+    if how == "add":
+        return reshape(flat + put(upd), x.shape)
+    ones = ones_like(upd) if weight is None else broadcast_to(astype(weight, x.dtype), upd.shape)
+    hit = put(ones) > 0
+    new = put(upd)
+    out = {"set": lambda: new, "multiply": lambda: flat * new, "min": lambda: np.minimum(flat, new),
+           "max": lambda: np.maximum(flat, new)}[how]()
+    return reshape(where(hit, out, flat), x.shape)
+
+
+class _LocalIndexUpdateRef:
+    """``x.at[key]`` of a per-device value (JAX's ``_IndexUpdateRef``)."""
+
+    __slots__ = ("x", "key")
+
+    def __init__(self, x, key):
+        self.x, self.key = x, key
+
+    def get(self, *, indices_are_sorted=False, unique_indices=False, mode=None, fill_value=None, out_sharding=None):
+        return self.x[self.key]
+
+    def set(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None, out_sharding=None):
+        return _scatter(self.x, self.key, values, "set")
+
+    def add(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None, out_sharding=None):
+        return _scatter(self.x, self.key, values, "add")
+
+    def subtract(self, values, **kw):
+        return _scatter(self.x, self.key, -lift(values, self.x.mesh) if isinstance(values, LocalArray)
+                        else -np.asarray(values), "add")
+
+    def multiply(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None, out_sharding=None):
+        return _scatter(self.x, self.key, values, "multiply")
+
+    mul = multiply
+
+    def min(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None, out_sharding=None):
+        return _scatter(self.x, self.key, values, "min")
+
+    def max(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None, out_sharding=None):
+        return _scatter(self.x, self.key, values, "max")
+
+
+class _LocalIndexUpdateHelper:
+    """``x.at``: ``x.at[key].set(v)``, ``.add(v)``, ... return updated copies (JAX's functional updates)."""
+
+    __slots__ = ("x",)
+
+    def __init__(self, x):
+        self.x = x
+
+    def __getitem__(self, key):
+        return _LocalIndexUpdateRef(self.x, key)
+
+
+register_method("at", property(_LocalIndexUpdateHelper))
+
+
 # -- contractions ----------------------------------------------------------------------------
 def _contract(terms, out, ops, mesh, op_name, preferred_element_type):
     dt = _dt.result_type(*[o.dtype for o in ops])
