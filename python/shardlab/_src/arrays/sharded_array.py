@@ -35,12 +35,15 @@ GLOBAL_UFUNC: list = [None]
 
 @dataclass(frozen=True)
 class Shard:
-    """One device's piece of a ShardedArray, as ``jax.Shard``."""
+    """One device's piece of a ShardedArray, as ``jax.Shard`` (its data an array on that device)."""
 
     device: Device
     index: tuple
     data: np.ndarray
     replica_id: int
+
+    def __repr__(self):  # JAX's
+        return f"Shard(device={self.device!r}, index={self.index}, replica_id={self.replica_id}, data={self.data})"
 
 
 class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
@@ -290,17 +293,19 @@ class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
     @property
     def addressable_shards(self) -> list[Shard]:
         """One Shard per device in mesh (row-major) order."""
+        from .host_array import as_host  # (host_array imports this module)
         out = []
         for pos, dev in enumerate(self.sharding.mesh.devices.ravel()):
-            out.append(Shard(dev, self.sharding._index(pos, self.shape), self._local(pos),
-                             self.sharding.replica_id(pos)))
+            data = as_host(self._local(pos), committed=True, device=dev)  # JAX: an Array on that device
+            out.append(Shard(dev, self.sharding._index(pos, self.shape), data, self.sharding.replica_id(pos)))
         return out
 
     def addressable_data(self, index: int) -> np.ndarray:
         n = self.sharding.mesh.size
         if not 0 <= index < n:
             raise IndexError(f"[addressable_data] index {index} is outside the {n} devices")
-        return self._local(index)
+        from .host_array import as_host
+        return as_host(self._local(index), committed=True, device=self.sharding.mesh.devices.ravel()[index])
 
     @property
     def nbytes_per_device(self) -> int:

@@ -328,7 +328,7 @@ def grad(fun, argnums=0, has_aux: bool = False):
     Example:
         >>> import numpy as np, shardlab as sl
         >>> sl.grad(lambda x, y: (x * y).sum(), argnums=1)(np.float32(3.0), np.float32(2.0))
-        array(3., dtype=float32)
+        Array(3., dtype=float32)
     """
     vg = value_and_grad(fun, argnums=argnums, has_aux=has_aux)
 
