@@ -20,14 +20,19 @@ import html
 
 import numpy as np
 from rich import box
+from rich.align import Align
 from rich.console import Console
+from rich.padding import Padding
+from rich.style import Style
 from rich.table import Table
 
 from .arrays.local_array import LocalArray
 from .arrays.sharded_array import ShardedArray
 from .arrays.storage import is_abstract
 from .core import views
-from .core.sharding import NamedSharding, PartitionSpec
+from .core.mesh import devices
+from .core.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
+from .core.tree import flatten
 from .ledger.ledger import _Null
 from .planning.plan import Layout, Term
 
@@ -158,9 +163,6 @@ def sharding_table(shape, sharding, *, use_color: bool = True, scale: float = 1.
     Colour (matplotlib's tab20b, as JAX) when ``use_color``; otherwise the boxes are drawn with
     lines (``visualize_sharding`` draws lines where rich finds no colour terminal, as JAX).
     """
-    from rich.align import Align
-    from rich.padding import Padding
-    from rich.style import Style
 
     shape = tuple(int(s) for s in shape)
     if not 1 <= len(shape) <= 2:
@@ -209,9 +211,6 @@ def _sharding_of(arr):
     if isinstance(arr, ShardedArray):
         return arr.sharding
     if isinstance(arr, (np.ndarray, np.generic, int, float, complex)):
-        from .core.sharding import SingleDeviceSharding
-        from .core.mesh import devices
-
         return SingleDeviceSharding(devices()[0])
     raise TypeError(f"[visualize_array_sharding] expected an array (a ShardedArray or a host array), got "
                     f"{type(arr).__name__}")
@@ -234,7 +233,6 @@ def visualize_sharding(shape, sharding, *, use_color: bool = True, scale: float 
         │ CPU 0 │ CPU 1 │
         └───────┴───────┘
     """
-    from rich.console import Console
 
     if not isinstance(sharding, NamedSharding) and not hasattr(sharding, "device_set"):
         raise TypeError(f"[visualize_sharding] expected a Sharding (NamedSharding or SingleDeviceSharding), got "
@@ -281,8 +279,6 @@ def inspect_array_sharding(value, *, callback) -> None:
         >>> sl.debug.inspect_array_sharding(a, callback=lambda s: print(s.spec))
         P('x',)
     """
-    from .core.tree import flatten
-
     for leaf in flatten(value)[0]:
         callback(_sharding_of(leaf))
 

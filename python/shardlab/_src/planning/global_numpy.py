@@ -39,6 +39,7 @@ import math
 
 import numpy as np
 
+from ..arrays.local_array import LocalArray
 from ..arrays.sharded_array import ShardedArray
 from ..core import dtypes as _dt
 from ..core.errors import ShardingTypeError
@@ -374,7 +375,6 @@ def _lax_cum(kind):
         if isinstance(operand, ShardedArray):
             return cumulative(kind, operand, axis, reverse=reverse, flatten_none=False)
         local = _cum_local(kind)
-        from ..arrays.local_array import LocalArray  # noqa: PLC0415  (one import, only on this path)
         if not isinstance(operand, LocalArray):
             v = np.asarray(operand)
             f = {"cumsum": np.cumsum, "cumprod": np.cumprod, "cummax": np.maximum.accumulate,
