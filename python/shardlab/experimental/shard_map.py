@@ -14,6 +14,8 @@ Example:
     (4,)
 """
 
+import warnings
+
 from .._src.transforms.shard_map import _shard_map
 
 
@@ -35,8 +37,6 @@ _deprecations = {
 
 def __getattr__(name):
     if name in _deprecations:
-        import warnings  # noqa: PLC0415
-
         message, fn = _deprecations[name]
         warnings.warn(message, DeprecationWarning, stacklevel=2)
         return fn

@@ -26,73 +26,17 @@ from __future__ import annotations
 import numpy as np
 
 from ..arrays.local_array import LocalArray
-from ..arrays.sharded_array import ShardedArray
+from ..arrays.sharded_array import ShardedArray, device_put
+from ..arrays.typeof import ShapedArray
 from ..core import tree
+from ..core.dtypes import canonicalize
+from ..core.mesh import devices
+from ..core.sharding import SingleDeviceSharding
 from . import program as prog
 from . import program_cost as cost
 from . import program_text as text
 from .eval_shape import ShapeDtypeStruct
-
-
-class _ShapedArray:
-    """A value's abstract type at the jit boundary (``jax.core.ShapedArray``): the global
-    shape, dtype and sharding; ``str`` gives JAX's ``float32[8@x,4]``. (``arrays/typeof.py``'s
-    ShapedArray, the one ``typeof`` returns, is used where it exists.)"""
-
-    __slots__ = ("shape", "dtype", "weak_type", "sharding", "vma")
-
-    def __init__(self, shape, dtype, weak_type: bool = False, sharding=None, vma=frozenset()):
-        self.shape = tuple(int(s) for s in shape)
-        self.dtype = np.dtype(dtype)
-        self.weak_type = bool(weak_type)
-        self.sharding = sharding
-        self.vma = frozenset(vma)
-
-    @property
-    def ndim(self) -> int:
-        """Number of dimensions."""
-        return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        """Number of elements."""
-        return int(np.prod(self.shape, dtype=np.int64))
-
-    def str_short(self) -> str:
-        """JAX's short form, ``float32[8@x,4]``."""
-        if self.sharding is None:
-            dims = ",".join(map(str, self.shape))
-        else:
-            spec = self.sharding.spec.normalized(len(self.shape))
-            dims = ",".join(f"{d}@{prog._axes_str(tuple(a))}" if a else str(d) for d, a in zip(self.shape, spec))
-        return f"{self.dtype.name}[{dims}]"
-
-    def __str__(self):
-        return self.str_short()
-
-    def __repr__(self):
-        return f"ShapedArray({self})"
-
-    def __eq__(self, other):
-        return isinstance(other, _ShapedArray) and (self.shape, self.dtype, self.sharding) == \
-            (other.shape, other.dtype, other.sharding)
-
-    def __hash__(self):
-        return hash((self.shape, self.dtype))
-
-
-try:
-    from ..arrays.typeof import ShapedArray
-except ImportError:  # typeof (issue #24 section 1) not there yet
-    ShapedArray = _ShapedArray
-
-
-def shaped(aval: prog.Aval):
-    """The ShapedArray of a program value's global type."""
-    shape = aval.global_shape if aval.global_shape is not None else aval.shape
-    if aval.sharding is None:
-        return ShapedArray(shape, aval.dtype)
-    return ShapedArray(shape, aval.dtype, sharding=aval.sharding)
+from .jaxpr import ClosedJaxpr
 
 
 class ArgInfo:
@@ -131,7 +75,7 @@ class _Stage:
     def args_info(self):
         """A pytree of ArgInfo, shaped as ``(args, kwargs)`` without the static arguments."""
         t = self._traced
-        infos = [ArgInfo(shaped(v.aval), i in t._donated) for i, v in enumerate(t._program.invars)]
+        infos = [ArgInfo(prog.shaped(v.aval), i in t._donated) for i, v in enumerate(t._program.invars)]
         return tree.unflatten(t._in_tree, infos)
 
     @property
@@ -146,7 +90,7 @@ class _Stage:
     def in_avals(self):
         """The arguments' abstract types, shaped as ``(args, kwargs)``."""
         t = self._traced
-        return tree.unflatten(t._in_tree, [shaped(v.aval) for v in t._program.invars])
+        return tree.unflatten(t._in_tree, [prog.shaped(v.aval) for v in t._program.invars])
 
     @property
     def out_info(self):
@@ -200,13 +144,11 @@ class Traced(_Stage):
     @property
     def jaxpr(self):
         """The program as a ClosedJaxpr (what ``make_jaxpr`` prints)."""
-        from .make_jaxpr import ClosedJaxpr
-
         return ClosedJaxpr(self._program)
 
     @property
     def out_avals(self):
-        return tree.unflatten(self._out_tree, [shaped(v.aval) for v in self._program.outvars])
+        return tree.unflatten(self._out_tree, [prog.shaped(v.aval) for v in self._program.outvars])
 
     def lower(self, *, lowering_platforms=None, _private_parameters=None) -> "Lowered":
         """The lowered stage (``lowering_platforms`` is accepted and ignored: one platform)."""
@@ -252,7 +194,7 @@ class Compiled(_Stage):
                             f"with: compiled for {t._in_tree}, called with {in_tree}")
         errors = []
         for i, (x, v) in enumerate(zip(leaves, t._program.invars)):
-            want = shaped(v.aval)
+            want = prog.shaped(v.aval)
             shape, dtype = _shape_dtype(x)
             if (tuple(shape), np.dtype(dtype)) != (want.shape, want.dtype):
                 errors.append(f"Argument {i} compiled with {want.dtype.name}[{','.join(map(str, want.shape))}] "
@@ -266,11 +208,9 @@ class Compiled(_Stage):
         for i, (x, v) in enumerate(zip(leaves, t._program.invars)):
             want = v.aval.sharding
             if want is not None and isinstance(x, ShardedArray) and not x.sharding.is_equivalent_to(want, x.ndim):
-                mismatches.append(f"Argument {i} with shape {shaped(prog.Aval.of(x))}:\n  Passed sharding: "
+                mismatches.append(f"Argument {i} with shape {prog.shaped(prog.Aval.of(x))}:\n  Passed sharding: "
                                   f"{x.sharding!r}\n  Required sharding: {want!r}")
             elif want is not None and not isinstance(x, ShardedArray):
-                from ..arrays.sharded_array import device_put
-
                 x = device_put(x, want)  # placed as the computation was compiled for
             placed.append(x)
         if mismatches:
@@ -293,16 +233,10 @@ def _shape_dtype(x):
     if isinstance(x, (ShardedArray, LocalArray, ShapeDtypeStruct, np.ndarray, np.generic)):
         return x.shape, x.dtype
     arr = np.asarray(x)
-    from ..core.dtypes import canonicalize
-
     return arr.shape, canonicalize(arr, "jit").dtype
 
 
 def _sharding_of(aval: prog.Aval):
     if aval.sharding is not None:
         return aval.sharding
-    from ..core import sharding as _sh
-    from ..core.mesh import devices
-
-    single = getattr(_sh, "SingleDeviceSharding", None)
-    return single(devices()[0]) if single is not None else None
+    return SingleDeviceSharding(devices()[0])

@@ -38,9 +38,12 @@ import numpy as np
 from ..arrays.local_array import LocalArray
 from ..arrays.sharded_array import ShardedArray
 from ..arrays.storage import is_abstract
+from ..arrays.typeof import ShapedArray
 from ..core.context import CTX
+from ..core.dtypes import default_float_dtype, default_int_dtype
 from ..core.mesh import UNIT_MESH
 from ..core.sharding import NamedSharding
+from .eval_shape import ShapeDtypeStruct
 
 # -- types -----------------------------------------------------------------------------------------
 
@@ -123,13 +126,19 @@ class Aval:
 
     def struct(self):
         """A ShapeDtypeStruct of the global value (per-device where no global type is known)."""
-        from .eval_shape import ShapeDtypeStruct
-
         return ShapeDtypeStruct(self.global_shape if self.global_shape is not None else self.shape, self.dtype,
                                 sharding=self.sharding)
 
     def __repr__(self):
         return f"Aval({self.str_global()})"
+
+
+def shaped(aval: Aval) -> ShapedArray:
+    """The ShapedArray (what ``typeof`` returns) of a program value's global type."""
+    shape = aval.global_shape if aval.global_shape is not None else aval.shape
+    if aval.sharding is None:
+        return ShapedArray(shape, aval.dtype)
+    return ShapedArray(shape, aval.dtype, sharding=aval.sharding)
 
 
 class Var:
@@ -169,8 +178,6 @@ class Literal:
 
     def weak(self, dtype) -> None:
         """A Python number takes the dtype of the array it meets, as JAX's weak types do."""
-        from ..core.dtypes import default_float_dtype, default_int_dtype
-
         kind = self.value.dtype.kind
         if dtype is not None and (np.dtype(dtype).kind in "fc" or kind in "iub"):
             self.aval = Aval((), dtype if not (kind == "f" and np.dtype(dtype).kind in "iub") else
@@ -236,13 +243,6 @@ class Program:
     def out_avals(self) -> list:
         return [v.aval for v in self.outvars]
 
-    def as_text(self) -> str:
-        """The program in the form of XLA's partitioned HLO (``program_text.hlo_text``)."""
-        from .program_text import hlo_text
-
-        return hlo_text(self)
-
-    __str__ = as_text
 
 
 # -- the recorder ----------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+from ..cost import model
 from .program import Aval, Eqn, Program, Var
 
 # -- per-op names and counts (XLA's conventions) ----------------------------------------------------
@@ -114,8 +115,6 @@ def optimal_seconds(program: Program):
     mesh = program.mesh
     if mesh is None or mesh.hardware is None:
         return None
-    from ..cost import model
-
     events = [e.event.as_dict() for e in program.eqns if e.event is not None]
     if not events:
         return None
