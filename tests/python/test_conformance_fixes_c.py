@@ -104,18 +104,21 @@ def _jax_put(v, mesh, spec):
     return jax.device_put(v, jax.NamedSharding(mesh, spec))
 
 
-@pytest.mark.parametrize("name", ["lambda", "dots_with_no_batch_dims_saveable", "both"])
-def test_callable_policies_give_jax_values_and_gradients(name):
-    def policy(lib):
-        cp = lib.checkpoint_policies
-        return {"lambda": lambda op, *_, **__: str(op) != "all_gather",
-                "save_only_these_names": cp.save_only_these_names("h"),
-                "both": cp.save_from_both_policies(cp.dots_saveable,
-                                                   lambda p, *_, **__: p is lib.lax.all_gather_p)}.get(
-            name, getattr(cp, name, None))
+@pytest.fixture(scope="module")
+def jax_fsdp():
+    """JAX's value and gradients of the FSDP cell under its own lambda policy (a policy never
+    changes them, so one JAX run is the reference for every shardlab policy)."""
+    return _fsdp_grads(jax, jjnp, jax.make_mesh, _jax_put, lambda op, *_, **__: str(op) != "all_gather")
 
-    v0, g0 = _fsdp_grads(sl, jnp, sl.make_mesh, _sl_put, policy(sl))
-    v1, g1 = _fsdp_grads(jax, jjnp, jax.make_mesh, _jax_put, policy(jax))
+
+@pytest.mark.parametrize("name", ["lambda", "everything_saveable", "dots_with_no_batch_dims_saveable", "both"])
+def test_callable_policies_give_jax_values_and_gradients(name, jax_fsdp):
+    cp = sl.checkpoint_policies
+    policy = {"lambda": lambda op, *_, **__: str(op) != "all_gather",
+              "both": cp.save_from_both_policies(cp.dots_saveable, lambda p, *_, **__: p is sl.lax.all_gather_p)}.get(
+        name, getattr(cp, name, None))
+    v0, g0 = _fsdp_grads(sl, jnp, sl.make_mesh, _sl_put, policy)
+    v1, g1 = jax_fsdp
     np.testing.assert_allclose(float(v0), float(v1), rtol=1e-5)
     for a, b in zip(jax.tree_util.tree_leaves(g1), sl.tree_util.tree_leaves(g0)):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-5)
