@@ -250,3 +250,34 @@ def test_mixing_with_a_sharded_array_gives_the_sharded_result():
         assert isinstance(out, sl.ShardedArray) and out.sharding.spec == sl.P("x")
         assert out.dtype == np.float32
         np.testing.assert_array_equal(np.asarray(out), want)
+
+
+def test_shards_of_a_sharded_array_are_arrays_on_their_device_as_jax():
+    mesh, jmesh = sl.make_mesh((2,), ("x",)), jax.make_mesh((2,), ("x",))
+    a = sl.device_put(np.arange(4), sl.NamedSharding(mesh, sl.P("x")))
+    w = jax.device_put(np.arange(4), jax.NamedSharding(jmesh, jax.P("x")))
+    for got, want in ((a.addressable_data(1), w.addressable_data(1)), (a.addressable_shards[1].data,
+                                                                       w.addressable_shards[1].data)):
+        assert isinstance(got, HostArray) and repr(got) == repr(want)
+        assert got.committed == want.committed and got.device.id == want.device.id == 1
+    assert repr(a.addressable_shards[1]).replace("VirtualDevice", "CpuDevice") == repr(w.addressable_shards[1])
+
+
+_METHODS = [
+    ("argmax", lambda m, x: x.argmax()), ("argmin axis", lambda m, x: x.argmin(axis=1)),
+    ("argsort", lambda m, x: x.ravel().argsort()), ("max axis", lambda m, x: x.max(axis=0)),
+    ("cumsum", lambda m, x: x.cumsum()), ("any", lambda m, x: (x > 2).any()), ("round", lambda m, x: x.round()),
+    ("clip", lambda m, x: x.clip(0, 1)), ("dot", lambda m, x: x.dot(x.T)), ("std", lambda m, x: x.std()),
+    ("prod int", lambda m, x: m.arange(1, 5).prod()), ("flatten", lambda m, x: x.flatten()),
+    ("take", lambda m, x: x.ravel().take(m.array([0, 4]))), ("copy", lambda m, x: x.copy()),
+    ("astype bool", lambda m, x: x.astype(bool)), ("abs", lambda m, x: abs(-x)),
+    ("divmod", lambda m, x: divmod(m.arange(4), 3)[0]), ("nonzero", lambda m, x: x.ravel().nonzero()[0]),
+    ("searchsorted", lambda m, x: x.ravel().searchsorted(2.5)),
+]
+
+
+@pytest.mark.parametrize("name,fn", _METHODS, ids=[n for n, _ in _METHODS])
+def test_methods_match_jax(name, fn):
+    got, want = fn(jnp, jnp.arange(6.0).reshape(2, 3)), fn(jjnp, jjnp.arange(6.0).reshape(2, 3))
+    _same(got, want)
+    assert repr(got) == repr(want)

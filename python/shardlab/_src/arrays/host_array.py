@@ -234,6 +234,27 @@ class HostArray(np.ndarray):
         return str(np.asarray(self))
 
 
+def _index_method(name: str):
+    """An ndarray method giving indices (int64 in numpy) in JAX's int32, as a HostArray."""
+    np_method = getattr(np.ndarray, name)
+
+    def method(self, *args, **kwargs):
+        res = np_method(self.view(np.ndarray), *_plain_tree(args), **_plain_tree(kwargs))
+        if isinstance(res, tuple):
+            return tuple(as_host(_dt.canonicalize(r, name), committed=self._committed, device=self._device)
+                         for r in res)
+        return as_host(_dt.canonicalize(res, name), committed=self._committed, device=self._device)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = f"``x.{name}(...)`` as numpy's, the indices in JAX's int32."
+    return method
+
+
+for _name in ("argmax", "argmin", "argsort", "argpartition", "nonzero", "searchsorted"):
+    setattr(HostArray, _name, _index_method(_name))
+del _name
+
+
 def _rebuild(fn, args, state, weak, committed, device):
     out = fn(*args)
     out.__setstate__(state)
