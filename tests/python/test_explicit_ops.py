@@ -836,3 +836,16 @@ def test_per_device_at_set_is_differentiable_as_jax():
 
     np.testing.assert_allclose(np.asarray(sl.grad(loss(sl, snp))(X3)), np.asarray(jax.grad(loss(jax, jjnp))(X3)),
                                rtol=1e-6)
+
+
+def test_results_keep_their_operands_hardware():
+    """Meshes equal as JAX sees them may carry different hardware presets: a result lives on
+    its operands' mesh, so its later collectives are priced on that hardware."""
+    plain = sl.make_mesh((8,), ("x",))
+    (sl.device_put(np.ones((16, 4), np.float32), sl.NamedSharding(plain, P("x"))) ** 2).sum()
+    priced = sl.make_mesh((8,), ("x",), hardware="tpu-v5e")
+    y = sl.device_put(np.ones((16, 4), np.float32), sl.NamedSharding(priced, P("x"))) ** 2
+    assert y.sharding.mesh.hardware is priced.hardware is not None
+    with sl.Ledger() as ledger:
+        y.sum()
+    assert [e["seconds"] > 0 for e in ledger.events if e["axes"]] == [True]

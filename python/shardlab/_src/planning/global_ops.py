@@ -252,11 +252,11 @@ def reshard(x: ShardedArray, sharding, *, unreduced=()) -> ShardedArray:
 _PY_SCALARS = (bool, int, float, complex)
 _SHARDINGS: dict = {}  # (mesh, dims) -> NamedSharding: one per distinct output type
 _PLANS: dict = {}      # (subscripts, operand types, mesh, out dims) -> Plan
-_RULES_SEEN: dict = {}  # (op, operand types) -> (output dims, mesh, output shape): the rule runs once per type
+_RULES_SEEN: dict = {}  # (op, operand types) -> (output dims, output shape): the rule runs once per type
 
 
 def _sharding(mesh, dims) -> NamedSharding:
-    key = (mesh, dims)
+    key = (id(mesh), dims)  # by identity: equal meshes may carry different hardware
     sh = _SHARDINGS.get(key)
     if sh is None:
         if len(_SHARDINGS) > 4096:
@@ -386,8 +386,11 @@ def elementwise(ufunc, inputs, kwargs):
         out_dims = _dedupe_auto(out_dims, mesh)
         if len(_RULES_SEEN) > 4096:
             _RULES_SEEN.clear()
-        hit = _RULES_SEEN[key] = (out_dims, mesh, out_shape)
-    out_dims, mesh, out_shape = hit
+        hit = _RULES_SEEN[key] = (out_dims, out_shape)
+    out_dims, out_shape = hit
+    # the operands' own mesh, not the cached one: meshes equal as JAX sees them may differ in the
+    # hardware shardlab prices their collectives on
+    mesh = next(x.sharding.mesh for x in inputs if isinstance(x, ShardedArray))
     r = len(out_dims)
     sharding = _result_sharding(mesh, out_dims, inputs)
     if R.auto_axes(mesh):
