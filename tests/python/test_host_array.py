@@ -281,3 +281,14 @@ def test_methods_match_jax(name, fn):
     got, want = fn(jnp, jnp.arange(6.0).reshape(2, 3)), fn(jjnp, jjnp.arange(6.0).reshape(2, 3))
     _same(got, want)
     assert repr(got) == repr(want)
+
+
+def test_control_flow_results_on_host_data_match_jax():
+    for name, run in (("scan", lambda j, m: j.lax.scan(lambda c, a: (c + a, a * 2), 0.0, m.ones(3))),
+                      ("cond", lambda j, m: j.lax.cond(True, lambda x: x + 1, lambda x: x - 1, 10)),
+                      ("map", lambda j, m: j.lax.map(lambda x: x * 2, m.arange(3)))):
+        got, want = run(sl, jnp), run(jax, jjnp)
+        got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+        for g, w in zip(got, want):
+            assert isinstance(g, HostArray), name
+            assert repr(g) == repr(w), name

@@ -46,7 +46,8 @@ def is_array(x) -> bool:
 
 
 def as_array(x, op: str):
-    """`x` as an array: per-device and global values as they are, host values canonical."""
+    """`x` as an array: per-device and global values as they are, host values canonical
+    HostArrays (a Python scalar weakly typed, as JAX's)."""
     if isinstance(x, (LocalArray, ShardedArray)):
         return x
     try:
@@ -55,7 +56,7 @@ def as_array(x, op: str):
         raise TypeError(f"[{op}] {type(x).__name__} is not an array: {e}") from None
     if arr.dtype == object:
         raise TypeError(f"[{op}] a leaf of type {type(x).__name__} is not an array ({x!r:.60})")
-    return canonicalize(arr, op)
+    return as_host(canonicalize(arr, op), weak=type(x) in (int, float))  # JAX's one-device Array
 
 
 def shape_of(x) -> tuple:

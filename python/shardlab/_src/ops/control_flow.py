@@ -377,7 +377,7 @@ def cond(pred, true_fun, false_fun, *operands, operand=_NO_OPERAND):
     Example:
         >>> from shardlab import lax
         >>> lax.cond(3 > 2, lambda x: x + 1, lambda x: x - 1, 10)
-        array(11, dtype=int32)
+        Array(11, dtype=int32, weak_type=True)
     """
     if not (callable(true_fun) and callable(false_fun)):
         if callable(false_fun) and len(operands) == 2 and callable(operands[1]):  # the oldest form
@@ -504,7 +504,7 @@ def fori_loop(lower, upper, body_fun, init_val, *, unroll=None):
     Example:
         >>> from shardlab import lax
         >>> lax.fori_loop(0, 4, lambda i, c: c * 2 + i, 1.0, unroll=2)
-        array(27., dtype=float32)
+        Array(27., dtype=float32)
     """
     if not callable(body_fun):
         raise TypeError("lax.fori_loop: body_fun argument should be callable.")
