@@ -402,7 +402,7 @@ def _scatter(x: HostArray, key, values, how: str, mode=None) -> HostArray:
     else:
         target = base
     work = np.pad(target, pad) if pad else np.array(target)
-    vals = np.asarray(values)
+    vals = None if how == "apply" else np.asarray(values)
     try:
         if how == "set":
             work[idx] = vals.astype(work.dtype)
@@ -411,7 +411,8 @@ def _scatter(x: HostArray, key, values, how: str, mode=None) -> HostArray:
         else:
             ufunc_of[how].at(work, idx, vals.astype(work.dtype))
     except (ValueError, IndexError) as e:
-        raise type(e)(f"[{op}] {e} (array of shape {base.shape}, updates of shape {vals.shape})") from None
+        shape = "a function" if vals is None else f"updates of shape {vals.shape}"
+        raise type(e)(f"[{op}] {e} (array of shape {base.shape}, {shape})") from None
     if pad:
         work = work[tuple(slice(0, n) for n in base.shape)]
     if how in ("divide", "power"):
