@@ -38,7 +38,8 @@ import numpy as np
 from ..core import dtypes as _dt
 from ..core.mesh import devices as _devices
 from ..core.sharding import SingleDeviceSharding
-from .sharded_array import Shard
+from .index_update import IndexOps, at_property
+from .shard import Shard
 
 # [fn(np_ufunc, args, dtype, kwargs) -> ndarray]: shardlab.numpy's host ufunc (jax.numpy's dtype
 # rules), set by the ops layer (ops/numpy.py), which this layer cannot import.
@@ -204,16 +205,6 @@ class HostArray(np.ndarray):
 
     def delete(self) -> None:
         """Accepted for JAX's API; the memory is numpy's."""
-
-    def to_device(self, device, *, stream=None):
-        """``device_put(self, device)`` (``jax.Array.to_device``)."""
-        from .sharded_array import device_put
-        return device_put(self, device)
-
-    @property
-    def at(self) -> "_IndexUpdateHelper":
-        """``x.at[idx]``: JAX's functional index updates (a new array each time)."""
-        return _IndexUpdateHelper(self)
 
     def __repr__(self):
         """JAX's repr of a single-device array: ``Array([0., 1.], dtype=float32)``."""
@@ -420,64 +411,28 @@ def _scatter(x: HostArray, key, values, how: str, mode=None) -> HostArray:
     return as_host(work, weak=x._weak, committed=x._committed)
 
 
-class _IndexUpdateRef:
-    """``x.at[idx]``: get / set / add / subtract / multiply / divide / power / min / max / apply."""
-
-    def __init__(self, array: HostArray, index):
-        self.array, self.index = array, index
-
-    def __repr__(self):
-        return f"_IndexUpdateRef({self.array!r}, {self.index!r})"
-
-    def get(self, *, indices_are_sorted=False, unique_indices=False, mode=None, fill_value=None,
-            out_sharding=None, wrap_negative_indices=True):
-        """``x[idx]``; out-of-bounds indices clamp (``mode="fill"``: give `fill_value`, NaN by default)."""
-        mode = _check_mode(mode, ".at[].get")
-        base = np.asarray(self.array)
-        mode = "clip" if _has_mask(self.index) else mode
-        if mode == "drop":  # JAX's "fill": out-of-bounds reads give fill_value
-            fill = (np.nan if base.dtype.kind in "fc" else np.iinfo(base.dtype).min if base.dtype.kind in "iu"
-                    else True) if fill_value is None else fill_value
-            idx, int_dims = _normalized(self.index, base.shape, "drop")
-            padded = np.pad(base, [(0, int(d in int_dims)) for d in range(base.ndim)],
-                            constant_values=np.array(fill).astype(base.dtype))
-            out = padded[idx]
-        else:
-            out = base[_normalized(self.index, base.shape, "clip")[0]]
-        return as_host(out, weak=self.array._weak, committed=self.array._committed)
-
-    def apply(self, func, *, indices_are_sorted=False, unique_indices=False, mode=None):
-        """``x`` with ``func`` applied to the indexed elements."""
-        return _scatter(self.array, self.index, func, "apply", mode)
-
-    def _do(how):
-        def method(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None,
-                   out_sharding=None, wrap_negative_indices=True):
-            return _scatter(self.array, self.index, values, how, mode)
-
-        method.__name__ = how
-        method.__doc__ = f"Pure equivalent of ``x[idx] {how} values`` (JAX's ``.at[idx].{how}``)."
-        return method
-
-    set = _do("set")
-    add = _do("add")
-    subtract = _do("subtract")
-    multiply = mul = _do("multiply")
-    divide = _do("divide")
-    power = _do("power")
-    min = _do("min")
-    max = _do("max")
-    del _do
+def _get(x: HostArray, key, *, mode=None, fill_value=None, out_sharding=None):
+    """``x.at[key].get(...)``: ``x[key]``; out-of-bounds indices clamp (``mode="fill"``: give
+    `fill_value`, NaN by default)."""
+    mode = _check_mode(mode, ".at[].get")
+    base = np.asarray(x)
+    mode = "clip" if _has_mask(key) else mode
+    if mode == "drop":  # JAX's "fill": out-of-bounds reads give fill_value
+        fill = (np.nan if base.dtype.kind in "fc" else np.iinfo(base.dtype).min if base.dtype.kind in "iu"
+                else True) if fill_value is None else fill_value
+        idx, int_dims = _normalized(key, base.shape, "drop")
+        padded = np.pad(base, [(0, int(d in int_dims)) for d in range(base.ndim)],
+                        constant_values=np.array(fill).astype(base.dtype))
+        out = padded[idx]
+    else:
+        out = base[_normalized(key, base.shape, "clip")[0]]
+    return as_host(out, weak=x._weak, committed=x._committed)
 
 
-class _IndexUpdateHelper:
-    __slots__ = ("array",)
+def _scatter_at(x: HostArray, key, values, how, *, mode=None, out_sharding=None):
+    if isinstance(how, str):
+        return _scatter(x, key, values, how, mode)
+    return _scatter(x, key, how, "apply", mode)  # .apply(func)
 
-    def __init__(self, array):
-        self.array = array
 
-    def __getitem__(self, index):
-        return _IndexUpdateRef(self.array, index)
-
-    def __repr__(self):
-        return f"_IndexUpdateHelper({self.array!r})"
+HostArray.at = at_property(IndexOps(get=_get, scatter=_scatter_at))

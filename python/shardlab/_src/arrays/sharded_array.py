@@ -16,7 +16,6 @@ import html
 import inspect
 import math
 import sys
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -26,24 +25,13 @@ from ..core.dtypes import canonicalize
 from ..core.mesh import Device
 from ..core.sharding import NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding, as_sharding
 from ..kernels.native import copy
+from .host_array import HostArray, as_host
 from .layout import from_storage, storage_shape, to_storage
+from .shard import Shard
 from .storage import AbstractStorage, host_nbytes, is_abstract
 
 # [handler(ufunc, inputs, kwargs)] for global-view ufuncs (set by the planning layer).
 GLOBAL_UFUNC: list = [None]
-
-
-@dataclass(frozen=True)
-class Shard:
-    """One device's piece of a ShardedArray, as ``jax.Shard`` (its data an array on that device)."""
-
-    device: Device
-    index: tuple
-    data: np.ndarray
-    replica_id: int
-
-    def __repr__(self):  # JAX's
-        return f"Shard(device={self.device!r}, index={self.index}, replica_id={self.replica_id}, data={self.data})"
 
 
 class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
@@ -293,7 +281,6 @@ class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
     @property
     def addressable_shards(self) -> list[Shard]:
         """One Shard per device in mesh (row-major) order."""
-        from .host_array import as_host  # (host_array imports this module)
         out = []
         for pos, dev in enumerate(self.sharding.mesh.devices.ravel()):
             data = as_host(self._local(pos), committed=True, device=dev)  # JAX: an Array on that device
@@ -304,7 +291,6 @@ class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
         n = self.sharding.mesh.size
         if not 0 <= index < n:
             raise IndexError(f"[addressable_data] index {index} is outside the {n} devices")
-        from .host_array import as_host
         return as_host(self._local(index), committed=True, device=self.sharding.mesh.devices.ravel()[index])
 
     @property
@@ -563,7 +549,6 @@ def _put(x, device):
             return x
         if type(x).__name__ == "LocalArray":  # inside shard_map: already on its devices
             return x
-        from .host_array import as_host  # (host_array imports this module)
         if isinstance(x, ShardedArray):  # gathered onto the one device
             dev = device.device_set.pop() if isinstance(device, SingleDeviceSharding) else device
             return as_host(np.asarray(x), weak=x.weak_type, committed=True, device=dev)
@@ -603,6 +588,14 @@ def _put(x, device):
     if type(x) in (int, float, complex) or getattr(x, "_weak", False):  # JAX's weak type: a Python scalar keeps promoting as one
         out._weak_type = True
     return out
+
+
+def _to_device(self, device, *, stream=None):
+    """``device_put(self, device)`` (``jax.Array.to_device``)."""
+    return device_put(self, device)
+
+
+HostArray.to_device = _to_device  # a host array moves through device_put, defined here
 
 
 def device_get(x):

@@ -19,6 +19,7 @@ import math
 
 import numpy as np
 
+from ..arrays.index_update import IndexOps, at_property
 from ..arrays.local_array import HANDLED, UFUNC, LocalArray, lift, local_axes, mesh_of, register_method
 from ..arrays.host_array import HOST_UFUNC, HostArray
 from ..arrays.host_array import as_host as _as_host
@@ -1037,52 +1038,22 @@ def _scatter(x: LocalArray, key, values, how: str) -> LocalArray:
     return reshape(where(hit, out, flat), x.shape)
 
 
-class _LocalIndexUpdateRef:
-    """``x.at[key]`` of a per-device value (JAX's ``_IndexUpdateRef``)."""
-
-    __slots__ = ("x", "key")
-
-    def __init__(self, x, key):
-        self.x, self.key = x, key
-
-    def get(self, *, indices_are_sorted=False, unique_indices=False, mode=None, fill_value=None, out_sharding=None):
-        return self.x[self.key]
-
-    def set(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None, out_sharding=None):
-        return _scatter(self.x, self.key, values, "set")
-
-    def add(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None, out_sharding=None):
-        return _scatter(self.x, self.key, values, "add")
-
-    def subtract(self, values, **kw):
-        return _scatter(self.x, self.key, -lift(values, self.x.mesh) if isinstance(values, LocalArray)
-                        else -np.asarray(values), "add")
-
-    def multiply(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None, out_sharding=None):
-        return _scatter(self.x, self.key, values, "multiply")
-
-    mul = multiply
-
-    def min(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None, out_sharding=None):
-        return _scatter(self.x, self.key, values, "min")
-
-    def max(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None, out_sharding=None):
-        return _scatter(self.x, self.key, values, "max")
+def _local_at_get(x: LocalArray, key, *, mode=None, fill_value=None, out_sharding=None):
+    return x[key]
 
 
-class _LocalIndexUpdateHelper:
-    """``x.at``: ``x.at[key].set(v)``, ``.add(v)``, ... return updated copies (JAX's functional updates)."""
+def _local_at_scatter(x: LocalArray, key, values, how, *, mode=None, out_sharding=None):
+    """``.at[key].<how>`` of a per-device value: set, add, subtract, multiply, min, max."""
+    if how == "subtract":
+        values, how = (-lift(values, x.mesh) if isinstance(values, LocalArray) else -np.asarray(values)), "add"
+    if how not in ("set", "add", "multiply", "min", "max"):
+        name = how if isinstance(how, str) else "apply"
+        raise NotImplementedError(f"[.at[].{name}] on a per-device value (inside shard_map) is not supported; "
+                                  f"use set, add, subtract, multiply, min or max, or jnp.where with a mask")
+    return _scatter(x, key, values, how)
 
-    __slots__ = ("x",)
 
-    def __init__(self, x):
-        self.x = x
-
-    def __getitem__(self, key):
-        return _LocalIndexUpdateRef(self.x, key)
-
-
-register_method("at", property(_LocalIndexUpdateHelper))
+register_method("at", at_property(IndexOps(get=_local_at_get, scatter=_local_at_scatter)))
 
 
 # -- contractions ----------------------------------------------------------------------------

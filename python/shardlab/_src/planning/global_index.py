@@ -40,6 +40,7 @@ import math
 
 import numpy as np
 
+from ..arrays.index_update import IndexOps, at_property
 from ..arrays.local_array import LocalArray
 from ..arrays.sharded_array import ShardedArray, device_put
 from ..core.errors import ShardingTypeError
@@ -344,56 +345,16 @@ def scatter(x: ShardedArray, key, values, how: str, *, out_sharding=None, mode=N
     return res if target is None else _plan_reshard(res, target)
 
 
-class _IndexUpdateRef:
-    """``x.at[idx]``: get / set / add / subtract / multiply / divide / power / min / max, as JAX's."""
-
-    def __init__(self, array: ShardedArray, index):
-        self.array, self.index = array, index
-
-    def __repr__(self):
-        return f"_IndexUpdateRef({self.array!r}, {self.index!r})"
-
-    def get(self, *, indices_are_sorted=False, unique_indices=False, mode=None, fill_value=None,
-            out_sharding=None, wrap_negative_indices=True):
-        return getitem(self.array, self.index, out_sharding=out_sharding, mode=mode, fill_value=fill_value)
-
-    def _do(how):
-        def method(self, values, *, indices_are_sorted=False, unique_indices=False, mode=None, out_sharding=None,
-                   wrap_negative_indices=True):
-            return scatter(self.array, self.index, values, how, out_sharding=out_sharding, mode=mode)
-
-        method.__name__ = how
-        method.__doc__ = f"Pure equivalent of ``x[idx] {how} values`` (JAX's ``.at[idx].{how}``)."
-        return method
-
-    set = _do("set")
-    add = _do("add")
-    subtract = _do("subtract")
-    multiply = mul = _do("multiply")
-    divide = _do("divide")
-    power = _do("power")
-    min = _do("min")
-    max = _do("max")
-    del _do
-
-    def apply(self, func, *, indices_are_sorted=False, unique_indices=False, mode=None, wrap_negative_indices=True):
-        """Pure equivalent of ``func.at(x, idx)`` for a unary elementwise ``func`` (JAX's
-        ``.at[idx].apply``: JAX scatters unsharded updates, so a sharded operand is refused;
-        a repeated index applies ``func`` once here)."""
-        return scatter(self.array, self.index, 0, func, mode=mode)
+def _at_get(x: ShardedArray, key, *, mode=None, fill_value=None, out_sharding=None):
+    return getitem(x, key, out_sharding=out_sharding, mode=mode, fill_value=fill_value)
 
 
-class _IndexUpdateHelper:
-    __slots__ = ("array",)
-
-    def __init__(self, array):
-        self.array = array
-
-    def __getitem__(self, index):
-        return _IndexUpdateRef(self.array, index)
-
-    def __repr__(self):
-        return f"_IndexUpdateHelper({self.array!r})"
+def _at_scatter(x: ShardedArray, key, values, how, *, mode=None, out_sharding=None):
+    """``.at[key].<how>``; ``.apply(func)`` (how a function): JAX scatters unsharded updates, so a
+    sharded operand is refused, and a repeated index applies ``func`` once here."""
+    if isinstance(how, str):
+        return scatter(x, key, values, how, out_sharding=out_sharding, mode=mode)
+    return scatter(x, key, 0, how, mode=mode)
 
 
 # -- take, take_along_axis -----------------------------------------------------------------------------
@@ -489,4 +450,4 @@ jnp.GLOBAL[np.take] = take
 jnp.GLOBAL[np.take_along_axis] = take_along_axis
 ShardedArray.__getitem__ = getitem  # registered here, as LocalArray's methods are by the ops layer
 ShardedArray.__iter__ = _iterate
-ShardedArray.at = property(_IndexUpdateHelper, doc="``x.at[idx]``: JAX's functional index updates.")
+ShardedArray.at = at_property(IndexOps(get=_at_get, scatter=_at_scatter))
