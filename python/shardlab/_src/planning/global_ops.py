@@ -192,6 +192,31 @@ def einsum(subscripts: str, *operands, out_sharding=None, unreduced=(), overlap:
     return run_plan(plan, *arrays)
 
 
+def _matmul_subscripts(sa: tuple, sb: tuple, op: str) -> str:
+    """The einsum subscripts of ``a @ b`` under numpy's rank rules: 1-D operands, batch dims
+    aligned from the right (the extra leading ones belong to one side; size-1 broadcasting of a
+    batch dim is refused)."""
+    ra, rb = len(sa), len(sb)
+    if ra == 0 or rb == 0:
+        raise ValueError(f"[{op}] operands must have rank >= 1, got shapes {sa} and {sb}; use * for scalars")
+    letters = "abcdefghlmnopqrstuvw"
+    if ra == 1 and rb == 1:
+        return "k,k->"
+    if ra == 1:
+        batch = letters[: rb - 2]
+        return f"k,{batch}kn->{batch}n"
+    if rb == 1:
+        batch = letters[: ra - 2]
+        return f"{batch}mk,k->{batch}m"
+    common, extra = letters[: min(ra, rb) - 2], letters[min(ra, rb) - 2: max(ra, rb) - 2]
+    ba, bb = (extra + common, common) if ra >= rb else (common, extra + common)
+    for x, y in zip(sa[ra - 2 - len(common): ra - 2], sb[rb - 2 - len(common): rb - 2]):
+        if x != y:
+            raise ValueError(f"[{op}] batch dims of {sa} and {sb} differ ({x} vs {y}); broadcasting a "
+                             f"size-1 batch dim of a global array is not supported: use einsum")
+    return f"{ba}ij,{bb}jk->{extra + common}ik"
+
+
 def matmul(a, b, out_sharding=None, *, unreduced=()):
     """``a @ b`` with numpy's rank rules (1-D operands, batch dims aligned from the right), as ``einsum``.
 
@@ -203,27 +228,7 @@ def matmul(a, b, out_sharding=None, *, unreduced=()):
         >>> sl.matmul(a, a, out_sharding=P("X")).sharding.spec
         P('X',)
     """
-    ra, rb = len(a.shape), len(b.shape)
-    if ra == 0 or rb == 0:
-        raise ValueError("[matmul] operands must have rank >= 1; use einsum or * for scalars")
-    letters = "abcdefghlmnopqrstuvw"
-    if ra == 1 and rb == 1:
-        sub = "k,k->"
-    elif ra == 1:
-        batch = letters[: rb - 2]
-        sub = f"k,{batch}kn->{batch}n"
-    elif rb == 1:
-        batch = letters[: ra - 2]
-        sub = f"{batch}mk,k->{batch}m"
-    else:
-        # numpy's rule: batch dims align from the right; the extra leading ones belong to one side.
-        common, extra = letters[: min(ra, rb) - 2], letters[min(ra, rb) - 2: max(ra, rb) - 2]
-        ba, bb = (extra + common, common) if ra >= rb else (common, extra + common)
-        for d, (sa, sb) in enumerate(zip(a.shape[ra - 2 - len(common): ra - 2], b.shape[rb - 2 - len(common): rb - 2])):
-            if sa != sb:
-                raise ValueError(f"[matmul] batch dims of {a.shape} and {b.shape} differ ({sa} vs {sb}); "
-                                 f"size-1 broadcasting of batch dims is not supported, use einsum")
-        sub = f"{ba}ij,{bb}jk->{extra + common}ik"
+    sub = _matmul_subscripts(np.shape(a), np.shape(b), "matmul")
     return einsum(sub, a, b, out_sharding=out_sharding, unreduced=unreduced)
 
 
@@ -593,28 +598,7 @@ def contract(op: str, subscripts: str, operands, *, out_sharding=None, preferred
 
 def contract_matmul(a, b, *, out_sharding=None, preferred_element_type=None, op: str = "matmul"):
     """``a @ b`` (numpy's rank rules) as :func:`contract`."""
-    ra, rb = np.ndim(a), np.ndim(b)
-    if ra == 0 or rb == 0:
-        raise ValueError(f"[{op}] operands must have rank >= 1, got shapes {np.shape(a)} and {np.shape(b)}; "
-                         f"use * for scalars")
-    letters = "abcdefghlmnopqrstuvw"
-    if ra == 1 and rb == 1:
-        sub = "k,k->"
-    elif ra == 1:
-        batch = letters[: rb - 2]
-        sub = f"k,{batch}kn->{batch}n"
-    elif rb == 1:
-        batch = letters[: ra - 2]
-        sub = f"{batch}mk,k->{batch}m"
-    else:
-        common, extra = letters[: min(ra, rb) - 2], letters[min(ra, rb) - 2: max(ra, rb) - 2]
-        ba, bb = (extra + common, common) if ra >= rb else (common, extra + common)
-        sa, sb = np.shape(a), np.shape(b)
-        for x, y in zip(sa[ra - 2 - len(common): ra - 2], sb[rb - 2 - len(common): rb - 2]):
-            if x != y:
-                raise ValueError(f"[{op}] batch dims of {sa} and {sb} differ ({x} vs {y}); broadcasting a "
-                                 f"size-1 batch dim of a global array is not supported: use einsum")
-        sub = f"{ba}ij,{bb}jk->{extra + common}ik"
+    sub = _matmul_subscripts(np.shape(a), np.shape(b), op)
     return contract(op, sub, (a, b), out_sharding=out_sharding, preferred_element_type=preferred_element_type)
 
 
