@@ -1,16 +1,10 @@
-"""``make_jaxpr``: the recorded program printed as a jaxpr.
-
-The program is the one ``jit(f).trace`` records (``program.py``): every primitive bind in
-order, shape-only. It prints in JAX's jaxpr form, with JAX's primitive names where shardlab's
-differ (``mul`` for multiply, ``dot_general`` for einsum, ``reduce_scatter`` for
-psum_scatter). Values inside shard_map show their per-device shape and the mesh axes they
-vary along (``f32[2,4]{V:x}``), as JAX prints a shard_map body; the program is flat: a
-shard_map's body is not nested under a ``shard_map`` equation.
+"""``make_jaxpr``: the ClosedJaxpr (``jaxpr.py``) of a function for given arguments, recorded
+shape-only by ``jit(f).trace``.
 
 Example:
     >>> import numpy as np, shardlab as sl
-    >>> print(sl.make_jaxpr(lambda x: x * 2.0)(np.ones((8, 4), np.float32)))
-    { lambda ; a:f32[8,4]. let b:f32[8,4] = mul a 2.0:f32[] in (b,) }
+    >>> sl.make_jaxpr(lambda x: x + 1.0)(np.ones(3, np.float32)).out_avals
+    [ShapedArray(float32[3])]
 """
 
 from __future__ import annotations
