@@ -24,53 +24,52 @@ if _os.environ.get("SHARDLAB_CORE_DIR"):
 from . import _core  # noqa: E402,F401  (loads the extension, or fails with the reason)
 from ._src import backends as _backends  # noqa: E402,F401  (registers the primitives' implementations)
 from ._src import planning as _planning  # noqa: E402,F401  (registers the global-view handlers)
-from ._src.arrays.local_array import LocalArray  # noqa: E402
-from ._src.arrays.sharded_array import Shard, ShardedArray, device_put  # noqa: E402
 from ._src.arrays.array import Array  # noqa: E402
-from ._src.arrays.sharded_array import device_get  # noqa: E402
+from ._src.arrays.local_array import LocalArray  # noqa: E402
+from ._src.arrays.sharded_array import Shard, ShardedArray, device_get, device_put  # noqa: E402
 from ._src.arrays.typeof import typeof  # noqa: E402
-from ._src.core.mesh import (  # noqa: E402
-    default_backend, device_count, local_device_count, local_devices, process_count, process_index,
-)
 from ._src.core.config import config  # noqa: E402
 from ._src.core.context import named_scope  # noqa: E402
-from ._src.core.mesh import Device, Mesh, devices, get_mesh, make_mesh, set_mesh  # noqa: E402
+from ._src.core.mesh import (  # noqa: E402
+    Device, Mesh, default_backend, device_count, devices, get_mesh, local_device_count, local_devices, make_mesh,
+    process_count, process_index, set_mesh,
+)
 from ._src.core.sharding import DuplicateSpecError, NamedSharding, P, PartitionSpec  # noqa: E402
 from ._src.ledger.ledger import Ledger  # noqa: E402
-from ._src.planning.global_ops import einsum, matmul, reshard, run_plan  # noqa: E402
+from ._src.planning import global_ops as _global_ops  # noqa: E402
+from ._src.planning.global_ops import einsum, matmul, run_plan  # noqa: E402
 from ._src.planning.plan import Plan  # noqa: E402
 from ._src.planning.planner import plan_einsum, plan_reshard  # noqa: E402
+from ._src.planning.sharding_api import reshard  # noqa: E402  (jax.reshard is jax.sharding.reshard)
+from ._src.transforms import jit as _jit_module  # noqa: E402
 from ._src.transforms.autodiff import grad, value_and_grad, vjp  # noqa: E402
 from ._src.transforms.checkpoint import checkpoint  # noqa: E402
 from ._src.transforms.checkpoint_policies import checkpoint_policies  # noqa: E402  (jax.checkpoint_policies)
 from ._src.transforms.eval_shape import ShapeDtypeStruct, eval_shape  # noqa: E402
 from ._src.transforms.jit import block_until_ready, jit  # noqa: E402
 from ._src.transforms.make_jaxpr import make_jaxpr  # noqa: E402
-from ._src.transforms import jit as _jit_module  # noqa: E402
 from ._src.transforms.shard_map import shard_map, smap  # noqa: E402
-from . import cost, debug, dtypes, hardware, kernels, lax, nn, numpy, random, sharding, units  # noqa: E402
-from . import tree, tree_util  # noqa: E402
 from ._src.transforms.vmap import vmap  # noqa: E402
+from . import (  # noqa: E402
+    ad_checkpoint, cost, debug, dtypes, hardware, kernels, lax, nn, numpy, profiler, random, sharding, tree, tree_util,
+    units,
+)
 
 remat = checkpoint
-_jit_module.RESHARD[0] = reshard  # jit's out_shardings reshard with the planner (a layer above)
-from ._src.planning.sharding_api import reshard  # noqa: E402,F811  (jax.reshard is jax.sharding.reshard)
+_jit_module.RESHARD[0] = _global_ops.reshard  # jit's out_shardings reshard with the planner (a layer above)
 
 __version__ = "0.2.0"
 
 __all__ = [
-    "block_until_ready", "checkpoint", "config", "cost", "debug", "Device", "device_put", "devices", "dtypes",
-    "DuplicateSpecError", "einsum", "eval_shape", "get_mesh", "grad", "hardware", "jit", "kernels", "lax",
-    "Ledger", "LocalArray", "make_mesh", "matmul", "Mesh", "named_scope", "NamedSharding", "nn", "numpy", "P",
-    "PartitionSpec", "Plan", "plan_einsum", "plan_reshard", "remat", "reshard", "run_plan", "set_mesh", "Shard",
-    "shard_map", "smap", "ShapeDtypeStruct", "ShardedArray", "random", "sharding", "units", "value_and_grad", "vjp",
+    "ad_checkpoint", "Array", "block_until_ready", "checkpoint", "checkpoint_policies", "config", "cost", "debug",
+    "default_backend", "Device", "device_count", "device_get", "device_put", "devices", "dtypes",
+    "DuplicateSpecError", "einsum", "eval_shape", "get_mesh", "grad", "hardware", "jit", "kernels", "lax", "Ledger",
+    "local_device_count", "local_devices", "LocalArray", "make_jaxpr", "make_mesh", "matmul", "Mesh", "named_scope",
+    "NamedSharding", "nn", "numpy", "P", "PartitionSpec", "Plan", "plan_einsum", "plan_reshard", "process_count",
+    "process_index", "profiler", "random", "remat", "reshard", "run_plan", "set_mesh", "Shard", "shard_map",
+    "ShapeDtypeStruct", "ShardedArray", "sharding", "smap", "tree", "tree_util", "typeof", "units",
+    "value_and_grad", "vjp", "vmap",
 ]
-__all__ += ["tree", "tree_util", "vmap"]
-__all__ += ["make_jaxpr"]
-__all__ += ["ad_checkpoint", "checkpoint_policies", "profiler"]
-from . import ad_checkpoint, profiler  # noqa: E402
-__all__ += ["Array", "default_backend", "device_count", "device_get", "local_device_count", "local_devices",
-            "process_count", "process_index", "typeof"]
 
 # Pictures last: shardlab.viz draws with the public face above and is registered as the HTML
 # view (and, for the C++ classes, the text view) of the library's objects.
