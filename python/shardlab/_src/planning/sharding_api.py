@@ -339,21 +339,23 @@ def with_sharding_constraint(x, shardings):
             raise ValueError(f"[with_sharding_constraint] One of with_sharding_constraint arguments got sharding "
                              f"{s} which is not allowed. Please only pass `jax.sharding.Sharding` instances.")
         spec = s.spec if isinstance(s, NamedSharding) else s
-        mesh = s.mesh if isinstance(s, NamedSharding) else ctx if ctx is not None else \
-            v.sharding.mesh if isinstance(v, ShardedArray) else None
-        if mesh is None:
-            raise ValueError(f"[with_sharding_constraint] a PartitionSpec {spec} needs a mesh: call "
-                             f"shardlab.set_mesh(mesh) or pass a NamedSharding")
+        if not isinstance(s, NamedSharding) and ctx is None:
+            raise RuntimeError(f"[with_sharding_constraint] with_sharding_constraint requires a non-empty mesh in "
+                               f"context if you are passing `PartitionSpec`s to shardings (got {spec}). You can "
+                               f"define a context mesh via `shardlab.set_mesh(mesh)`, or pass a NamedSharding")
+        mesh = s.mesh if isinstance(s, NamedSharding) else ctx
         ndim = np.ndim(v) if not isinstance(v, ShardedArray) else v.ndim
         if len(spec) > ndim:
             raise ValueError(f"[with_sharding_constraint] sharding {spec} is longer than the rank {ndim} of the "
                              f"argument of shape {np.shape(v)}")
         user = list(spec) + [None] * (ndim - len(spec))
-        explicit_ctx = ctx is None or all(t == AxisType.Explicit for t in ctx.axis_types)
+        # JAX asserts only under a context mesh whose axes are all Explicit; with no context mesh
+        # the spec must name Auto axes (and an Explicit-sharded array asks for reshard)
+        explicit_ctx = ctx is not None and all(t == AxisType.Explicit for t in ctx.axis_types)
         unconstrained = [e is P.UNCONSTRAINED for e in user]
         if explicit_ctx:
             if any(unconstrained):
-                types = (ctx or mesh).axis_types
+                types = ctx.axis_types
                 raise ValueError(f"[with_sharding_constraint] {spec} cannot contain `P.UNCONSTRAINED` when no mesh "
                                  f"axis_types are `Auto`. Got mesh axis_types: {tuple(types)}")
             if not isinstance(v, ShardedArray):
