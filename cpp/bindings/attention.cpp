@@ -17,8 +17,9 @@ using shardlab::AttentionProblem;
 namespace {
 
 DType dtype_of(const py::array& a, const char* op) {
-  if (a.dtype().is(py::dtype::of<float>())) return DType::float32;
-  if (a.dtype().is(py::dtype::of<uint16_t>())) return DType::bfloat16;
+  // equal, not identical: an unpickled or np.load-ed array carries its own dtype object
+  if (a.dtype().equal(py::dtype::of<float>())) return DType::float32;
+  if (a.dtype().equal(py::dtype::of<uint16_t>())) return DType::bfloat16;
   throw std::invalid_argument(std::string("[") + op + "] expected float32 or bfloat16 bits " +
                               "(uint16), got " + std::string(py::str(a.dtype())));
 }

@@ -17,7 +17,8 @@ namespace {
 // The dtype check stays here so an unsupported dtype is a TypeError naming numpy's dtype;
 // shapes and strides are checked by the core (matmul_shape, matmul_problem: ValueError).
 shardlab::DType kernel_dtype(const py::array& x, const char* name) {
-  if (x.dtype().is(py::dtype::of<float>())) return shardlab::DType::float32;
+  // equal, not identical: an unpickled or np.load-ed array carries its own float32 dtype object
+  if (x.dtype().equal(py::dtype::of<float>())) return shardlab::DType::float32;
   if (py::str(x.dtype().attr("name")).cast<std::string>() == "bfloat16") {
     return shardlab::DType::bfloat16;
   }

@@ -225,3 +225,18 @@ def test_fma_peak_is_a_positive_rate_and_rejects_bad_thread_counts():
         return
     peak = _core.measure_fma_peak_gflops(1)
     assert np.isfinite(peak) and peak > 0
+
+
+def test_arrays_with_their_own_float32_dtype_object_take_the_kernel():
+    """An unpickled or np.load-ed array carries a float32 dtype equal to, not identical with,
+    numpy's: the kernels take it (they used to refuse it as 'float32 is not float32')."""
+    import io
+    import pickle
+
+    a = pickle.loads(pickle.dumps(np.arange(12, dtype=np.float32).reshape(3, 4)))
+    buf = io.BytesIO()
+    np.save(buf, np.ones((4, 2), np.float32))
+    buf.seek(0)
+    b = np.load(buf)
+    assert a.dtype is not np.dtype(np.float32)
+    np.testing.assert_allclose(gemm(a, b), np.asarray(a) @ np.asarray(b), rtol=1e-6)
