@@ -506,10 +506,6 @@ def from_plain(plain, sl):
         data = plain[3]
         if not isinstance(data, np.ndarray):
             return None
-        try:  # unpickled arrays carry a copy of their dtype, not numpy's own instance
-            data = data.view(np.dtype(data.dtype.name))
-        except TypeError:
-            pass
         spec, mesh = plain[4], plain[5] if len(plain) > 5 else None
         if len(plain) > 6 and plain[6]:
             return data  # numpy in the JAX run too
