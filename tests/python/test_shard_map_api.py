@@ -560,3 +560,29 @@ def test_abstract_ledger_equals_the_real_one():
     assert shape.shape == np.asarray(out).shape
     assert real.program_events() == abstract.program_events()
     assert [e["op"] for e in real.events] == ["all_to_all", "psum", "psum"]
+
+
+def test_arrays_made_inside_a_body_are_per_device_values_as_jax():
+    """jnp.zeros / arange inside shard_map are per-device values the same on every device (JAX's
+    traced constants): they mix with varying values, take ``.at[]`` updates from them and leave
+    through out_specs like any per-device value."""
+    import shardlab.numpy as snp
+
+    jnp = jax.numpy
+    x = np.arange(8.0, dtype=np.float32).reshape(4, 2)
+
+    def body(m, v):
+        state = m.zeros((3, 2), dtype=np.float32) * np.float32(np.nan)
+        state = state.at[0].set(v[0]).at[2].add(m.arange(2, dtype=np.float32))
+        return state[None]
+
+    mesh = sl.make_mesh((4,), ("i",), (AxisType.Auto,))
+    ours = sl.shard_map(functools.partial(body, snp), mesh=mesh, in_specs=P("i"), out_specs=P("i"))(x)
+    jmesh = jax.make_mesh((4,), ("i",), (jax.sharding.AxisType.Auto,))
+    theirs = jax.shard_map(functools.partial(body, jnp), mesh=jmesh, in_specs=jax.P("i"),
+                           out_specs=jax.P("i"))(x)
+    np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+    seen = {}
+    sl.shard_map(lambda v: seen.setdefault("z", snp.zeros(2)) + v[0], mesh=mesh, in_specs=P("i"),
+                 out_specs=P("i"))(x)
+    assert isinstance(seen["z"], sl.LocalArray) and seen["z"].dtype == np.float32

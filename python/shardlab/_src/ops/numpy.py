@@ -54,17 +54,18 @@ _PY_SCALARS = frozenset((int, float, complex, bool))
 
 
 def _on_mesh(out, weak: bool = False):
-    """A result computed from host data: under ``set_mesh`` (outside shard_map) a replicated
+    """A result computed from host data: inside shard_map an invariant per-device value (a
+    LocalArray, as JAX's body sees a traced constant); under ``set_mesh`` a replicated
     ShardedArray on that mesh, as JAX gives ``NamedSharding(mesh, P())``; with no mesh a
     HostArray (JAX's Array on one device, a numpy subclass; `weak`: its weak_type)."""
     if not isinstance(out, (np.ndarray, np.generic)):
         return out
+    if _CTX.meshes:  # inside shard_map: a per-device value, the same on every device (as JAX's)
+        return lift(np.asarray(out), _CTX.meshes[-1])
     mesh = _get_mesh()
     if mesh is None:
-        if _CTX.meshes:
-            return out
         return out if type(out) is HostArray and (out._weak or not weak) else _as_host(out, weak=weak)
-    if _CTX.meshes or mesh.abstract:
+    if mesh.abstract:
         return out
     return _device_put(np.asarray(out), _NamedSharding(mesh, _P()))
 
