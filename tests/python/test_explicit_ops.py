@@ -849,3 +849,22 @@ def test_results_keep_their_operands_hardware():
     with sl.Ledger() as ledger:
         y.sum()
     assert [e["seconds"] > 0 for e in ledger.events if e["axes"]] == [True]
+
+
+def test_one_operand_ops_on_unreduced_arrays_raise_jaxs_not_implemented():
+    """cos / exp of partial sums: JAX has no unreduced rule for them (NotImplementedError); a
+    product of two unreduced operands is JAX's ShardingTypeError."""
+    jnp = jax.numpy
+    mesh, jmesh = sl.make_mesh((2,), ("X",)), jax.make_mesh((2,), ("X",))
+    a, b = np.ones((2, 4), np.float32), np.ones((4, 2), np.float32)
+    with sl.set_mesh(mesh), jax.set_mesh(jmesh):
+        c = snp.einsum("ij,jk->ik", sl.device_put(a, P(None, "X")), sl.device_put(b, P("X", None)),
+                       out_sharding=P(None, None, unreduced={"X"}))
+        jc = jnp.einsum("ij,jk->ik", jax.device_put(a, JP(None, "X")), jax.device_put(b, JP("X", None)),
+                        out_sharding=JP(None, None, unreduced={"X"}))
+        for ours, theirs in ((snp.cos, jnp.cos), (snp.exp, jnp.exp), (lambda v: v * v, lambda v: v * v)):
+            with pytest.raises(Exception) as want:
+                theirs(jc)
+            with pytest.raises(type(want.value) if type(want.value).__name__ != "ShardingTypeError"
+                               else ShardingTypeError):
+                ours(c)

@@ -644,3 +644,17 @@ def test_abstract_mesh_records_the_same_collectives():
             events.append(([(e["op"], tuple(e["axes"]), e["bytes_sent"]) for e in ledger.events], out.shape,
                            _norm(out.sharding.spec, len(out.shape))))
         assert events[0] == events[1] and events[0][0], events
+
+
+def test_reshard_to_reduced_axes_keeps_them_in_the_type():
+    """reshard(x, P(..., reduced={'X'})) is a replicated layout typed reduced along X, as JAX's
+    (float32[4,4]{R:X}, the spec padded to the rank)."""
+    w = np.ones((4, 4), np.float32)
+    mesh, jmesh = sl.make_mesh((2,), ("X",)), jax.make_mesh((2,), ("X",))
+    with sl.set_mesh(mesh), jax.set_mesh(jmesh):
+        for spec in ((None, None), ()):
+            ours = sl.sharding.reshard(sl.device_put(w, P(None, None)), P(*spec, reduced={"X"}))
+            theirs = jax.sharding.reshard(jax.device_put(w, JP(None, None)), JP(*spec, reduced={"X"}))
+            assert str(sl.typeof(ours)) == str(jax.typeof(theirs)) == "float32[4,4]{R:X}"
+            assert ours.sharding.spec == P(None, None, reduced={"X"})
+            np.testing.assert_array_equal(np.asarray(ours), w)

@@ -287,14 +287,18 @@ def _dims(x: ShardedArray) -> tuple:
 def _unreduced_rule(name: str, inputs) -> frozenset:
     """JAX's unreduced rules of elementwise ops (``_add_ur_rule``): ``add`` / ``sub`` of operands
     unreduced along the same axes stay unreduced (each device adds its partial sums: no
-    communication); one unreduced operand, or any other op on one, would need an implicit
-    AllReduce and raises ShardingTypeError."""
+    communication); one unreduced operand, or any other two-operand op on one, would need an
+    implicit AllReduce and raises ShardingTypeError; a one-operand op (cos, exp) has no rule
+    (NotImplementedError, as JAX's)."""
     us = [x.unreduced if isinstance(x, ShardedArray) else frozenset() for x in inputs]
     if not any(us):
         return frozenset()
     prim = R.LAX_NAMES.get(name, name)
     shown = ", ".join(R.type_str(x.shape, x.dtype, _dims(x), sorted(x.unreduced)) if isinstance(x, ShardedArray)
                       else type(x).__name__ for x in inputs)
+    if len(inputs) == 1:  # JAX has no unreduced rule for one-operand ops (cos, exp, ...)
+        raise NotImplementedError(f"[{name}] unreduced rule for {prim} is not implemented (as in JAX): {shown} holds "
+                                  f"partial sums. Reduce it first with shardlab.reshard(x, x.sharding)")
     if name not in ("add", "subtract") or len(inputs) != 2:
         raise ShardingTypeError(f"[{name}] {prim} cannot take unreduced operands ({shown}): it would need an implicit "
                                 f"AllReduce. Reduce them first with shardlab.reshard(x, x.sharding)")

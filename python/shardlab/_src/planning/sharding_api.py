@@ -40,6 +40,7 @@ from ..core.mesh import AxisType, Mesh, get_mesh, set_mesh
 from ..core.sharding import NamedSharding, P
 from ..primitives.primitive import push_entry
 from .global_common import axes_of, entry, spec_of
+from .global_ops import _seen
 from .global_ops import reshard as _plan_reshard
 
 
@@ -127,6 +128,10 @@ def _reshard_one(x, s: NamedSharding, unreduced=()):
             getattr(CTX, "abstract_mesh", None) is not None and not x.unreduced and not unreduced:
         return device_put(x, s)  # onto use_abstract_mesh's mesh: the same devices under other axes
     x = _on_mesh(x, s.mesh)
+    if s.spec.reduced:  # reduced axes are a type on a replicated layout: move, then take the type
+        moved = _reshard_one(x, NamedSharding(s.mesh, P(*s.spec)), unreduced)
+        return _seen(moved, ShardedArray(moved._storage, NamedSharding(s.mesh, s.spec.padded(moved.ndim)),
+                                         moved.shape, moved.unreduced))
     if x.sharding.spec == s.spec and not x.unreduced and not unreduced:
         return x
     return _plan_reshard(x, s, unreduced=unreduced)
