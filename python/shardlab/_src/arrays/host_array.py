@@ -38,6 +38,7 @@ import numpy as np
 from ..core import dtypes as _dt
 from ..core.mesh import devices as _devices
 from ..core.sharding import SingleDeviceSharding
+from .computed import ComputedArray
 from .index_update import IndexOps, at_property
 from .shard import Shard
 
@@ -48,7 +49,7 @@ HOST_UFUNC: list = [None]
 _SCALARS = (int, float, complex, bool)
 
 
-class HostArray(np.ndarray):
+class HostArray(ComputedArray, np.ndarray):
     """A numpy array that is also JAX's ``Array`` on one device (see the module docstring).
 
     Make one with :func:`as_host` (or ``shardlab.numpy.asarray``); ``HostArray(...)`` itself is
@@ -168,11 +169,6 @@ class HostArray(np.ndarray):
         return True
 
     @property
-    def is_fully_addressable(self) -> bool:
-        """True: the device belongs to this process."""
-        return True
-
-    @property
     def addressable_shards(self) -> list:
         """One Shard: the whole array on device 0."""
         return [Shard(self.device, (slice(None),) * self.ndim, self, 0)]
@@ -187,24 +183,6 @@ class HostArray(np.ndarray):
         if index != 0:
             raise IndexError(f"[addressable_data] index {index} is outside the 1 device of a single-device array")
         return self
-
-    def block_until_ready(self) -> "HostArray":
-        """Returns the array: it is computed when the op returns."""
-        return self
-
-    def copy_to_host_async(self) -> None:
-        """Nothing to do: the array lives in host memory."""
-
-    def is_ready(self) -> bool:
-        """True: ops return computed arrays."""
-        return True
-
-    def is_deleted(self) -> bool:
-        """False: shardlab does not delete (donate) buffers."""
-        return False
-
-    def delete(self) -> None:
-        """Accepted for JAX's API; the memory is numpy's."""
 
     def __repr__(self):
         """JAX's repr of a single-device array: ``Array([0., 1.], dtype=float32)``."""

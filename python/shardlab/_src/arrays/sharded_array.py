@@ -25,6 +25,7 @@ from ..core.dtypes import canonicalize
 from ..core.mesh import Device
 from ..core.sharding import NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding, as_sharding
 from ..kernels.native import copy
+from .computed import ComputedArray
 from .host_array import HostArray, as_host
 from .layout import from_storage, storage_shape, to_storage
 from .shard import Shard
@@ -34,7 +35,7 @@ from .storage import AbstractStorage, host_nbytes, is_abstract
 GLOBAL_UFUNC: list = [None]
 
 
-class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
+class ShardedArray(ComputedArray, np.lib.mixins.NDArrayOperatorsMixin):
     """A global array sharded over a mesh; each virtual device holds its real shard.
 
     ``np.asarray(arr)`` gives the global value. Replicated data is held once on the host
@@ -192,26 +193,6 @@ class ShardedArray(np.lib.mixins.NDArrayOperatorsMixin):
             return repr(self)
         v = self._value()
         return format(v if v.ndim else v[()], format_spec)
-
-    def block_until_ready(self):
-        """Returns the array: its shards are computed when the op returns."""
-        return self
-
-    def copy_to_host_async(self) -> None:
-        """Nothing to do: the shards live in host memory already."""
-
-    def is_ready(self) -> bool:
-        """True: ops return computed arrays."""
-        return True
-
-    def is_deleted(self) -> bool:
-        """False: shardlab does not delete (donate) buffers."""
-        return False
-
-    @property
-    def is_fully_addressable(self) -> bool:
-        """True: every virtual device belongs to this one process."""
-        return True
 
     @property
     def is_fully_replicated(self) -> bool:
