@@ -170,6 +170,19 @@ def public_names(mod) -> list[str]:
     return out
 
 
+def _members(cls) -> dict:
+    """The class's own members, after those of its private mixins (shardlab base classes that no
+    public module exports, e.g. the arrays' ComputedArray): their methods are the class's API."""
+    public = {id(getattr(importlib.import_module(m), n, None)) for m in MODULES
+              for n in public_names(importlib.import_module(m))}
+    out: dict = {}
+    for base in reversed(cls.__mro__[1:]):
+        if base.__module__.startswith("shardlab.") and id(base) not in public:
+            out.update(vars(base))
+    out.update(vars(cls))
+    return out
+
+
 def member_lines(cls) -> list[str]:
     lines = []
     seen = set()
@@ -183,7 +196,7 @@ def member_lines(cls) -> list[str]:
     for attr in INSTANCE_ATTRIBUTES.get(cls.__name__, []):
         lines.append(f"  - `.{attr}` — {summary(None, f'{cls.__name__}.{attr}')}")
         seen.add(attr)
-    for name, obj in vars(cls).items():
+    for name, obj in _members(cls).items():
         if name.startswith("_") or name in seen or name in ("UNCONSTRAINED",):
             continue
         qual = f"{cls.__name__}.{name}"
