@@ -28,6 +28,7 @@ from ..kernels.native import copy
 from .computed import ComputedArray
 from .host_array import HostArray, as_host
 from .layout import from_storage, storage_shape, to_storage
+from .shaped import Shaped
 from .shard import Shard
 from .storage import AbstractStorage, host_nbytes, is_abstract
 
@@ -35,7 +36,7 @@ from .storage import AbstractStorage, host_nbytes, is_abstract
 GLOBAL_UFUNC: list = [None]
 
 
-class ShardedArray(ComputedArray, np.lib.mixins.NDArrayOperatorsMixin):
+class ShardedArray(ComputedArray, Shaped, np.lib.mixins.NDArrayOperatorsMixin):
     """A global array sharded over a mesh; each virtual device holds its real shard.
 
     ``np.asarray(arr)`` gives the global value. Replicated data is held once on the host
@@ -78,17 +79,8 @@ class ShardedArray(ComputedArray, np.lib.mixins.NDArrayOperatorsMixin):
     def dtype(self):
         return self._storage.dtype
 
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
 
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
 
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
 
     @property
     def storage(self) -> np.ndarray:
@@ -138,10 +130,6 @@ class ShardedArray(ComputedArray, np.lib.mixins.NDArrayOperatorsMixin):
         ``device_put`` (it then promotes as the scalar would), False otherwise."""
         return self._weak_type
 
-    @property
-    def itemsize(self) -> int:
-        """Bytes per element."""
-        return self.dtype.itemsize
 
     def _value(self) -> np.ndarray:
         return np.asarray(self)

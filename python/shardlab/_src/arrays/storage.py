@@ -18,8 +18,10 @@ import math
 
 import numpy as np
 
+from .shaped import Shaped
 
-class AbstractStorage:
+
+class AbstractStorage(Shaped):
     """A storage with shape and dtype but no buffer (abstract mode)."""
 
     __slots__ = ("shape", "dtype")
@@ -28,17 +30,8 @@ class AbstractStorage:
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
 
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
 
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
 
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
 
     def __repr__(self):
         return f"AbstractStorage(shape={self.shape}, dtype={self.dtype})"

@@ -22,7 +22,6 @@ Example:
 
 from __future__ import annotations
 
-import math
 import weakref
 
 import numpy as np
@@ -31,6 +30,7 @@ from ..core.dtypes import canonicalize_dtype
 from ..core.mesh import AxisType, empty_abstract_mesh, manual_view
 from ..core.sharding import NamedSharding, PartitionSpec
 from .local_array import LocalArray
+from .shaped import Shaped
 from .sharded_array import ShardedArray
 from .storage import AbstractStorage
 
@@ -113,7 +113,7 @@ def _make_mat(varying, unreduced, reduced):
     return ManualAxisType(varying=varying, unreduced=unreduced, reduced=reduced)
 
 
-class ShapedArray:
+class ShapedArray(Shaped):
     """An abstract value: shape, dtype, weak type and sharding (plus, inside shard_map, the
     mesh axes the value varies along), as JAX's ``core.ShapedArray``. ``str`` is JAX's short
     form (``float32[8@X,4]{V:Y}``), ``repr`` wraps it (``ShapedArray(float32[8@X,4])``).
@@ -142,15 +142,7 @@ class ShapedArray:
 
     mat = manual_axis_type
 
-    @property
-    def ndim(self) -> int:
-        """The rank."""
-        return len(self.shape)
 
-    @property
-    def size(self) -> int:
-        """The number of elements."""
-        return math.prod(self.shape)
 
     def str_short(self) -> str:
         """JAX's short form without the weak-type mark: ``float32[8@X,4]{V:Y}``."""

@@ -30,6 +30,7 @@ import operator
 
 import numpy as np
 
+from ..arrays.shaped import Shaped
 from ..core.dtypes import x64_enabled
 
 KEY_SHAPE = (2,)
@@ -197,7 +198,7 @@ def _check_key_data(data, op: str = "wrap_key_data"):
                         f"got dtype={data.dtype}")
 
 
-class PRNGKeyArray:
+class PRNGKeyArray(Shaped):
     """An array of typed PRNG keys (``jax.random.key``): shape without the key's own (2,),
     dtype ``key<fry>``, no arithmetic. ``shardlab.random.key_data`` gives the uint32 data.
 
@@ -227,21 +228,12 @@ class PRNGKeyArray:
     def dtype(self) -> KeyTy:
         return KEY_DTYPE
 
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
 
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
 
     @property
     def itemsize(self) -> int:
         return KEY_DTYPE.itemsize
 
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.itemsize
 
     def _index(self, idx):
         idx = idx if isinstance(idx, tuple) else (idx,)
