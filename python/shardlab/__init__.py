@@ -36,12 +36,10 @@ from ._src.core.mesh import (  # noqa: E402
 )
 from ._src.core.sharding import DuplicateSpecError, NamedSharding, P, PartitionSpec  # noqa: E402
 from ._src.ledger.ledger import Ledger  # noqa: E402
-from ._src.planning import global_ops as _global_ops  # noqa: E402
 from ._src.planning.global_ops import einsum, matmul, run_plan  # noqa: E402
 from ._src.planning.plan import Plan  # noqa: E402
 from ._src.planning.planner import plan_einsum, plan_reshard  # noqa: E402
 from ._src.planning.sharding_api import reshard  # noqa: E402  (jax.reshard is jax.sharding.reshard)
-from ._src.transforms import jit as _jit_module  # noqa: E402
 from ._src.transforms.autodiff import grad, value_and_grad, vjp  # noqa: E402
 from ._src.transforms.checkpoint import checkpoint  # noqa: E402
 from ._src.transforms.checkpoint_policies import checkpoint_policies  # noqa: E402  (jax.checkpoint_policies)
@@ -56,7 +54,6 @@ from . import (  # noqa: E402
 )
 
 remat = checkpoint
-_jit_module.RESHARD[0] = _global_ops.reshard  # jit's out_shardings reshard with the planner (a layer above)
 
 __version__ = "0.2.0"
 
