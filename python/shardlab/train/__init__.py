@@ -20,8 +20,9 @@ from . import context, pipeline
 from . import strategy
 from . import strategy as strategies
 from . import validate
-from .estimate import Estimate, estimate, search, sequence_chunks, x_opt
+from .estimate import Estimate, estimate, sequence_chunks
 from .hierarchical import Hierarchical, hierarchical
+from .search import search, x_opt
 from .optim import SGD, AdamW, get_optimizer
 from .step import Trainer, TrainState, reference_step, tree_map
 from .strategy import Strategy

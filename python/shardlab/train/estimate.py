@@ -4,8 +4,7 @@
 size asked for (no data is allocated), records every matmul, attention call and collective it
 would run, and reports compute time, communication time per mesh axis, the step time with
 communication overlapped (the book's max(T_math, T_comms)), memory per device, MFU and the bound.
-:func:`search` tries the built-in strategies over mesh factorizations and keeps the fastest
-that fits, next to the book's X_opt = sqrt(B·M_X·N / (F·M_Y)).
+:func:`~shardlab.train.search.search` tries the strategies over mesh factorizations.
 
 Example:
     >>> from shardlab.models import ModelConfig
@@ -19,7 +18,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 
@@ -31,7 +29,7 @@ from . import strategy as _strategy
 from .step import Trainer, TrainState, tree_map
 from .strategy import param_sizes
 
-__all__ = ["Estimate", "estimate", "search", "sequence_chunks", "x_opt"]
+__all__ = ["Estimate", "estimate", "sequence_chunks"]
 
 
 @dataclasses.dataclass
@@ -180,46 +178,3 @@ def _memory_name(s) -> str:
     if s.model:
         return "tp"
     return {0: "dp", 1: "zero1", 2: "zero2", 3: "fsdp"}[s.zero]
-
-
-def x_opt(batch_tokens: float, ffw_dim: int, chips: int, m_x: int = 1, m_y: int = 1) -> float:
-    """The book's optimal FSDP degree for FSDP + TP: sqrt(B·M_X·N / (F·M_Y))."""
-    return math.sqrt(batch_tokens * m_x * chips / (ffw_dim * m_y))
-
-
-def search(cfg, hardware, chips: int, batch: int, seq: int, *, remat="full", strategies=None) -> dict:
-    """The fastest strategy and mesh factorization that fits in HBM.
-
-    Returns ``{"best": Estimate, "table": [Estimate, ...], "skipped": [(strategy, mesh, reason)],
-    "x_opt": float}`` (``skipped``: plans the model cannot be split by, e.g. heads over a model
-    axis that does not divide them); raises ValueError saying by how much the smallest
-    footprint is over HBM when nothing fits.
-    """
-    names = strategies or ("dp", "fsdp", "tp", "fsdp_tp")
-    table, skipped = [], []
-    for name in names:
-        s = _strategy.get(name)
-        meshes = []
-        if s.model and s.data:
-            y = 1
-            while y <= chips:
-                if chips % y == 0 and y > 1 and chips // y > 1:
-                    meshes.append({s.data[0]: chips // y, s.model: y})
-                y *= 2
-        elif s.model:
-            meshes.append({s.model: chips})
-        else:
-            meshes.append({s.data[0]: chips})
-        for mesh in meshes:
-            try:
-                table.append(estimate(cfg, s, mesh, hardware, batch, seq, remat=remat))
-            except ValueError as err:
-                skipped.append((s.name, mesh, str(err)))
-    fitting = [e for e in table if e.fits]
-    best = min(fitting, key=lambda e: e.step_seconds) if fitting else None
-    if best is None and table:
-        least = min(table, key=lambda e: e.memory_per_device)
-        over = least.memory_per_device - hw_mod.get(hardware).hbm_capacity
-        raise ValueError(f"[search] nothing fits: the smallest footprint ({least.strategy} on {least.mesh}) is "
-                         f"{over / 2**30:.1f} GiB over the HBM of {hardware}")
-    return {"best": best, "table": table, "skipped": skipped, "x_opt": x_opt(batch * seq, cfg.ffw_dim, chips)}
