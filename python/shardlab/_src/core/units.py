@@ -1,9 +1,11 @@
 """The one formatter for bytes, FLOPs, times and rates, used by every view.
 
 Three significant digits, a unit chosen so the number sits in [1, 1000) (bytes: [1, 1024)),
-and never a "0.00": a tiny value takes a smaller unit (ps for times below a nanosecond).
-Bytes use binary prefixes (KiB = 1024 B, as memory is sized); rates use decimal ones
-(GB/s, TFLOP/s, as hardware data sheets quote them).
+never a "0.00" and never an exponent ("e+14"): a tiny value takes a smaller unit (ps for times
+below a nanosecond). Memory is in binary prefixes everywhere (KiB = 1024 B, MiB, GiB, as memory
+is sized); rates use decimal (SI) ones (GB/s, TFLOP/s, tokens/s, as data sheets quote them).
+FLOP is spelled one way: ``FLOP`` for a count, ``FLOP/s`` for a rate, ``FLOP/B`` for intensity;
+times are s, ms, µs, ns.
 
 Example:
     >>> from shardlab import units
@@ -19,8 +21,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 __all__ = ["fmt_bytes", "fmt_seconds", "fmt_flops", "fmt_bandwidth", "fmt_flop_rate", "fmt_count",
-           "fmt_quantity", "sig3", "MISSING"]
+           "fmt_params", "fmt_percent", "fmt_quantity", "plural", "sig3", "MISSING"]
 
 MISSING = "-"
 """What every formatter prints for None or NaN (a quantity the model could not give)."""
@@ -44,6 +48,11 @@ def sig3(x: float) -> str:
     if a >= 9.995:
         return f"{x:.1f}"
     return f"{x:.2f}"
+
+
+def _small(v: float) -> str:
+    """Three significant digits of a number below 0.01 without an exponent (0.000123)."""
+    return np.format_float_positional(v, precision=3, unique=True, fractional=False, trim="-")
 
 
 def _missing(x) -> bool:
@@ -89,7 +98,7 @@ def fmt_bytes(n) -> str:
     if abs(v) < 1023.5 and v == int(v):
         return f"{int(v)} B"
     if abs(v) < 1:
-        return f"{v:.3g} B"
+        return f"{_small(v) if abs(v) < 0.01 else sig3(v)} B"
     return _scaled(v, 1024.0, _BYTE_UNITS)
 
 
@@ -114,8 +123,8 @@ def fmt_seconds(s) -> str:
     for scale, name in reversed(_TIME_UNITS):
         if a >= scale * 0.9995 or scale == 1e-15:
             m = a / scale
-            if m < 0.9995:  # below a femtosecond: three significant digits in seconds, never "0.00"
-                return f"{sign}{a:.3g} s"
+            if m < 0.9995:  # below a femtosecond: no exponent, no "0.00"
+                return f"{sign}< 1 fs" if not sign else "> -1 fs"
             return f"{sign}{sig3(m)} {name}"
     raise AssertionError("unreachable")
 
@@ -176,24 +185,67 @@ def fmt_count(n, unit: str = "") -> str:
     if abs(v) < 999.5 and v == int(v):
         text = str(int(v))
     elif abs(v) < 999.5:
-        text = sig3(v) if abs(v) >= 0.01 else f"{v:.3g}"
+        text = sig3(v) if abs(v) >= 0.01 else _small(v)
     else:
         text = _scaled(v, 1000.0, _DECIMAL).replace(" ", "")
     return f"{text} {unit}" if unit else text
 
 
+def fmt_params(n) -> str:
+    """A parameter count as model sizes are named: exact below 1000, else k, M, B (billion), T.
+
+    The one place "B" means billion, not bytes; it is always followed by "params".
+
+    Example:
+        >>> fmt_params(124_439_808), fmt_params(8.03e9), fmt_params(512)
+        ('124M params', '8.03B params', '512 params')
+    """
+    if _missing(n):
+        return MISSING
+    v = _check("fmt_params", n)
+    if abs(v) < 999.5 and v == int(v):
+        return f"{int(v)} params"
+    return _scaled(v, 1000.0, ("", "k", "M", "B", "T", "P")).replace(" ", "") + " params"
+
+
+def fmt_percent(fraction, digits: int = 1) -> str:
+    """A fraction (0.5) as a percentage ("50.0%").
+
+    Example:
+        >>> fmt_percent(0.4567), fmt_percent(1), fmt_percent(None)
+        ('45.7%', '100.0%', '-')
+    """
+    if _missing(fraction):
+        return MISSING
+    return f"{100.0 * _check('fmt_percent', fraction):.{digits}f}%"
+
+
+def plural(n, word: str, many: str | None = None) -> str:
+    """``n`` and the word, plural unless n is 1: "1 event", "3 events".
+
+    Example:
+        >>> plural(1, "event"), plural(356, "event"), plural(2, "batch", "batches")
+        ('1 event', '356 events', '2 batches')
+    """
+    return f"{fmt_count(n)} {word if n == 1 else (many or word + 's')}"
+
+
 _KINDS = {"bytes": fmt_bytes, "seconds": fmt_seconds, "flops": fmt_flops, "bandwidth": fmt_bandwidth,
-          "flop_rate": fmt_flop_rate, "count": fmt_count}
+          "flop_rate": fmt_flop_rate, "count": fmt_count, "params": fmt_params, "percent": fmt_percent}
+# Other spellings of the kinds (unit symbols callers already use).
+_ALIASES = {"B": "bytes", "s": "seconds", "FLOP": "flops", "B/s": "bandwidth", "FLOP/s": "flop_rate",
+            "": "count", "%": "percent", "fraction": "percent"}
 
 
 def fmt_quantity(value, kind: str) -> str:
-    """Formats ``value`` as ``kind``: bytes, seconds, flops, bandwidth, flop_rate or count.
+    """Formats ``value`` as ``kind``: bytes, seconds, flops, bandwidth, flop_rate, count, params
+    or percent (or their symbols B, s, FLOP, B/s, FLOP/s, %).
 
     Example:
-        >>> fmt_quantity(2048, "bytes")
-        '2.00 KiB'
+        >>> fmt_quantity(2048, "bytes"), fmt_quantity(3e-6, "s"), fmt_quantity(0.25, "%")
+        ('2.00 KiB', '3.00 µs', '25.0%')
     """
     try:
-        return _KINDS[kind](value)
+        return _KINDS[_ALIASES.get(kind, kind)](value)
     except KeyError:
         raise ValueError(f"[fmt_quantity] unknown kind {kind!r}; use one of {', '.join(_KINDS)}") from None
