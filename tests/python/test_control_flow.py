@@ -167,8 +167,9 @@ def test_grad_through_scan_inside_shard_map():
     mesh = sl.make_mesh((4,), ("x",))
     xs = np.linspace(0, 1, 8 * 3, dtype=np.float32).reshape(8, 3)
 
-    def body(w, v):  # v: this device's 2 rows
-        c, ys = lax.scan(lambda c, r: (c + jnp.sum(jnp.tanh(r @ w)), c), jnp.zeros((), np.float32), v)
+    def body(w, v):  # v: this device's 2 rows; the carry varies along x from the start, as JAX requires
+        c0 = lax.pcast(jnp.zeros((), np.float32), "x", to="varying")
+        c, ys = lax.scan(lambda c, r: (c + jnp.sum(jnp.tanh(r @ w)), c), c0, v)
         return lax.psum(c + jnp.sum(ys), "x")
 
     f = sl.shard_map(body, mesh=mesh, in_specs=(P(), P("x")), out_specs=P())

@@ -50,15 +50,23 @@ _WEAK_DEFAULT = {int: np.dtype(np.int32), float: np.dtype(np.float32), complex: 
 
 
 def _aval(x) -> tuple:
-    """(shape, dtype, weak): a Python int/float/complex is weakly typed, as in JAX."""
+    """(shape, dtype, weak, vma): a Python int/float/complex is weakly typed, as in JAX; vma is
+    the mesh axes a value inside ``shard_map`` varies along (JAX's ``{V:...}``)."""
     weak = type(x) in _WEAK_DEFAULT
-    return tuple(shape_of(x)), (_WEAK_DEFAULT[type(x)] if weak else dtype_of(x)), weak
+    vma = tuple(getattr(x, "varying_axes", ()))
+    return tuple(shape_of(x)), (_WEAK_DEFAULT[type(x)] if weak else dtype_of(x)), weak, vma
+
+
+def _typematch(a, b) -> bool:
+    """JAX's ``core.typematch``: shape, dtype and varying axes agree (weak types ignored)."""
+    return a[0] == b[0] and a[1] == b[1] and set(a[3]) == set(b[3])
 
 
 def _short(aval) -> str:
-    shape, dt, _ = aval
+    shape, dt, _, vma = aval
     name = "bfloat16" if dt == bfloat16 else dt.name
-    return f"{name}[{','.join(str(s) for s in shape)}]"
+    v = "{V:" + ",".join(vma) + "}" if vma else ""
+    return f"{name}[{','.join(str(s) for s in shape)}]{v}"
 
 
 def _mismatch_extra(a, b) -> str:
@@ -67,6 +75,8 @@ def _mismatch_extra(a, b) -> str:
         why.append("the dtypes do not match")
     if a[0] != b[0]:
         why.append("the shapes do not match")
+    if set(a[3]) != set(b[3]):
+        why.append("the manual axis types do not match")
     if not why:
         return ""
     return ", so " + why[0] if len(why) == 1 else ", so " + ", ".join(why[:-1]) + ", and " + why[-1]
@@ -101,10 +111,10 @@ def _sourceinfo(fun) -> str:
 
 def _promote(in_aval, out_aval):
     """The carry's aval after JAX's weak-type promotion of the input against the output."""
-    shape, dt, weak = in_aval
+    shape, dt, weak, vma = in_aval
     if weak and out_aval[1] != dt and _KIND_RANK.get(out_aval[1].kind, -1) >= _KIND_RANK[dt.kind] \
             and out_aval[1].kind != "b":
-        return shape, out_aval[1], False
+        return shape, out_aval[1], False, vma
     return in_aval
 
 
@@ -150,6 +160,19 @@ class _Carry:
         return self.treedef.unflatten([x if dtype_of(x) == a[1] else jnp.astype(x, a[1])
                                        for x, a in zip(leaves, self.avals)])
 
+    def _pcast_hint(self, paths, out_avals) -> str:
+        """JAX's advice when a carry starts invariant along axes its new value varies along."""
+        fixes = [f"applying `jax.lax.pcast(..., {tuple(v for v in b[3] if v not in a[3])}, to='varying')`, "
+                 f"to the initial carry value corresponding to {self._component(p)}"
+                 for p, a, b in zip(paths, self.avals, out_avals)
+                 if not _typematch(a, b) and set(b[3]) - set(a[3])]
+        if not fixes:
+            return ""
+        msg = f"This might be fixed by {fixes[0]}.\n" if len(fixes) == 1 else \
+            "This might be fixed by:\n" + "\n".join(f"  * {d};\n" for d in fixes[:-1]) + f"  * {fixes[-1]}.\n"
+        return msg + ("See https://docs.jax.dev/en/latest/notebooks/shard_map.html#scan-vma "
+                      "for more information.\n\n")
+
     def check(self, out):
         """`out` (the body's new carry) as arrays, or JAX's TypeError."""
         leaves, treedef = tree.flatten(out)
@@ -169,11 +192,11 @@ class _Carry:
         paths = [p for p, _ in tree.flatten_with_path(_skeleton(self.treedef))[0]]
         diffs = [f"{self._component(p)} has type {_short(a)} but the corresponding output carry component "
                  f"has type {_short(b)}{_mismatch_extra(a, b)}"
-                 for p, a, b in zip(paths, self.avals, out_avals) if a[:2] != b[:2]]
+                 for p, a, b in zip(paths, self.avals, out_avals) if not _typematch(a, b)]
         if diffs:
             raise TypeError(f"{self.name} function carry input and carry output must have equal types, but "
-                            f"they differ:\n\n{_bullets(diffs)}\nRevise the function so that all output types "
-                            f"match the corresponding input types.")
+                            f"they differ:\n\n{_bullets(diffs)}\n{self._pcast_hint(paths, out_avals)}Revise the "
+                            f"function so that all output types match the corresponding input types.")
         self.value = treedef.unflatten(values)
         return self.value
 
@@ -194,7 +217,8 @@ def _check_branches(api: str, name1: str, name2: str, fun1, fun2, out1, out2) ->
     paths = [p for p, _ in tree.flatten_with_path(_skeleton(d1))[0]]
     diffs = []
     for p, a, b in zip(paths, l1, l2):
-        a, b = _aval(as_array(a, api)), _aval(as_array(b, api))
+        # JAX joins the branches' varying axes (pcast) before comparing: only shape and dtype count
+        a, b = _aval(as_array(a, api))[:3] + ((),), _aval(as_array(b, api))[:3] + ((),)
         if a[:2] != b[:2]:
             where = f" at path {keystr(p)}" if p else ""
             diffs.append(f"the output of {name1}{where} has type {_short(a)} but the corresponding output of "
