@@ -75,7 +75,8 @@ def test_compute_helpers():
     assert cost.critical_batch_size("tpu-v5e", weight_dtype="int8") == pytest.approx(1.97e14 / 8.2e11 / 2)
     assert cost.ici_critical_intensity("tpu-v5p") == pytest.approx(2550)
     assert cost.einsum_flops("bd,df->bf", (8, 16), (16, 32)) == 2 * 8 * 16 * 32
-    assert cost.attention_flops(2, 128, 128, 4, 64, causal=True) == cost.attention_flops(2, 128, 128, 4, 64) / 2
+    # causal attention counts the T(T+1)/2 (query, key) pairs the kernel computes, as the ledger does
+    assert cost.attention_flops(2, 128, 128, 4, 64, causal=True) == cost.attention_flops(2, 128, 128, 4, 64) * 129 / 256
     m = cost.matmul_time(64, 4096, 8192, "bfloat16", hardware="b200")
     assert m.bound == "memory" and m.t_hbm == pytest.approx((64 * 4096 + 4096 * 8192 + 64 * 8192) * 2 / 8e12)
     assert cost.peak_flops("tpu-v5e", "float32")[1] is not None

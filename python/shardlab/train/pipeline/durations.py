@@ -139,12 +139,11 @@ class Durations:
                              f"{', '.join(_hardware.names())}) or a mesh that carries one")
         if link is not None:
             physical = {**dict(physical or {}), axis: link}
-        peak, _ = _cost.peak_flops(hw, dtype)
         n = len(forward_flops) if isinstance(forward_flops, Sequence) else None
         flops = _per_stage(op, "forward_flops", forward_flops, n or 1)
         hbm = _per_stage(op, "hbm_bytes", hbm_bytes, len(flops))
-        fwd = tuple(max(fl / peak, hb / hw.hbm_bandwidth) for fl, hb in zip(flops, hbm))
-        bwd = tuple(max(2 * fl / peak, 2 * hb / hw.hbm_bandwidth) for fl, hb in zip(flops, hbm))
+        fwd = tuple(_cost.compute_time(fl, hb, dtype, hw).seconds for fl, hb in zip(flops, hbm))
+        bwd = tuple(_cost.compute_time(2 * fl, 2 * hb, dtype, hw).seconds for fl, hb in zip(flops, hbm))
         if p > 1:
             perm = [(i, i + 1) for i in range(p - 1)]
             send = _cost.collective_time("ppermute", float(activation_bytes), axes=axis, mesh_shape=shape,
