@@ -186,6 +186,44 @@ def test_grad_through_scan_inside_shard_map():
     np.testing.assert_allclose(np.asarray(g), np.asarray(jax.jit(jax.grad(ref))(w)), rtol=1e-5, atol=1e-6)
 
 
+def _swap_body(carry, _):
+    c1, c2 = carry
+    return (c2, c1), ()
+
+
+VMA_LOOPS = [  # (name, loop over (x varying along i, y invariant)) run inside shard_map
+    ("scan_swap", lambda L, x, y: L.scan(_swap_body, (x, y), (), length=2)[0][0]),
+    ("scan_accumulate", lambda L, x, y: L.scan(lambda c, _: (c + x, ()), y, (), length=2)[0]),
+    ("while_loop", lambda L, x, y: L.while_loop(lambda c: c[0] < 3, lambda c: c + x, y)),
+]
+
+
+@pytest.mark.parametrize("name,loop", VMA_LOOPS, ids=[n for n, _ in VMA_LOOPS])
+def test_loop_carry_varying_axes_must_match_as_in_jax(name, loop):
+    """A carry that starts invariant and comes back varying along a mesh axis is JAX's TypeError
+    (the docs' shard_map "scan-vma" example), with the same message."""
+    mesh = sl.make_mesh((2,), ("i",))
+    f = sl.shard_map(lambda x, y: loop(lax, x, y), mesh=mesh, in_specs=(P("i"), P()), out_specs=P("i"))
+    with pytest.raises(TypeError) as ours:
+        f(np.arange(6.0, dtype=np.float32), np.arange(3.0, dtype=np.float32))
+    jmesh = jax.make_mesh((2,), ("i",), devices=jax.devices()[:2])
+    jf = jax.shard_map(lambda x, y: loop(jlax, x, y), mesh=jmesh, in_specs=(jax.P("i"), jax.P()),
+                       out_specs=jax.P("i"))
+    jx = jax.device_put(np.arange(6.0, dtype=np.float32), jax.NamedSharding(jmesh, jax.P("i")))
+    jy = jax.device_put(np.arange(3.0, dtype=np.float32), jax.NamedSharding(jmesh, jax.P()))
+    with pytest.raises(TypeError) as theirs:
+        jf(jx, jy)
+    assert str(ours.value) == str(theirs.value)
+
+
+def test_loop_carry_made_varying_with_pcast_runs():
+    mesh = sl.make_mesh((2,), ("i",))
+    f = sl.shard_map(lambda x, y: lax.fori_loop(0, 2, lambda i, c: c + x, lax.pcast(y, "i", to="varying")),
+                     mesh=mesh, in_specs=(P("i"), P()), out_specs=P("i"))
+    x, y = np.arange(6.0, dtype=np.float32), np.arange(3.0, dtype=np.float32)
+    np.testing.assert_array_equal(np.asarray(f(x, y)), np.concatenate([y + 2 * x[:3], y + 2 * x[3:]]))
+
+
 # -- per-device predicates inside shard_map --------------------------------------------------------
 MESH = sl.make_mesh((4,), ("x",))
 X8 = np.arange(8, dtype=np.float32)
