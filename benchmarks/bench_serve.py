@@ -23,6 +23,8 @@ import argparse
 import json
 import os
 import importlib
+import pathlib
+import sys
 import time
 
 import numpy as np
@@ -38,9 +40,11 @@ CONFIGS = {"interleaved": ServingConfig(replicas=2, max_batch=128, chunk_size=25
 
 
 def _simpy_reference():
-    """The SimPy version of the simulator (shardlab.serve.simpy_reference), or None without SimPy."""
+    """The SimPy version of the simulator (the test oracle tests/python/simpy_reference.py), or None
+    without SimPy."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" / "python"))
     try:
-        return importlib.import_module("shardlab.serve.simpy_reference").simpy_simulate
+        return importlib.import_module("simpy_reference").simpy_simulate
     except ImportError:
         return None
 

@@ -1,5 +1,5 @@
 """The serving simulator against the SimPy processes it replaced
-(:mod:`shardlab.serve.simpy_reference`): the same requests through both give bit-identical
+(``tests/python/simpy_reference.py``): the same requests through both give bit-identical
 first-token and finish times, utilisation, prefix hit rate and transfer time, in every layout
 (chunked and whole-prompt prefill, several replicas, disaggregated with several prefill and
 decode replicas, a prefix cache that evicts, speculative decoding, requests that can never fit)."""
@@ -11,7 +11,7 @@ pytest.importorskip("simpy")
 
 from shardlab.models import presets  # noqa: E402
 from shardlab.serve import Request, ServingConfig, StepModel, poisson_requests, simulate  # noqa: E402
-from shardlab.serve.simpy_reference import simpy_simulate  # noqa: E402
+from simpy_reference import simpy_simulate  # noqa: E402
 
 MODEL = StepModel(presets.get("llama3-8b"), "tpu-v5e", {"x": 8})
 

@@ -26,7 +26,7 @@ for the benchmark's 100,000 disaggregated requests (15 per request: Store get/pu
 Resource request/release, Process start, the AnyOf of a timer and a wake-up) and spent about
 two thirds of its profile in SimPy's event machinery (``Environment.step``,
 ``Process._resume``, ``schedule``, event construction); without it the run takes about a
-quarter of the time. :mod:`shardlab.serve.simpy_reference` keeps the SimPy processes as a
+quarter of the time. ``tests/python/simpy_reference.py`` keeps the SimPy processes as a
 reference and requires bit-identical times from both. A layout with feedback (preemption,
 load-aware routing) would need a shared event queue again.
 
@@ -140,7 +140,7 @@ def take_prefill_chunks(prefilling, chunk_size) -> tuple[int, float, int, list]:
     advance by up to ``chunk_size`` tokens in all (None: the first whole prompt). Returns
     (tokens, attention pairs, cached keys read, the requests whose prompt is now done); each
     request's ``done`` / ``todo`` counters move. The bookkeeping both engines share
-    (:mod:`shardlab.serve.simpy_reference` is the other)."""
+    (``tests/python/simpy_reference.py`` is the other)."""
     budget = chunk_size or prefilling[0].todo
     tokens, pairs, ctx, done = 0, 0.0, 0, []
     for q in prefilling:

@@ -177,25 +177,40 @@ def _only_where(cond, part):
     return o, jnp.where(cond, lse, _NEG)
 
 
-def ring_attention(q, k, v, axis_name, *, is_causal: bool = False, scale=None):
+def _rotations(k, v, axis_name, n: int):
+    """``(step, k, v)`` for each of the ``n`` steps of the ring: the K/V block this device holds
+    at that step (``n - 1`` ppermutes of each, to the next device)."""
+    ring = [(j, (j + 1) % n) for j in range(n)]
+    yield 0, k, v
+    for s in range(1, n):
+        k, v = lax.ppermute(k, axis_name, ring), lax.ppermute(v, axis_name, ring)
+        yield s, k, v
+
+
+def ring_attention(q, k, v, axis_name, *, is_causal: bool = False, scale=None, layout: str = "zigzag"):
     """Attention of the local queries to the whole sequence split over ``axis_name``.
 
     Call inside ``shard_map``. Local shapes are JAX's: q ``[B, T/C, N, H]``, k and v
     ``[B, T/C, K, H]`` with ``N % K == 0`` (grouped-query attention). With ``is_causal`` the
-    sequence must be in zig-zag order (:func:`to_zigzag`): the mask is the causal one of the
-    global positions and future blocks are skipped. Without it the order does not matter.
-    Scores, softmax statistics and the merge are float32; the output has q's dtype.
+    mask is the causal one of the global positions, which ``layout`` says: ``"zigzag"`` (the
+    sequence in :func:`to_zigzag` order, balanced: future blocks are skipped) or
+    ``"contiguous"`` (device ``i`` holds block ``i``, as a sequence-sharded prefill does:
+    ``shardlab.serve.sharded.ring_attention``). Without it the order does not matter. Scores,
+    softmax statistics and the merge are float32; the output has q's dtype.
 
     Args:
         q, k, v: the local blocks.
         axis_name: the context mesh axis.
         is_causal: query at position t attends to keys at positions <= t.
         scale: the score scale (default ``1/sqrt(H)``).
+        layout: where the global positions sit, for ``is_causal``: "zigzag" or "contiguous".
 
     Returns:
         The local attention output ``[B, T/C, N, H]``.
     """
     op = "ring_attention"
+    if layout not in ("zigzag", "contiguous"):
+        raise ValueError(f"[{op}] layout {layout!r} must be 'zigzag' or 'contiguous'")
     for name, x in (("q", q), ("k", k), ("v", v)):
         if x.ndim != 4:
             raise ValueError(f"[{op}] {name} must be [batch, seq, heads, head_dim] locally, got shape "
@@ -211,12 +226,19 @@ def ring_attention(q, k, v, axis_name, *, is_causal: bool = False, scale=None):
         raise NameError(f"[ring_attention] {e}") from None
     scale = float(scale) if scale is not None else 1.0 / float(np.sqrt(H))
     qg = jnp.reshape(q, (B, T, K, N // K, H))
-    ring = [(j, (j + 1) % n) for j in range(n)]
     if not is_causal:
-        acc = _block(qg, k, v, scale)
-        for _ in range(1, n):
-            k, v = lax.ppermute(k, axis_name, ring), lax.ppermute(v, axis_name, ring)
-            acc = _merge(acc, _block(qg, k, v, scale))
+        acc = None
+        for _, kb, vb in _rotations(k, v, axis_name, n):
+            y = _block(qg, kb, vb, scale)
+            acc = y if acc is None else _merge(acc, y)
+        o = acc[0]
+    elif layout == "contiguous":
+        me = lax.axis_index(axis_name)
+        for s, kb, vb in _rotations(k, v, axis_name, n):
+            if s == 0:   # the own block: the diagonal
+                acc = _block(qg, kb, vb, scale, np.tril(np.ones((T, T), bool)))
+            else:        # block i - s: in the past where i >= s, else in the future (wrapped round)
+                acc = _merge(acc, _only_where(me >= s, _block(qg, kb, vb, scale)))
         o = acc[0]
     else:
         c = T // 2
@@ -225,16 +247,16 @@ def ring_attention(q, k, v, axis_name, *, is_causal: bool = False, scale=None):
                              f"must be two chunks of equal length")
         tril = np.tril(np.ones((c, c), bool))
         q1, q2 = qg[:, :c], qg[:, c:]
-        # step 0: own chunks i and 2C-1-i; (i, 2C-1-i) is in the future
-        acc1 = _block(q1, k[:, :c], v[:, :c], scale, tril)
-        acc2 = _block(q2, k, v, scale, np.concatenate([np.ones((c, c), bool), tril], axis=1))
         me = lax.axis_index(axis_name)
-        for s in range(1, n):
-            k, v = lax.ppermute(k, axis_name, ring), lax.ppermute(v, axis_name, ring)
-            k1, v1 = k[:, :c], v[:, :c]
+        for s, kb, vb in _rotations(k, v, axis_name, n):
+            if s == 0:   # own chunks i and 2C-1-i; (i, 2C-1-i) is in the future
+                acc1 = _block(q1, kb[:, :c], vb[:, :c], scale, tril)
+                acc2 = _block(q2, kb, vb, scale, np.concatenate([np.ones((c, c), bool), tril], axis=1))
+                continue
+            k1, v1 = kb[:, :c], vb[:, :c]
             acc2 = _merge(acc2, _block(q2, k1, v1, scale))  # chunk 2C-1-i sees chunk j in both cases
             early = me >= s  # the K/V came from j = i - s < i: chunk i sees chunk j, not 2C-1-j
-            y = _block(jnp.where(early, q1, q2), jnp.where(early, k1, k[:, c:]), jnp.where(early, v1, v[:, c:]),
+            y = _block(jnp.where(early, q1, q2), jnp.where(early, k1, kb[:, c:]), jnp.where(early, v1, vb[:, c:]),
                        scale)
             acc1 = _merge(acc1, _only_where(early, y))
             acc2 = _merge(acc2, _only_where(jnp.logical_not(early), y))

@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 
 import shardlab.hardware as hw_mod
+from shardlab.cost import formulas
 
 from .strategy import Strategy
 
@@ -144,11 +145,10 @@ def hierarchical(dcn="dcn", data="data", zero: int = 1, model=None, sequence_par
 def dcn_bytes_closed_form(grad_bytes: float, slice_size: int, slices: int) -> float:
     """Bytes one chip sends over the DCN per step with the hierarchical reduction:
     ``2·(S−1)/S · G/X`` (a ring all-reduce of the 1/X shard over S slices)."""
-    return 2 * (slices - 1) / slices * grad_bytes / slice_size
+    return formulas.collective_bytes("psum", slices, grad_bytes / slice_size)[2]
 
 
 def flat_dcn_bytes_closed_form(grad_bytes: float, slice_size: int, slices: int) -> float:
     """Bytes one chip sends in the flat all-reduce over all ``N = X·S`` chips: ``2·(N−1)/N · G``
     (every byte of it in a collective that crosses the DCN)."""
-    n = slice_size * slices
-    return 2 * (n - 1) / n * grad_bytes
+    return formulas.collective_bytes("psum", slice_size * slices, grad_bytes)[2]

@@ -1,16 +1,16 @@
-"""The serving simulator as SimPy processes: the reference :func:`shardlab.serve.simulate` is
+"""The serving simulator as SimPy processes: the test oracle :func:`shardlab.serve.simulate` is
 checked against, bit for bit.
 
 This is the engine the simulator replaced -- one SimPy process per engine, prefill server and KV
 transfer, a Store and a Resource for the link -- kept in its logic so the event-free engine of
 :mod:`shardlab.serve.simulator` can be compared with an implementation that really runs a
 discrete-event loop (``tests/python/test_serve_sim_simpy.py``, ``benchmarks/bench_serve.py``).
-Needs SimPy (the ``test`` and ``bench`` extras); ``shardlab.serve`` does not import it.
+Needs SimPy (the ``test`` and ``bench`` extras); it is a test oracle, not part of the package.
 
 Example:
     >>> from shardlab.models import presets
     >>> from shardlab.serve import ServingConfig, StepModel, poisson_requests, simulate
-    >>> from shardlab.serve.simpy_reference import simpy_simulate
+    >>> from simpy_reference import simpy_simulate
     >>> model = StepModel(presets.get("llama3-8b"), "tpu-v5e", {"x": 8})
     >>> reqs = poisson_requests(50, 20.0, seed=0)
     >>> bool((simpy_simulate(reqs, model).finish == simulate(reqs, model).finish).all())
@@ -26,10 +26,10 @@ from collections import deque
 import numpy as np
 import simpy
 
-from .estimate import StepModel
-from .prefix_cache import PrefixCache
-from .simulator import (ServingConfig, SimResult, _capacity_blocks, _Engine as _EventFreeEngine, take_prefill_chunks,
-                        tokens_per_verify)
+from shardlab.serve.estimate import StepModel
+from shardlab.serve.prefix_cache import PrefixCache
+from shardlab.serve.simulator import (ServingConfig, SimResult, _capacity_blocks, _Engine as _EventFreeEngine,
+                                      take_prefill_chunks, tokens_per_verify)
 
 __all__ = ["simpy_simulate"]
 
