@@ -3,7 +3,8 @@
 From shardlab.cost's link-level schedule: one AxisSchedule (``cost.schedule(...)``) draws one
 axis (ring, uni_ring, line or switch); a CollectiveCost (``cost.collective_time(...)``) or a
 ledger event draws every physical axis it uses as a 1-D, 2-D or 3-D torus (3-D as a row of 2-D
-slices), each link coloured by its bytes, the busiest named.
+slices, the links between slices as short diagonal strokes at each node), each link coloured on one
+sequential scale (with its legend) and labelled with its bytes where there is room, the busiest named.
 
 Example:
     >>> from shardlab import cost, viz
@@ -109,11 +110,15 @@ def link_traffic(x, mesh=None, *, nbytes: float | None = None) -> View:
                + (f" = {units.fmt_seconds(t)} at {units.fmt_bandwidth(bw[i])}" if t is not None else ""))
     else:
         sub = f"{shape_txt}; no traffic"
-    legend = (f'<div class="sl-note" style="display:flex;align-items:center;gap:6px;margin-top:4px">0 B '
-              f'<span style="display:inline-block;width:160px;height:10px;background:linear-gradient(90deg,'
-              f'{",".join(heat(i / 8) for i in range(9))})"></span> {esc(units.fmt_bytes(top))}</div>')
+    low = min(edges.values()) if edges else 0.0
+    legend = (f'<div class="sl-note" style="display:flex;align-items:center;gap:6px;margin-top:4px">bytes per link: '
+              f'{esc(units.fmt_bytes(0))} <span style="display:inline-block;width:180px;height:10px;border:1px solid '
+              f'#999;background:linear-gradient(90deg,{",".join(heat(i / 8) for i in range(9))})"></span> '
+              f'{esc(units.fmt_bytes(top))} (darker: more bytes'
+              + ("; every link carries the same" if edges and low == top else
+                 f"; least-loaded link {esc(units.fmt_bytes(low))}" if edges else "") + ')</div>')
     html = (f'<div class="sl-view sl-links" data-view="link_traffic"><div class="sl-title">{esc(head)}</div>'
-            f'<div class="sl-sub">{esc(sub)}</div>{svg}{legend}</div>')
+            f'<div class="sl-sub">{esc(sub)}</div><div style="overflow-x:auto;max-width:100%">{svg}</div>{legend}</div>')
     lines = [head, sub] + [f"  {_coord(s)} -> {'switch' if d is None else _coord(d)} [{dims[i][0]}]: "
                            f"{units.fmt_bytes(v)}" for (s, d, i), v in sorted(edges.items(), key=lambda kv: -kv[1])[:16]]
     data = {"links": edges, "busiest": busiest, "dims": dims, "width": w, "height": h}
@@ -128,7 +133,7 @@ def _draw(dims, edges, top):
     n_dims = len(dims)
     out = []
 
-    def edge(x1, y1, x2, y2, v, off, title):
+    def edge(x1, y1, x2, y2, v, off, title, label=False):
         dx, dy = x2 - x1, y2 - y1
         L = math.hypot(dx, dy) or 1.0
         ox, oy = -dy / L * off, dx / L * off
@@ -140,10 +145,15 @@ def _draw(dims, edges, top):
                    f'y1="{y1 + oy + uy * sh * 0.5:.1f}" x2="{x2 + ox - ux * sh * 0.5:.1f}" '
                    f'y2="{y2 + oy - uy * sh * 0.5:.1f}" stroke="{c}" stroke-width="{wd:.1f}" '
                    f'stroke-linecap="round"><title>{esc(title)}: {esc(units.fmt_bytes(v))}</title></line>')
+        if label:  # the bytes beside the link, on its own side of the pair
+            mx, my = (x1 + x2) / 2 + ox * 3.2, (y1 + y2) / 2 + oy * 3.2
+            rot = "" if abs(dx) >= abs(dy) else f' transform="rotate(-90 {mx:.1f} {my + 3:.1f})"'
+            out.append(f'<text x="{mx:.1f}" y="{my + 3:.1f}" text-anchor="middle" font-size="8.5"{rot} '
+                       f'fill="#1b1b1b">{esc(units.fmt_bytes(v))}</text>')
 
     if n_dims == 1 and dims[0][2] in ("ring", "uni_ring", "switch"):
         n = dims[0][1]
-        r = max(70.0, min(260.0, n * 9.0))
+        r = max(130.0 if n <= 12 else 70.0, min(260.0, n * 9.0))
         cx = cy = r + 40
         W = H = int(2 * r + 80)
         pos = {(i,): (cx + r * math.sin(2 * math.pi * i / n), cy - r * math.cos(2 * math.pi * i / n))
@@ -151,7 +161,8 @@ def _draw(dims, edges, top):
         for (s, d, _), v in edges.items():
             x1, y1 = pos[s]
             x2, y2 = (cx, cy) if d is None else pos[d]
-            edge(x1, y1, x2, y2, v, 0 if d is None else 3.5, f"{_coord(s)} → {'switch' if d is None else _coord(d)}")
+            edge(x1, y1, x2, y2, v, 0 if d is None else 3.5, f"{_coord(s)} → {'switch' if d is None else _coord(d)}",
+                 label=n <= 12 and d is not None)
         if dims[0][2] == "switch":
             out.append(f'<rect x="{cx - 30}" y="{cy - 12}" width="60" height="24" rx="4" fill="#444"/>'
                        f'<text x="{cx}" y="{cy + 4}" text-anchor="middle" fill="#fff">switch</text>')
@@ -162,11 +173,11 @@ def _draw(dims, edges, top):
     rows = dims[0][1] if n_dims >= 2 else 1
     cols = dims[1][1] if n_dims >= 2 else dims[0][1]
     slices = dims[2][1] if n_dims == 3 else 1
-    step = max(14.0, min(64.0, (_BOX if slices == 1 else 960 / slices - 40) / max(rows, cols)))
+    step = max(14.0, min(96.0, (_BOX if slices == 1 else 960 / slices - 40) / max(rows, cols)))
     pad = 30
     sw = cols * step + 2 * pad
     W = int(sw * slices)
-    H = int(rows * step + 2 * pad + (16 if slices > 1 else 0))
+    H = int(rows * step + 2 * pad + (16 if slices > 1 else 0) + (18 if slices > 1 else 0))
 
     def xy(c):
         if n_dims == 1:
@@ -180,10 +191,16 @@ def _draw(dims, edges, top):
         for z in range(slices):
             out.append(f'<text x="{z * sw + sw / 2:.1f}" y="14" text-anchor="middle" fill="#333">'
                        f'{esc(dims[2][0])} = {z}</text>')
+    label = step >= 60
     for (s, d, i), v in edges.items():
         if d is None:
             continue
         x1, y1 = pos[s]
+        if i == 2:  # a z link joins two slices: a short diagonal stroke out of the node, ↗ +z, ↙ -z
+            up = (d[2] - s[2]) % dims[2][1] == 1
+            k = 0.3 * step
+            edge(x1, y1, x1 + k, y1 + (-k if up else k), v, 0, f"{_coord(s)} → {_coord(d)} ({dims[2][0]})")
+            continue
         x2, y2 = pos[d]
         if abs(d[i] - s[i]) > 1:  # wraparound: a stub out of one edge and into the other
             k = 0.45 * step
@@ -196,8 +213,11 @@ def _draw(dims, edges, top):
                 edge(x1, y1, x1 + sgn * k * 2, y1, v, 3.5, f"{_coord(s)} → {_coord(d)} (wrap)")
                 edge(x2 - sgn * k * 2, y2, x2, y2, v, 3.5, f"{_coord(s)} → {_coord(d)} (wrap)")
             continue
-        edge(x1, y1, x2, y2, v, 3.5, f"{_coord(s)} → {_coord(d)}")
+        edge(x1, y1, x2, y2, v, 3.5, f"{_coord(s)} → {_coord(d)}", label=label)
     _nodes(out, pos, step >= 30)
+    if slices > 1:
+        out.append(f'<text x="4" y="{H - 4}" fill="#444">{esc(dims[2][0])} links run between the slices: the short '
+                   f'diagonal strokes, ↗ to the next slice, ↘ to the previous (hover a link for its bytes)</text>')
     return _svg(out, W, H), W, H
 
 
