@@ -1,0 +1,197 @@
+"""What each chip reaches, as data: one :class:`PriceList` per hardware preset, each figure with
+its source (docs/hardware.md, "What each chip reaches").
+
+A :class:`~shardlab.hardware.Hardware` holds peaks; a price list holds the fraction of them real
+kernels reach:
+
+* **matmul**: a GEMM of ``F`` FLOPs moving ``B`` HBM bytes takes
+  ``max(F / (e · peak), B / (h · W_hbm)) + t_kernel``: ``e`` the best efficiency of a large GEMM
+  (Bekman's Maximum Achievable Matmul FLOPS), ``h`` the reached HBM fraction and ``t_kernel`` the
+  fixed cost of one kernel. The shape enters through ``B`` (skinny GEMMs move more bytes per
+  FLOP) and ``t_kernel`` (small GEMMs are dominated by it). On H100 these three numbers
+  reproduce XLA's 24 measured GEMM shapes of ``matmul_interpolator_data.h`` (256 to 4096 on a
+  side, 11 to 783 TFLOP/s) with a mean error of 4.8 % (worst 18 %, the ``K = 256`` and
+  ``M = 256, K = 4096`` shapes);
+* **attention**: FlashAttention's forward and backward reach their own fractions of the peak;
+* **memory-bound work** (norms, activations, softmax, rotary, the loss, the optimizer update,
+  casts): bytes over the reached HBM bandwidth, plus ``t_kernel`` per kernel on GPUs;
+* **collectives**: the link-level model's bandwidth term over the fraction of the link
+  bandwidth NCCL or the ICI reach on large messages (bus bandwidth / link bandwidth), falling off
+  for messages below ``collective_half_bytes`` as ``V / (V + half)``; plus a fixed
+  ``collective_overhead`` per call (NCCL's small-message time).
+
+:data:`IDEAL` is the book's price list: every fraction 1, no fixed cost (the ledger's own
+``seconds`` are priced with it).
+
+Example:
+    >>> from shardlab import cost
+    >>> p = cost.price_list("h100")
+    >>> p.matmul_efficiency["bfloat16"], p.kernel_overhead
+    (0.803, 5.75e-06)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from ..core import hardware as _hw
+
+__all__ = ["PriceList", "IDEAL", "price_list", "PRICE_LISTS"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PriceList:
+    """The fractions of its peaks one chip reaches, and the fixed costs, with their sources.
+
+    Attributes:
+        chip: the preset name the figures were measured on ("ideal" for :data:`IDEAL`).
+        matmul_efficiency: dtype class ("bfloat16", "float8", "float32", "int8") -> fraction of
+            the peak a large GEMM reaches; a dtype not listed uses the bf16 figure.
+        kernel_overhead: seconds every GPU kernel costs besides its FLOPs and bytes (launch and
+            tail); 0 on TPUs, where XLA fuses the step into few programs.
+        hbm_efficiency: fraction of the HBM bandwidth copies and memory-bound kernels reach.
+        attention_efficiency: (forward, backward) fraction of the peak FlashAttention reaches.
+        collective_efficiency: link kind ("nvlink", "ib", "ici", "dcn") -> bus bandwidth of a
+            large collective over the link's bandwidth.
+        collective_half_bytes: link kind -> message bytes at which half of that is reached.
+        collective_overhead: seconds per collective call besides latency and bandwidth.
+        sources: field -> where the figure comes from ("assumed: ..." when nothing was published).
+    """
+
+    chip: str
+    matmul_efficiency: Mapping = dataclasses.field(default_factory=lambda: {"bfloat16": 1.0})
+    kernel_overhead: float = 0.0
+    hbm_efficiency: float = 1.0
+    attention_efficiency: tuple = (1.0, 1.0)
+    collective_efficiency: Mapping = dataclasses.field(default_factory=dict)
+    collective_half_bytes: Mapping = dataclasses.field(default_factory=dict)
+    collective_overhead: float = 0.0
+    sources: Mapping = dataclasses.field(default_factory=dict, compare=False)
+
+    def __post_init__(self):
+        op = "PriceList"
+        fracs = dict(self.matmul_efficiency)
+        fracs.update({f"attention[{i}]": v for i, v in enumerate(self.attention_efficiency)})
+        fracs.update({f"collective_efficiency[{k}]": v for k, v in self.collective_efficiency.items()})
+        fracs["hbm_efficiency"] = self.hbm_efficiency
+        for k, v in fracs.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+                raise ValueError(f"[{op}] {k} = {v!r}: a fraction of the peak must be in (0, 1]")
+        for k, v in (("kernel_overhead", self.kernel_overhead), ("collective_overhead", self.collective_overhead),
+                     *self.collective_half_bytes.items()):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+                raise ValueError(f"[{op}] {k} = {v!r} must be a number >= 0")
+        if len(self.attention_efficiency) != 2:
+            raise ValueError(f"[{op}] attention_efficiency = {self.attention_efficiency!r}: give (forward, backward)")
+        object.__setattr__(self, "_key", (self.chip, tuple(sorted(self.matmul_efficiency.items())),
+                                          self.kernel_overhead, self.hbm_efficiency, tuple(self.attention_efficiency),
+                                          tuple(sorted(self.collective_efficiency.items())),
+                                          tuple(sorted(self.collective_half_bytes.items())), self.collective_overhead))
+
+    def __hash__(self):
+        return hash(self._key)
+
+    def matmul(self, dtype: str) -> float:
+        """The large-GEMM efficiency for ``dtype`` (bf16-class, float8, float32, int8)."""
+        d = str(dtype)
+        key = "float8" if d.startswith("float8") else {"float16": "bfloat16", "uint8": "int8"}.get(d, d)
+        return self.matmul_efficiency.get(key, self.matmul_efficiency.get("bfloat16", 1.0))
+
+    def collective(self, link: str, nbytes: float) -> float:
+        """The fraction of ``link``'s bandwidth a collective moving ``nbytes`` per group reaches."""
+        kind = link.split(":")[0]
+        eff = self.collective_efficiency.get(kind, 1.0)
+        half = self.collective_half_bytes.get(kind, 0.0)
+        return eff * nbytes / (nbytes + half) if half and nbytes > 0 else eff
+
+    def replace(self, **changes) -> "PriceList":
+        """A copy with some figures changed (a what-if: ``p.replace(hbm_efficiency=0.8)``)."""
+        return dataclasses.replace(self, **changes)
+
+
+#: The book's prices: every peak reached, no fixed cost.
+IDEAL = PriceList("ideal", sources={"all": "the preset's peaks (How to Scale Your Model's rooflines)"})
+
+# Sources, cited by key in each list's `sources` (docs/hardware.md lists them in full).
+_MAMF = ("S. Bekman, Machine Learning Engineering, 'Maximum Achievable Matmul FLOPS comparison table' "
+         "(github.com/stas00/ml-engineering compute/accelerator/README.md): bf16 A100 SXM 271.2/312, "
+         "H100 SXM 794.5/989 ('H200 is the same'), B200 SXM 1745/2250; fp8 H100 1402.6/1979, "
+         "H200 1453.4/1979, B200 3432.5/4500")
+_XLA = ("OpenXLA xla/service/gpu/model/matmul_interpolator_data.h, measured GEMM FLOP/s per (b, m, n, k) "
+        "for sm_90 (H100) and sm_100 (B200): 256^3-class GEMMs take 5-6 us whatever their FLOPs; fitted "
+        "max(F/(e peak), B/(h W)) + t_kernel over 24 sm_90 bf16 shapes: e 0.81, h 0.9, t_kernel 5.75 us")
+_FA2 = ("T. Dao, FlashAttention-2 (arXiv:2307.08691), section 4.1: A100 forward up to 73 % of peak, "
+        "backward up to 63 %; at head dim 128 and 2k-8k tokens forward ~70 %, backward ~55-60 %")
+_FA3 = ("J. Shah et al., FlashAttention-3 (arXiv:2407.08608): H100 bf16 forward up to 740 TFLOP/s (75 %), "
+        "backward 1.5-1.75x FlashAttention-2, ~ 50 % of peak at head dim 128")
+_NCCL = ("NCCL-tests all_reduce_perf reference bus bandwidths (docs.alayanew.com 'NCCL-tests in practice'): "
+         "8xA100 SXM4 NVLink 230-250 GB/s of 300, 8xH100 SXM5 460-480 GB/s with NVLS (ring ~ 360 of 450)")
+_NIC = "assumed: NCCL multi-node bus bandwidth ~ 85 % of the NIC line rate (HDR 200 Gb/s, NDR 400 Gb/s)"
+_HBM = "assumed: copy / memory-bound kernels reach ~ 90 % of HBM (the H100 GEMM fit above gives h = 0.9)"
+_NCCL_T = "assumed: NCCL small-message all-reduce time on one node ~ 10 us (nccl-tests 8 B rows)"
+_TPU_MM = ("fitted: the one constant of the TPU lists, the large-GEMM efficiency, fitted on part of MaxText's "
+           "published v5p / v5e tables (train.validate reports the held-out rows)")
+_TPU_ICI = ("How to Scale Your Model, part 3: ICI collectives run near the link bandwidth (95 % assumed); "
+            "half of it at ~ 1 MB per group (assumed)")
+_TPU_ATT = "assumed: splash attention forward 70 %, backward 55 % of peak, as FlashAttention-2/3 on GPUs"
+
+
+def _gpu(chip, bf16, fp8, fwd, bwd, nvlink, attn_src) -> PriceList:
+    return PriceList(
+        chip, matmul_efficiency={"bfloat16": bf16, "float8": fp8, "float32": bf16, "int8": fp8},
+        kernel_overhead=5.75e-6, hbm_efficiency=0.9, attention_efficiency=(fwd, bwd),
+        collective_efficiency={"nvlink": nvlink, "ib": 0.85},
+        collective_half_bytes={"nvlink": 4e6, "ib": 8e6}, collective_overhead=10e-6,
+        sources={"matmul_efficiency": _MAMF, "kernel_overhead": _XLA, "hbm_efficiency": _HBM,
+                 "attention_efficiency": attn_src, "collective_efficiency[nvlink]": _NCCL,
+                 "collective_efficiency[ib]": _NIC, "collective_overhead": _NCCL_T,
+                 "collective_half_bytes": "assumed: half the bus bandwidth at 4 MB (NVLink), 8 MB (IB)"})
+
+
+def _tpu(chip, mm) -> PriceList:
+    return PriceList(
+        chip, matmul_efficiency={"bfloat16": mm, "int8": mm, "float32": mm}, kernel_overhead=0.0,
+        hbm_efficiency=0.9, attention_efficiency=(0.7, 0.55), collective_efficiency={"ici": 0.95, "dcn": 0.9},
+        collective_half_bytes={"ici": 1e6, "dcn": 8e6}, collective_overhead=0.0,
+        sources={"matmul_efficiency": _TPU_MM, "hbm_efficiency": _HBM, "attention_efficiency": _TPU_ATT,
+                 "collective_efficiency": _TPU_ICI, "kernel_overhead": "XLA fuses the step: no per-kernel launch"})
+
+
+#: preset name -> its PriceList.
+PRICE_LISTS = {
+    "a100": _gpu("a100", 0.869, 0.869, 0.70, 0.55, 0.78, _FA2),
+    "h100": _gpu("h100", 0.803, 0.709, 0.70, 0.50, 0.80, _FA3),
+    "h200": _gpu("h200", 0.803, 0.734, 0.70, 0.50, 0.80, _FA3),
+    "b200": _gpu("b200", 0.776, 0.763, 0.70, 0.50, 0.80, "assumed: as FlashAttention-3 on H100"),
+    "tpu-v4p": _tpu("tpu-v4p", 0.85),
+    "tpu-v5e": _tpu("tpu-v5e", 0.85),
+    "tpu-v5p": _tpu("tpu-v5p", 0.85),
+    "tpu-v6e": _tpu("tpu-v6e", 0.85),
+}
+
+
+def price_list(hardware) -> PriceList:
+    """The price list of ``hardware`` (a preset name or Hardware); ``"ideal"`` gives :data:`IDEAL`.
+
+    Raises:
+        ValueError: a custom chip has no price list: build one (``PriceList("mychip", ...)``) or
+            start from a preset's (``price_list("h100").replace(chip="mychip", ...)``).
+
+    Example:
+        >>> price_list("v5p").chip, price_list("ideal") is IDEAL
+        ('tpu-v5p', True)
+    """
+    if isinstance(hardware, PriceList):
+        return hardware
+    if isinstance(hardware, str) and hardware.lower() == "ideal":
+        return IDEAL
+    hw = _hw.get(hardware)
+    if hw is None:
+        raise ValueError("[price_list] hardware=None: pass a preset name such as 'h100' or 'tpu-v5p'")
+    p = PRICE_LISTS.get(hw.name)
+    if p is None:
+        raise ValueError(f"[price_list] {hw.name!r} has no price list (lists exist for {', '.join(PRICE_LISTS)}): "
+                         f"build one, e.g. shardlab.cost.price_list('h100').replace(chip={hw.name!r}, "
+                         f"matmul_efficiency={{'bfloat16': 0.8}}), or price at the peaks with prices='ideal'")
+    return p
