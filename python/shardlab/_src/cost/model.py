@@ -29,6 +29,8 @@ from .compute import (ComputeTime, MatmulCost, attention_flops, compute_time, cr
                       hbm_load_time, ici_critical_intensity, matmul_flops, matmul_time, peak_flops)
 from .events import event_cost, event_seconds
 from .layout import ShardBytes, itemsize, shard_bytes
+from .prices import IDEAL, PRICE_LISTS, PriceList, price_list
+from .pricing import memory_seconds, price_event
 from .roofline import Roofline, roofline
 
 __all__ = [
@@ -59,4 +61,10 @@ __all__ = [
     "ici_critical_intensity",
     "event_seconds",
     "roofline",
+    "PriceList",
+    "IDEAL",
+    "PRICE_LISTS",
+    "price_list",
+    "price_event",
+    "memory_seconds",
 ]
