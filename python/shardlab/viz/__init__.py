@@ -22,14 +22,14 @@ from .objects import (axis_schedule_html, axis_schedule_text, collective_cost_ht
                       hardware_html, hardware_text, mesh_html, mesh_text, plan_html, plan_text, roofline_html,
                       roofline_text)
 from .plots import collective_sweep, roofline_plot, strategy_sweep
-from .timeline import schedule_events, timeline
+from .timeline import chrome_trace, schedule_events, timeline
 from .sharding import device_list, sharding
 from .view import View
 
 __all__ = ["axis_schedule_html", "axis_schedule_text", "collective_cost_html", "collective_cost_text",
            "collective_sweep", "hardware_html", "hardware_text", "mesh_html", "mesh_text", "plan_html",
            "plan_text", "roofline_html", "roofline_plot", "roofline_text", "strategy_sweep", "VIEWS", "TEXTS",
-           "collective", "colors", "group_bytes", "event_rows", "ledger_html", "ledger_text", "ledger_view", "link_traffic", "schedule_events", "timeline", "device_list", "sharding", "View"]
+           "collective", "colors", "group_bytes", "event_rows", "ledger_html", "ledger_text", "ledger_view", "link_traffic", "schedule_events", "chrome_trace", "timeline", "device_list", "sharding", "View"]
 
 # Class -> function returning its HTML (for _repr_html_) / its text (for __repr__ or __str__).
 VIEWS = {
