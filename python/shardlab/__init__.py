@@ -72,6 +72,7 @@ __all__ = [
 # view (and, for the C++ classes, the text view) of the library's objects.
 from . import viz  # noqa: E402
 from ._src.core import views as _views  # noqa: E402
+from . import distributed  # noqa: E402,F401  (last: under mpirun it spreads the meshes over the ranks)
 
 for _cls, _fn in viz.VIEWS.items():
     _views.register(_cls.__name__, _fn)

@@ -25,6 +25,7 @@ from . import hardware as _hardware
 from .config import config
 from . import views
 from .context import CTX, LEDGER_FACTORY
+from .processes import PROCESS
 
 # A real (emulated) mesh holds every device's data on this host; past this many devices that
 # cannot fit anyway. Abstract meshes (no data) go up to MAX_ABSTRACT_DEVICES.
@@ -143,15 +144,15 @@ def local_device_count(backend=None) -> int:
 
 
 def process_index(backend=None) -> int:
-    """This process's index: 0 (shardlab emulates every device in one process)."""
+    """This process's index: 0, or the MPI rank under ``mpirun`` (see docs/mpi.md)."""
     _check_backend(backend, "process_index")
-    return 0
+    return PROCESS.index
 
 
 def process_count(backend=None) -> int:
-    """How many processes: 1, as ``jax.process_count()`` on one host."""
+    """How many processes: 1, or the MPI ranks under ``mpirun``, as ``jax.process_count()``."""
     _check_backend(backend, "process_count")
-    return 1
+    return PROCESS.count
 
 
 def default_backend() -> str:

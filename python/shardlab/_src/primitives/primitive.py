@@ -33,7 +33,8 @@ from ..arrays.storage import AbstractStorage
 from ..core.context import CTX
 from ..ledger.ledger import record
 
-BACKENDS = ("emulated", "abstract")
+BACKENDS = ("emulated", "abstract", "mpi")
+REAL_BACKEND = ["emulated"]  # the backend for real data: "mpi" once backends/mpi is initialized
 REGISTRY: list = []  # every Primitive ever made, for the backends to register their impls
 
 
@@ -59,7 +60,7 @@ def bind(prim: Primitive, args, mesh, **params):
     """Runs `prim` on LocalArrays `args` (all of `mesh`); returns a LocalArray, or a list of
     them for primitives with several results."""
     storages = [a.storage if type(a) is LocalArray else a for a in args]
-    backend = "emulated"
+    backend = REAL_BACKEND[0]
     if mesh.abstract:
         backend = "abstract"
     else:

@@ -1,0 +1,176 @@
+"""The mpi backend's implementation of every primitive, from the emulated one:
+
+- a *local* primitive (elementwise, reductions, structural, einsum, attention, fused kernels,
+  numpy fallbacks) runs the emulated implementation on this rank's block, with the mesh of
+  this rank's devices;
+- a *collective* over mesh axes that are all inside the rank's block runs locally the same
+  way; otherwise the ranks along the split axes exchange blocks (MPI Allgather on their
+  sub-communicator), the core's collective runs on the group's devices, and each rank keeps
+  its block; psum runs as a local reduction plus MPI Allreduce;
+- anything else (shard_map's entry and exit layouts) runs on the gathered global storage.
+
+Outputs are RankStorage of the global shape the shape rule gives, so shape rules and ledger
+events are those of the one-process run.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+import shardlab._core as _core
+
+from ...kernels.native import narrow, wide
+from ...primitives import collectives as col
+from ...primitives.primitive import REGISTRY
+from .placement import placement
+from .runtime import STATE
+from .storage import RankStorage, assemble, gather
+
+_LOCAL_MODULES = tuple("shardlab._src." + m for m in (
+    "backends.emulated.elementwise", "backends.emulated.reductions", "backends.emulated.structural",
+    "backends.emulated.contractions", "backends.emulated.attention", "backends.emulated.fallback",
+    "backends.fused", "transforms.checkpoint_policies"))
+_COLLECTIVE_MODULES = ("shardlab._src.backends.emulated.collectives", "shardlab._src.backends.grouped")
+
+
+def block_of(p, s):
+    """This rank's block of a storage (RankStorage, a global numpy storage, or a scalar)."""
+    if type(s) is RankStorage:
+        return s.block
+    if isinstance(s, np.ndarray) and s.ndim >= p.k:
+        return s[p.block_slices(s.shape)]
+    return s
+
+
+def global_of(p, s):
+    """The global storage of `s` (gathers a RankStorage from every rank)."""
+    if type(s) is RankStorage:
+        return gather(p, s.block, s.shape)
+    return s
+
+
+def _own(p, shape, dtype, block) -> RankStorage:
+    want = p.block_shape(shape)
+    block = np.asarray(block)
+    if block.shape != want:
+        block = np.broadcast_to(block, want)
+    return RankStorage(shape, dtype, block, p)
+
+
+def _kept(p, out: np.ndarray, dims=None) -> np.ndarray:
+    """This rank's block of a full output, copied so the full one can be freed."""
+    v = out[p.block_slices(out.shape, dims)]
+    return v if v.size == out.size else v.copy()
+
+
+def run_local(prim, p, storages, mesh, params):
+    avals = prim.shape_rule(storages, mesh, **params)
+    outs = prim.impl["emulated"]([block_of(p, s) for s in storages], p.block_mesh, **params)
+    return [_own(p, shape, dtype, o) for (shape, dtype), o in zip(avals, outs)]
+
+
+def run_global(prim, p, storages, mesh, params):
+    outs = prim.impl["emulated"]([global_of(p, s) for s in storages], mesh, **params)
+    return [RankStorage(o.shape, o.dtype, _kept(p, o), p) for o in outs]
+
+
+def check_same_program(p, prim, storages, params) -> None:
+    """ValueError naming the ranks and their collectives unless every rank is about to run the
+    same collective (op, axes, shapes, dtypes)."""
+    desc = f"{prim.name}(axes={tuple(params.get('axes', ()))}, " + ", ".join(
+        f"{getattr(s, 'dtype', type(s).__name__)}{tuple(getattr(s, 'shape', ()))}" for s in storages) + ")"
+    h = zlib.crc32(desc.encode())
+    mine = np.array([h, -h], np.int64)
+    both = np.empty_like(mine)
+    p.comm.Allreduce(mine, both, op=STATE.MPI.MAX)
+    if both[0] == h and both[1] == -h:
+        return
+    descs = p.comm.allgather(desc)
+    lines = "\n".join(f"  rank {r}: {d}" for r, d in enumerate(descs))
+    raise RuntimeError(f"[mpi] the ranks run different programs: at this collective\n{lines}\nevery rank must "
+                       f"run the same sequence of collectives (SPMD); make rank-dependent branches "
+                       f"collective-free")
+
+
+def run_collective(prim, p, storages, mesh, params):
+    dims = p.split_axes(params["axes"])
+    if STATE.check_programs:
+        check_same_program(p, prim, storages, params)
+    if not dims:
+        return run_local(prim, p, storages, mesh, params)
+    full = []
+    for s in storages:
+        b = block_of(p, s)
+        vd = tuple(j for j in dims if np.ndim(s) >= p.k and s.shape[j] != 1)
+        if vd:
+            b = np.ascontiguousarray(b)
+            comm = p.sub(vd)
+            recv = np.empty((comm.Get_size(),) + b.shape, b.dtype)
+            comm.Allgather(_bytes(b), _bytes(recv))
+            b = assemble(recv, b.shape, vd, tuple(p.grid[j] for j in vd))
+        full.append(b)
+    avals = prim.shape_rule(storages, mesh, **params)
+    outs = prim.impl["emulated"](full, p.mesh_over(dims), **params)
+    return [RankStorage(shape, dtype, _kept(p, o, dims), p) for (shape, dtype), o in zip(avals, outs)]
+
+
+_MPI_OPS = {"sum": "SUM", "mean": "SUM", "max": "MAX", "min": "MIN"}
+
+
+def run_psum(prim, p, storages, mesh, params):
+    """psum / pmean / pmax / pmin: the core reduces this rank's devices, MPI Allreduce the ranks."""
+    axes, reduction = params["axes"], params["reduction"]
+    dims = p.split_axes(axes)
+    x = block_of(p, storages[0])
+    if not dims or not isinstance(x, np.ndarray) or x.dtype.kind == "b":
+        return run_collective(prim, p, storages, mesh, params)
+    if STATE.check_programs:
+        check_same_program(p, prim, storages, params)
+    (shape, dtype), = prim.shape_rule(storages, mesh, **params)
+    w = wide(x.dtype)
+    if (reduction == "mean" and x.dtype.kind in "iu") or w.itemsize < 4:
+        w = np.dtype(np.float32)  # MPI reduces no bfloat16; a mean of integers is a float, as JAX's
+    local = _core.all_reduce(p.block_mesh._core, x.astype(w, copy=False), axes,
+                             "sum" if reduction == "mean" else reduction)
+    local = np.ascontiguousarray(local)
+    p.sub(dims).Allreduce(STATE.MPI.IN_PLACE, local, op=getattr(STATE.MPI, _MPI_OPS[reduction]))
+    if reduction == "mean":
+        local /= np.asarray(col.group_size(mesh, axes), local.dtype)
+    return [_own(p, shape, dtype, narrow(local, dtype))]
+
+
+def _bytes(a: np.ndarray):
+    return [a.reshape(-1).view(np.uint8), STATE.MPI.BYTE]
+
+
+_SPECIAL = {col.PSUM: run_psum}
+
+
+def _impl_for(prim):
+    fn = prim.impl.get("emulated")
+    module = getattr(fn, "__module__", "")
+    if prim in _SPECIAL:
+        run = _SPECIAL[prim]
+    elif module in _COLLECTIVE_MODULES:
+        run = run_collective
+    elif module in _LOCAL_MODULES:
+        run = run_local
+    else:
+        run = run_global
+
+    def impl(storages, mesh, **params):
+        p = placement(mesh)
+        if p is None:
+            return fn(storages, mesh, **params)
+        return run(prim, p, storages, mesh, params)
+
+    return impl
+
+
+def register_all() -> None:
+    """Gives every primitive with an emulated implementation its mpi one."""
+    for prim in REGISTRY:
+        if "emulated" in prim.impl:
+            prim.impl["mpi"] = _impl_for(prim)

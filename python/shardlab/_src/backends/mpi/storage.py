@@ -1,0 +1,86 @@
+"""RankStorage: a storage of the global mesh-factorized shape of which this rank holds only
+its block (its own devices' values).
+
+Everything above the backends sees the global shape and dtype, as for abstract storage, so
+shape rules and the ledger are those of the one-process run. ``np.asarray`` of one gathers
+every rank's block (``process_allgather``): it is collective, every rank must call it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...arrays.storage import AbstractStorage
+from .runtime import STATE
+
+
+class RankStorage(AbstractStorage):
+    """A storage of global `shape` whose values for this rank's devices are `block`."""
+
+    __slots__ = ("block", "placement")
+
+    def __init__(self, shape, dtype, block: np.ndarray, placement):
+        super().__init__(shape, dtype)
+        self.block = block
+        self.placement = placement
+
+    def __repr__(self):
+        return f"RankStorage(shape={self.shape}, dtype={self.dtype}, block={tuple(self.block.shape)})"
+
+    @property
+    def strides(self) -> tuple:
+        """Strides of a C-contiguous array of the global shape (stride 0 where a mesh dim is 1)."""
+        out, step = [], self.dtype.itemsize
+        for n in reversed(self.shape):
+            out.append(step if n != 1 else 0)
+            step *= n
+        return tuple(reversed(out))
+
+    def __array__(self, dtype=None, copy=None):
+        out = gather(self.placement, self.block, self.shape)
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+    def __getitem__(self, key):
+        return np.asarray(self)[key]
+
+    def __getattr__(self, name):
+        """Any other numpy attribute (transpose, reshape, astype, ...) of the gathered global
+        storage: code above the backends that works on storages directly stays correct."""
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(np.asarray(self), name)
+
+
+def gather(p, block: np.ndarray, shape) -> np.ndarray:
+    """The global storage of `shape` from every rank's `block` (an MPI Allgather over the
+    ranks among which the storage varies)."""
+    k = p.k
+    dims = tuple(j for j in range(k) if shape[j] != 1 and p.grid[j] > 1)
+    block = np.ascontiguousarray(block)
+    if not dims:
+        return np.broadcast_to(block, tuple(shape)).copy() if block.shape != tuple(shape) else block
+    comm = p.sub(dims)
+    n = comm.Get_size()
+    recv = np.empty((n,) + block.shape, block.dtype)
+    comm.Allgather(_buf(block), _buf(recv))
+    return assemble(recv, block.shape, dims, tuple(p.grid[j] for j in dims))
+
+
+def assemble(recv: np.ndarray, block_shape, dims: tuple, ranks: tuple) -> np.ndarray:
+    """Blocks gathered from the ranks of a sub-communicator (rank-major along `dims`, of
+    `ranks` ranks each) put side by side: dim j of the result is ranks_j * block_j."""
+    v = recv.reshape(tuple(ranks) + tuple(block_shape))
+    m = len(dims)
+    order = []
+    for j in range(len(block_shape)):
+        if j in dims:
+            order.append(dims.index(j))
+        order.append(m + j)
+    v = v.transpose(order)
+    out = tuple(block_shape[j] * (ranks[dims.index(j)] if j in dims else 1) for j in range(len(block_shape)))
+    return np.ascontiguousarray(v).reshape(out)
+
+
+def _buf(a: np.ndarray):
+    """A contiguous array as an MPI buffer of bytes (any dtype, bfloat16 included)."""
+    return [a.reshape(-1).view(np.uint8), STATE.MPI.BYTE]
