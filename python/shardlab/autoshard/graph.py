@@ -28,6 +28,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from shardlab.units import fmt_bytes
+
 __all__ = ["Strategy", "Node", "Edge", "Problem", "ProblemSize", "Reduced", "MemoryLimitError"]
 
 
@@ -263,10 +265,10 @@ class Problem:
             return
         need, shares = self.min_memory()
         if need > self.memory_limit_bytes * (1 + 1e-9):
-            top = ", ".join(f"{n}: {_fmt_bytes(b)}" for n, b in shares[:5] if b > 0)
+            top = ", ".join(f"{n}: {fmt_bytes(b)}" for n, b in shares[:5] if b > 0)
             raise MemoryLimitError(
-                f"no sharding fits the memory limit of {_fmt_bytes(self.memory_limit_bytes)} per "
-                f"device: the least any choice needs is {_fmt_bytes(need)} (each node at its "
+                f"no sharding fits the memory limit of {fmt_bytes(self.memory_limit_bytes)} per "
+                f"device: the least any choice needs is {fmt_bytes(need)} (each node at its "
                 f"smallest strategy); the largest needs: {top}. Raise the limit, use a larger mesh, "
                 "or add strategies that shard these nodes further.")
 
@@ -276,11 +278,6 @@ class Problem:
         return Reduced(self, merge_layers=merge_layers, follow_leader=follow_leader, prune=prune)
 
 
-def _fmt_bytes(b: float) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(b) >= scale:
-            return f"{b / scale:.3g} {unit}"
-    return f"{b:.0f} B"
 
 
 class Reduced:

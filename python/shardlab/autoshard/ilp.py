@@ -29,6 +29,8 @@ import warnings
 
 import numpy as np
 
+from shardlab.units import fmt_seconds
+
 from .brute import greedy
 from .graph import MemoryLimitError, Problem, Reduced
 from .solution import Solution
@@ -118,8 +120,8 @@ def solve(problem: Problem, *, shrink: bool = True, time_limit_s: float | None =
                                    size_after=red.size_after, mip_gap=sol.mip_gap, status=sol.status)
     if not proven:
         warnings.warn(
-            f"autoshard.solve: HiGHS stopped ({sol.status}) after {elapsed:.3g} s with "
-            f"time_limit_s={time_limit_s}; returning the best plan found ({sol.objective:.6g} s, "
+            f"autoshard.solve: HiGHS stopped ({sol.status}) after {fmt_seconds(elapsed)} with "
+            f"time_limit_s={time_limit_s}; returning the best plan found ({fmt_seconds(sol.objective)}, "
             f"relative gap {sol.mip_gap:.3g}), which is not proven optimal. Raise time_limit_s "
             "for a proof.", SolverTimeLimitWarning, stacklevel=2)
     return sol

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from shardlab.units import fmt_bytes, fmt_seconds
+
 from .graph import Problem, ProblemSize
 
 __all__ = ["Solution"]
@@ -63,12 +65,12 @@ class Solution:
     def summary(self) -> str:
         """A few lines: objective and its parts, memory, the solver's verdict and sizes."""
         lines = [
-            f"{self.method}: {self.objective:.6g} s = compute {self.compute_s:.6g} + comm "
-            f"{self.comm_s:.6g} + reshard {self.reshard_s:.6g}",
-            f"memory {self.memory_bytes:.6g} B per device"
-            + ("" if self.memory_limit_bytes is None else f" (limit {self.memory_limit_bytes:.6g} B)"),
+            f"{self.method}: {fmt_seconds(self.objective)} = compute {fmt_seconds(self.compute_s)} + comm "
+            f"{fmt_seconds(self.comm_s)} + reshard {fmt_seconds(self.reshard_s)}",
+            f"memory {fmt_bytes(self.memory_bytes)} per device"
+            + ("" if self.memory_limit_bytes is None else f" (limit {fmt_bytes(self.memory_limit_bytes)})"),
             f"{'proven optimal' if self.proven_optimal else 'NOT proven optimal'}"
-            f"{'' if not self.status else ' (' + self.status + ')'}, {self.solve_seconds:.3g} s",
+            f"{'' if not self.status else ' (' + self.status + ')'}, {fmt_seconds(self.solve_seconds)}",
             f"problem: {self.size_before}" + ("" if self.size_after is None else f"; solved as {self.size_after}"),
         ]
         return "\n".join(lines)

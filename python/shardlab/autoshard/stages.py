@@ -28,6 +28,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from shardlab.units import fmt_seconds
+
 __all__ = ["Stage", "StagePlan", "plan_stages", "brute_force_stages", "submesh_choices"]
 
 StageCost = Callable[[int, int, tuple], "tuple[float, bool]"]
@@ -67,13 +69,13 @@ class StagePlan:
 
     def summary(self) -> str:
         lines = [f"{len(self.stages)} stages on a {self.mesh_shape[0]}x{self.mesh_shape[1]} mesh, "
-                 f"{self.num_microbatches} micro-batches: latency {self.latency_s:.6g} s "
-                 f"(sum {self.sum_s:.6g} + {self.num_microbatches - 1} x max {self.max_s:.6g})"]
+                 f"{self.num_microbatches} micro-batches: latency {fmt_seconds(self.latency_s)} "
+                 f"(sum {fmt_seconds(self.sum_s)} + {self.num_microbatches - 1} x max {fmt_seconds(self.max_s)})"]
         for i, s in enumerate(self.stages):
             where = "" if s.hosts is None else (f" hosts {s.hosts.start}..{s.hosts.stop - 1}, "
                                                 f"devices {s.devices.start}..{s.devices.stop - 1}")
             lines.append(f"  stage {i}: layers {s.layer_start}..{s.layer_end - 1} on "
-                         f"{s.submesh_shape[0]}x{s.submesh_shape[1]}{where}: {s.seconds:.6g} s")
+                         f"{s.submesh_shape[0]}x{s.submesh_shape[1]}{where}: {fmt_seconds(s.seconds)}")
         return "\n".join(lines)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import shardlab.cost as _cost
 import shardlab.hardware as _hw
+from shardlab import units
 
 from .config import ModelConfig
 from .dtypes import dtype_bytes
@@ -28,7 +29,7 @@ def peak_flops(hardware, dtype="bfloat16", op: str = "peak_flops") -> tuple[floa
     if isinstance(hardware, (int, float)) and not isinstance(hardware, bool):
         if hardware <= 0:
             raise ValueError(f"[{op}] hardware peak {hardware} FLOP/s must be > 0")
-        return float(hardware), f"{hardware:.4g} FLOP/s"
+        return float(hardware), units.fmt_flop_rate(hardware)
     hw = _hw.get(hardware)
     if hw is None:
         raise ValueError(f"[{op}] hardware is required: a preset ({', '.join(_hw.names())}) "

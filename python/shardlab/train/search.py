@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 import shardlab.hardware as hw_mod
+from shardlab import units
 
 from . import strategy as _strategy
 from .estimate import estimate
@@ -61,5 +62,5 @@ def search(cfg, hardware, chips: int, batch: int, seq: int, *, remat="full", str
         least = min(table, key=lambda e: e.memory_per_device)
         over = least.memory_per_device - hw_mod.get(hardware).hbm_capacity
         raise ValueError(f"[search] nothing fits: the smallest footprint ({least.strategy} on {least.mesh}) is "
-                         f"{over / 2**30:.1f} GiB over the HBM of {hardware}")
+                         f"{units.fmt_bytes(over)} over the HBM of {hardware}")
     return {"best": best, "table": table, "skipped": skipped, "x_opt": x_opt(batch * seq, cfg.ffw_dim, chips)}

@@ -19,6 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..core import units
 from ..core.einsum_spec import parse
 from . import formulas
 from .layout import _check_shape, _dtype_name, _require_hw, itemsize
@@ -181,6 +182,6 @@ def ici_critical_intensity(hardware, dtype="bfloat16") -> float:
     """Peak FLOP/s over bidirectional ICI bandwidth of one axis (2550 on TPU v5p in bf16)."""
     hw = _require_hw("ici_critical_intensity", hardware)
     if hw.family != "tpu":
-        raise ValueError(f"[cost] {hw.name} has no ICI; use the NVLink bandwidth ({hw.nvlink_bandwidth:.3g} B/s)")
+        raise ValueError(f"[cost] {hw.name} has no ICI; use the NVLink bandwidth ({units.fmt_bandwidth(hw.nvlink_bandwidth)})")
     return peak_flops(hw, dtype)[0] / (2 * hw.ici_link_bandwidth)
 

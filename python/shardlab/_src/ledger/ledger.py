@@ -151,7 +151,7 @@ class Ledger:
         return cost.roofline(self.events, self.mesh, overlap=overlap)
 
     # -- rendering -------------------------------------------------------------------------
-    _HEAD = ["op", "axes", "n", "dtype", "phase", "label", "in/dev", "out/dev", "sent/dev", "FLOPs/dev", "time"]
+    _HEAD = ["op", "axes", "n", "dtype", "phase", "label", "in/dev", "out/dev", "sent/dev", "FLOP/dev", "time"]
 
     def _rows(self):
         rows = []
@@ -166,7 +166,7 @@ class Ledger:
         return rows
 
     def _title(self) -> str:
-        return (f"shardlab ledger: {len(self)} events, {units.fmt_bytes(self.total_bytes_sent)} sent "
+        return (f"shardlab ledger: {units.plural(len(self), 'event')}, {units.fmt_bytes(self.total_bytes_sent)} sent "
                 f"and {units.fmt_flops(self.total_flops)} per device")
 
     def __rich__(self):
@@ -190,7 +190,7 @@ class Ledger:
     __str__ = table
 
     def __repr__(self):
-        return f"Ledger({len(self)} events, {self.total_bytes_sent:.0f} bytes sent per device)"
+        return f"Ledger({units.plural(len(self), 'event')}, {units.fmt_bytes(self.total_bytes_sent)} sent per device)"
 
     def _repr_html_(self):
         view = views.html_view(self)

@@ -263,7 +263,7 @@ class Plan:
         return "; ".join(s.render(fmt) for s in self.steps) or "(nothing to do)"
 
     def _cost_str(self) -> str:
-        s = f"{units.fmt_bytes(self.bytes_sent)} sent/device, {self.flops:.4g} FLOPs/device"
+        s = f"{units.fmt_bytes(self.bytes_sent)} sent/device, {units.fmt_flops(self.flops)}/device"
         if self.mesh.hardware is not None:
             s += (f", {units.fmt_seconds(self.seconds)} ({units.fmt_seconds(self.comm_seconds)} comm, "
                   f"{units.fmt_seconds(self.compute_seconds)} compute, {self.mesh.hardware.name})")
@@ -273,8 +273,8 @@ class Plan:
         lines = [f"Plan: {self.subscripts}  on {self.mesh}"]
         lines += [f"  {c}" for c in self.cases]
         for i, s in enumerate(self.steps, 1):
-            extra = f"  [{s.bytes_sent:.0f} B sent/device]" if s.op not in ("einsum", "dynamic_slice") else \
-                (f"  [{s.flops:.4g} FLOPs/device]" if s.op == "einsum" else "  [free]")
+            extra = f"  [{units.fmt_bytes(s.bytes_sent)} sent/device]" if s.op not in ("einsum", "dynamic_slice") else \
+                (f"  [{units.fmt_flops(s.flops)}/device]" if s.op == "einsum" else "  [free]")
             lines.append(f"  {i}. {s}{extra}")
         if not self.steps:
             lines.append("  (already in the wanted layout: nothing to do)")
@@ -302,7 +302,7 @@ class Plan:
             return view
         rows = "".join(
             f"<tr><td>{i}</td><td><code>{s.render('html')}</code></td><td>{units.fmt_bytes(s.bytes_sent)}</td>"
-            f"<td>{s.flops:.4g}</td><td>{units.fmt_seconds(s.seconds)}</td></tr>"
+            f"<td>{units.fmt_flops(s.flops)}</td><td>{units.fmt_seconds(s.seconds)}</td></tr>"
             for i, s in enumerate(self.steps, 1))
         cases = "".join(f"<li>{html.escape(c)}</li>" for c in self.cases)
         alts = "".join(f"<li><code>{a.summary('html')}</code> ({html.escape(a._cost_str())})</li>"
