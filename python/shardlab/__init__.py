@@ -14,7 +14,7 @@ Example:
     (2, 2)
 """
 
-import html as _html
+import importlib.metadata as _metadata
 import os as _os
 
 if _os.environ.get("SHARDLAB_CORE_DIR"):
@@ -55,7 +55,10 @@ from . import (  # noqa: E402
 
 remat = checkpoint
 
-__version__ = "0.2.0"
+try:  # one source: pyproject.toml's version, as the installed package's metadata carries it
+    __version__ = _metadata.version("shardlab")
+except _metadata.PackageNotFoundError:  # run from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "ad_checkpoint", "Array", "block_until_ready", "checkpoint", "checkpoint_policies", "config", "cost", "debug",
@@ -68,25 +71,9 @@ __all__ = [
     "value_and_grad", "vjp", "vmap",
 ]
 
-# Pictures last: shardlab.viz draws with the public face above and is registered as the HTML
-# view (and, for the C++ classes, the text view) of the library's objects.
-from . import viz  # noqa: E402
-from ._src.core import views as _views  # noqa: E402
+# Pictures last: shardlab.viz draws with the public face above; its modules register the views
+# of the library's objects beside the views' definitions (shardlab.views.register_view).
+from . import views, viz  # noqa: E402
 from . import distributed  # noqa: E402,F401  (last: under mpirun it spreads the meshes over the ranks)
 
-for _cls, _fn in viz.VIEWS.items():
-    _views.register(_cls.__name__, _fn)
-    if _cls.__module__ == "shardlab._core":  # pybind classes have no Python methods to ask the registry
-        _cls._repr_html_ = _fn
-        _cls.__repr__ = viz.TEXTS[_cls]
-_views.register("ShardedArray", lambda arr: f"<div><code>{_html.escape(repr(arr))}</code>{viz.sharding(arr).html}</div>")
-
-
-def _roofline_plot(self, ax=None):
-    """The roofline with this program's point on it (matplotlib; ``shardlab.viz.roofline_plot``)."""
-    return viz.roofline_plot(self, ax=ax)
-
-
-cost.Roofline.plot = _roofline_plot
-__all__.append("viz")
-del _cls, _fn
+__all__ += ["views", "viz"]

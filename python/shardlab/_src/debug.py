@@ -29,7 +29,6 @@ from rich.table import Table
 from .arrays.local_array import LocalArray
 from .arrays.sharded_array import ShardedArray
 from .arrays.storage import is_abstract
-from .core import views
 from .core.mesh import devices
 from .core.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 from .core.tree import flatten
@@ -327,12 +326,3 @@ def device_values(x) -> np.ndarray:
         raise TypeError("[device_values] the value is abstract (shape and dtype only): it has no data")
     return np.broadcast_to(x.storage, tuple(x.mesh.axis_sizes) + x.shape).copy()
 
-
-def _sharded_array_html(arr: ShardedArray) -> str:
-    head = html.escape(repr(arr))
-    if arr.ndim <= 2:
-        return f"<div><code>{head}</code>{sharding_diagram(arr.shape, arr.sharding)._repr_html_()}</div>"
-    return f"<code>{head}</code>"
-
-
-views.register("ShardedArray", _sharded_array_html)

@@ -18,13 +18,14 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from shardlab import units
+import shardlab as sl
+from shardlab import units, views
 
-from .view import View, esc, table_html
+from .view import View, esc, figure_html, table_html
 
 __all__ = ["ledger_view", "ledger_html", "ledger_text", "event_rows"]
 
-HEAD = ["op", "axes", "n", "dtype", "in / device", "out / device", "sent / device", "FLOPs / device", "time"]
+HEAD = ["op", "axes", "n", "dtype", "in / device", "out / device", "sent / device", "FLOP / device", "time"]
 _NUMERIC = (2, 4, 5, 6, 7, 8)
 
 
@@ -94,17 +95,19 @@ def ledger_view(ledger, *, title: str | None = None) -> View:
         if sectioned:
             rows.append([esc(c) for c in _total_row(f"subtotal ({len(evs)})", _sum(evs))])
             classes.append("sl-subtotal")
-    rows.append([esc(c) for c in _total_row(f"total ({len(events)} events)", total)])
+    rows.append([esc(c) for c in _total_row(f"total ({units.plural(len(events), 'event')})", total)])
     classes.append("sl-total")
     for r in rows:  # ops and section names in code font
         if r[0] and not r[0].startswith(("subtotal", "total")):
             r[0] = f"<code>{r[0]}</code>"
-    cap = title or (f"ledger: {len(events)} events, {units.fmt_bytes(total['bytes_sent'])} sent per device"
+    cap = title or (f"ledger: {units.plural(len(events), 'event')}, {units.fmt_bytes(total['bytes_sent'])} sent per device"
                     + (f", {units.fmt_seconds(total['seconds'])}" if total["seconds"] is not None else ""))
-    html = (f'<div class="sl-view sl-ledger" data-view="ledger"><div class="sl-title">{esc(cap)}</div>'
-            + table_html(HEAD, rows, numeric=_NUMERIC, row_classes=classes) + "</div>")
+    html = figure_html("ledger", esc(cap), table_html(HEAD, rows, numeric=_NUMERIC, row_classes=classes))
     text, renderable = _rich(cap, groups, sectioned, total, len(events))
     return View(html, text, renderable, {"total": total, "sections": [g for g, _ in groups]})
+
+
+views.register_view(sl.Ledger, ledger_view)
 
 
 def ledger_html(ledger) -> str:
@@ -128,7 +131,7 @@ def _rich(cap, groups, sectioned, total, n):
             t.add_row(*r)
         if sectioned:
             t.add_row(*_total_row(f"subtotal ({len(evs)})", _sum(evs)), style="italic")
-    t.add_row(*_total_row(f"total ({n} events)", total), style="bold", end_section=True)
+    t.add_row(*_total_row(f"total ({units.plural(n, 'event')})", total), style="bold", end_section=True)
     console = Console(width=140, record=True, file=_Null(), color_system=None, force_jupyter=False)
     console.print(t)
     return console.export_text(), t

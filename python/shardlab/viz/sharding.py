@@ -27,7 +27,7 @@ from rich.text import Text
 
 from shardlab import NamedSharding, ShardedArray
 from shardlab import debug as _debug
-from shardlab import units
+from shardlab import units, views
 
 from .colors import palette, text_color
 from .view import View, device_prefix, esc
@@ -66,10 +66,13 @@ def _span(s: slice, size: int) -> tuple[int, int]:
 
 
 def _normalize(x, named, dtype):
-    """(shape, NamedSharding, dtype, unreduced) from the ways the view can be called."""
+    """(shape, NamedSharding, dtype, unreduced, dtype_assumed) from the ways the view can be called."""
     unreduced = ()
-    if isinstance(x, ShardedArray):
-        return tuple(x.shape), x.sharding, np.dtype(x.dtype), tuple(getattr(x, "unreduced", ()) or ())
+    if isinstance(x, ShardedArray) or (hasattr(x, "shape") and hasattr(x, "dtype")
+                                       and isinstance(getattr(x, "sharding", None), NamedSharding)):
+        # an array or its type (ShapeDtypeStruct, typeof's ShapedArray): its own dtype, never float32
+        return (tuple(x.shape), x.sharding, np.dtype(x.dtype if dtype is None else dtype),
+                tuple(getattr(x, "unreduced", ()) or ()), False)
     if named is None and isinstance(x, tuple) and len(x) in (2, 3) and isinstance(x[1], NamedSharding):
         shape, named = x[0], x[1]
         dtype = x[2] if len(x) == 3 else dtype
@@ -83,7 +86,7 @@ def _normalize(x, named, dtype):
         shape = tuple(int(s) for s in shape)
     except TypeError:
         raise TypeError(f"[viz.sharding] shape must be a tuple of ints, got {shape!r}") from None
-    return shape, named, np.dtype(dtype if dtype is not None else np.float32), unreduced
+    return shape, named, np.dtype(dtype if dtype is not None else np.float32), unreduced, dtype is None
 
 
 def _blocks(shape, named):
@@ -108,9 +111,11 @@ def sharding(x, sharding: NamedSharding | None = None, *, dtype=None, name: str 
     """The picture of an array's sharding.
 
     Args:
-        x: a ShardedArray, a shape (with ``sharding``), or a ``(shape, NamedSharding)`` pair.
+        x: a ShardedArray (or its type: a ShapeDtypeStruct, ``typeof(x)``), a shape (with
+            ``sharding``), or a ``(shape, NamedSharding)`` pair.
         sharding: the NamedSharding when ``x`` is a shape.
-        dtype: element type for the byte counts of a bare shape (float32 by default).
+        dtype: element type for the byte counts of a bare shape (float32 by default, said so in
+            the picture); an array's own dtype otherwise.
         name: the array's name in the notation (``A`` in ``A[I_X, J]``).
         letters: the dims' letters in the notation (``IJ`` in ``A[I_X, J]``).
 
@@ -126,7 +131,7 @@ def sharding(x, sharding: NamedSharding | None = None, *, dtype=None, name: str 
         >>> v.data["panels"], len(v.data["blocks"])
         (2, 8)
     """
-    shape, named, dt, unreduced = _normalize(x, sharding, dtype)
+    shape, named, dt, unreduced, assumed = _normalize(x, sharding, dtype)
     mesh = named.mesh
     rank = len(shape)
     blocks = _blocks(shape, named)
@@ -228,7 +233,8 @@ def sharding(x, sharding: NamedSharding | None = None, *, dtype=None, name: str 
     reps = len(blocks[0][1])
     title = f"{note}   {dt.name}{list(shape)} → per device {list(local)}, {units.fmt_bytes(per_dev)}"
     sub = (f"mesh {mesh_txt}{hw_txt}; {len(blocks)} distinct block{'s' * (len(blocks) != 1)}, "
-           f"each on {reps} device{'s' * (reps != 1)}")
+           f"each on {reps} device{'s' * (reps != 1)}"
+           + ("; no dtype given: bytes assume float32 (pass dtype=, or the array)" if assumed else ""))
     html = (f'<div class="sl-view sl-sharding" data-view="sharding">'
             f'<div class="sl-title"><code>{note_html}</code>&nbsp;&nbsp;{esc(dt.name)}{esc(list(shape))} → '
             f"per device {esc(list(local))}, {esc(units.fmt_bytes(per_dev))}</div>"
@@ -266,3 +272,13 @@ class _Null:
 
     def flush(self):
         pass
+
+
+def sharded_array_view(arr) -> View:
+    """A ShardedArray as Jupyter shows it (``_repr_html_``): its repr above its sharding picture."""
+    pic = sharding(arr)
+    head = f'<div class="sl-view"><code style="white-space:pre">{esc(repr(arr))}</code></div>'
+    return View(head + pic.html, f"{arr!r}\n{pic.text}", pic.renderable, pic.data)
+
+
+views.register_view(ShardedArray, sharded_array_view)

@@ -16,13 +16,12 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import html
 import math
 from collections.abc import Mapping, Sequence
 
 import shardlab._core as _core
 
-from . import views
+from . import units, views
 
 
 __all__ = [
@@ -46,7 +45,7 @@ _INT_FIELDS = ("ici_links_per_axis", "wrap_at", "wrap_multiple", "node_size", "n
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
-class Hardware:
+class Hardware(views.Viewable):
     """Compute, memory and interconnect figures of one chip: a preset, or a chip of your own.
 
     The presets (``get("tpu-v5e")``) come from the C++ core with a source for every number
@@ -161,9 +160,10 @@ class Hardware:
         """One-way egress bytes/s of a GPU into NVLink (links x per-link bandwidth)."""
         return self.nvlink_link_bandwidth * self.nvlink_links
 
-    def _repr_html_(self):
-        view = views.html_view(self)
-        return view if view is not None else f"<code>{html.escape(repr(self))}</code>"
+    def __str__(self):
+        """The preset's figures, one per line (``print(hardware)``), from shardlab.viz."""
+        text = views.text_view(self)
+        return text if text is not None else repr(self)
 
 
 def _finite_nonneg(v) -> bool:
@@ -384,12 +384,12 @@ def axis_links(hardware, mesh_shape, axes: Sequence[str], physical_axes=None, *,
 
 def table() -> str:
     """A plain-text table of the presets (peak bf16, HBM, links)."""
-    rows = [("preset", "bf16 FLOP/s", "int8 FLOP/s", "HBM", "HBM B/s", "link B/s (one-way)", "wrap")]
+    rows = [("preset", "bf16", "int8", "HBM", "HBM bandwidth", "link (one-way)", "wrap")]
     for n in names():
         h = get(n)
         link = h.ici_link_bandwidth if h.family == "tpu" else h.nvlink_bandwidth
         wrap = (f"at {h.wrap_at}" if h.wrap_at else f"multiples of {h.wrap_multiple}") if h.family == "tpu" else "switch"
-        rows.append((n, f"{h.peak('bfloat16'):.3g}", f"{h.peak('int8'):.3g}", f"{h.hbm_capacity / 1e9:.0f} GB",
-                     f"{h.hbm_bandwidth:.3g}", f"{link:.3g}", wrap))
+        rows.append((n, units.fmt_flop_rate(h.peak('bfloat16')), units.fmt_flop_rate(h.peak('int8')),
+                     units.fmt_bytes(h.hbm_capacity), units.fmt_bandwidth(h.hbm_bandwidth), units.fmt_bandwidth(link), wrap))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows)

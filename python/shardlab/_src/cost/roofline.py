@@ -25,7 +25,7 @@ __all__ = ["Roofline", "roofline"]
 
 
 @dataclasses.dataclass
-class Roofline:
+class Roofline(views.Viewable):
     """Where a program's time goes on the mesh's hardware.
 
     Attributes:
@@ -57,11 +57,15 @@ class Roofline:
         rows = [("T_math", _us(self.t_math)), ("T_hbm", _us(self.t_hbm)), ("T_comms", _us(self.t_comms))]
         rows += [(f"  T_comms[{k}]", _us(v)) for k, v in self.t_comms_by_axes.items()]
         rows += [(f"total ({self.overlap})", _us(self.total_seconds)), ("bound", self.bound),
-                 ("arithmetic intensity", f"{self.arithmetic_intensity:.4g} FLOPs/B"),
-                 ("critical intensity", f"{self.critical_intensity:.4g} FLOPs/B")]
+                 ("arithmetic intensity", units.fmt_count(self.arithmetic_intensity, "FLOP/B")),
+                 ("critical intensity", units.fmt_count(self.critical_intensity, "FLOP/B"))]
         return rows
 
     def text(self) -> str:
+        """The terms and the verdict as text (shardlab.viz's view when registered)."""
+        view = views.text_view(self)
+        if view is not None:
+            return view
         w = max(len(k) for k, _ in self.rows())
         lines = [f"Roofline on {self.hardware}"] + [f"  {k.ljust(w)}  {v}" for k, v in self.rows()]
         return "\n".join(lines + [f"  note: {n}" for n in self.notes])
