@@ -5,7 +5,9 @@ colour, weight gradient dark, all in the microbatch's hue, labelled F3 / B3 / I3
 chunk c; the two members of an overlapped F&B pair share one block, the forward in its upper half
 and the backward in its lower half) with its idle time shaded grey and hatched, and a thin send lane below it (the link
 busy with an activation or gradient). :func:`to_svg` / :func:`to_html` give inline SVG for
-Jupyter (``Timeline._repr_html_``), :func:`plot` a matplotlib figure.
+Jupyter (``Timeline._repr_html_``, in a frame that scrolls sideways instead of being cut), :func:`plot`
+a matplotlib figure, and :func:`to_chrome_trace` the Chrome trace / Perfetto JSON (open it in
+ui.perfetto.dev): one track per stage for compute and one for its sends.
 
 Example:
     >>> from shardlab.train import pipeline as pp
@@ -18,8 +20,9 @@ from __future__ import annotations
 
 import colorsys
 import html
+import json
 
-__all__ = ["to_svg", "to_html", "plot", "microbatch_colour"]
+__all__ = ["to_svg", "to_html", "plot", "microbatch_colour", "to_chrome_trace"]
 
 _KIND_LIGHTNESS = {"forward": 0.72, "backward": 0.50, "backward_input": 0.50, "backward_weight": 0.32,
                    "send": 0.55}
@@ -137,7 +140,51 @@ def to_html(tl) -> str:
     head = "".join(f"<th {td}>{h}</th>" for h in ("device", "busy", "idle", "peak activations"))
     table = (f"<table style='font-family:sans-serif;font-size:11px;border-collapse:collapse'><tr>{head}</tr>"
              f"{rows}</table>")
-    return f"<div>{to_svg(tl)}<div style='margin-left:70px'>{table}</div></div>"
+    return (f"<div><div style='overflow-x:auto;max-width:100%'>{to_svg(tl)}</div>"
+            f"<div style='margin-left:70px;overflow-x:auto'>{table}</div></div>")
+
+
+def to_chrome_trace(tl, path: str | None = None, *, time_unit: float | None = None) -> dict:
+    """The timeline in the Chrome trace event format (ui.perfetto.dev, chrome://tracing).
+
+    Args:
+        tl: a :class:`~shardlab.train.pipeline.clock.Timeline`.
+        path: when given, the JSON is also written there.
+        time_unit: seconds per unit of the timeline's times (default: 1 for durations from the
+            cost model, ``Durations.from_cost``, which are seconds; 1e-6 for given unitless
+            durations, so one unit shows as 1 µs); the trace is in microseconds.
+
+    Returns:
+        ``{"traceEvents": [...]}``: per stage a compute track (F/B/I/W blocks named like the
+        picture's labels, microbatch and chunk in ``args``) and a send track.
+
+    Example:
+        >>> from shardlab.train import pipeline as pp
+        >>> t = to_chrome_trace(pp.clock(pp.gpipe(2, 2)))
+        >>> [e["name"] for e in t["traceEvents"] if e["ph"] == "X" and e["tid"] == 0][:2]
+        ['F0', 'F1']
+    """
+    if time_unit is None:
+        time_unit = 1.0 if str(tl.source).startswith("cost model") else 1e-6
+    us = time_unit * 1e6
+    ev = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": tl.schedule.name}}]
+    for s in range(tl.p):
+        ev.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": 2 * s, "args": {"name": f"stage {s}"}})
+        ev.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": 2 * s + 1, "args": {"name": f"stage {s} sends"}})
+        for e in tl.compute_events(s):
+            a = e.action
+            ev.append({"name": _label(a), "cat": a.kind, "ph": "X", "pid": 0, "tid": 2 * s, "ts": e.start * us,
+                       "dur": (e.end - e.start) * us, "args": {"microbatch": a.microbatch, "chunk": a.chunk}})
+        for e in tl.send_events(s):
+            if e.end > e.start:
+                ev.append({"name": f"send {e.action.microbatch}", "cat": "send", "ph": "X", "pid": 0,
+                           "tid": 2 * s + 1, "ts": e.start * us, "dur": (e.end - e.start) * us,
+                           "args": {"action": str(e.action)}})
+    trace = {"traceEvents": ev, "displayTimeUnit": "ns"}
+    if path is not None:
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(trace, f)
+    return trace
 
 
 def plot(tl, ax=None, *, title: str | None = None, labels: bool = True):
