@@ -328,7 +328,7 @@ def test_svg_and_html_draw_every_block_and_the_bubble():
         len(tl.idle_intervals(s)) for s in range(3))
     assert "W3" in svg and "I0" in svg and "url(#bubble)" in svg
     html = tl._repr_html_()
-    assert html.startswith("<div><svg") and "peak activations" in html
+    assert html.startswith("<div><div") and "<svg" in html and "peak activations" in html
     idle = sum(b - a for s in range(3) for a, b in tl.idle_intervals(s))
     assert math.isclose(idle, tl.idle_time, rel_tol=1e-12)
 
