@@ -30,6 +30,7 @@ from ._src.arrays.sharded_array import Shard, ShardedArray, device_get, device_p
 from ._src.arrays.typeof import typeof  # noqa: E402
 from ._src.core.config import config  # noqa: E402
 from ._src.core.context import named_scope  # noqa: E402
+from ._src.core.context import phase as ledger_phase  # noqa: E402
 from ._src.core.mesh import (  # noqa: E402
     Device, Mesh, default_backend, device_count, devices, get_mesh, local_device_count, local_devices, make_mesh,
     process_count, process_index, set_mesh,
@@ -63,7 +64,7 @@ except _metadata.PackageNotFoundError:  # run from a source tree that was never 
 __all__ = [
     "ad_checkpoint", "Array", "block_until_ready", "checkpoint", "checkpoint_policies", "config", "cost", "debug",
     "default_backend", "Device", "device_count", "device_get", "device_put", "devices", "dtypes",
-    "DuplicateSpecError", "einsum", "eval_shape", "get_mesh", "grad", "hardware", "jit", "kernels", "lax", "Ledger",
+    "DuplicateSpecError", "einsum", "eval_shape", "get_mesh", "grad", "hardware", "jit", "kernels", "lax", "Ledger", "ledger_phase",
     "local_device_count", "local_devices", "LocalArray", "make_jaxpr", "make_mesh", "matmul", "Mesh", "named_scope",
     "NamedSharding", "nn", "numpy", "P", "PartitionSpec", "Plan", "plan_einsum", "plan_reshard", "process_count",
     "process_index", "profiler", "random", "remat", "reshard", "run_plan", "set_mesh", "Shard", "shard_map",

@@ -20,9 +20,14 @@ The convention is the ledger's, so the formula can be checked against a forward 
   matmuls), ``"flash"`` (FlashAttention-2 recomputes ``QK^T``: ``10H``) or ``"shardlab"``
   (``shardlab.nn.dot_product_attention_vjp`` also reruns the forward: ``14H``, what its ledger
   event records).
-* ``remat``: ``None`` (keep every activation), ``"attention"`` (keep the outputs of the seven
-  matmuls, recompute the two attention matmuls: the book's question 6) or ``"full"`` (keep each
-  layer's input, rerun the layer's forward). The head is never recomputed.
+* ``remat``: a recompute policy of :mod:`shardlab.models.remat` (the Trainer's): ``None`` /
+  ``"none"`` (keep every activation), ``"full"`` (keep each layer's input, rerun the layer's
+  forward), ``"dots"`` (alias ``"attention"``: keep the matmul outputs, recompute the two
+  attention matmuls: the book's question 6), ``"selective"`` (Megatron's: the attention core
+  only), ``"ffw_outputs"`` (keep the MLP matmul outputs: recompute Q/K/V, attention and W_O) or
+  any set of checkpoint names: every matmul whose output is not kept is recomputed once, and the
+  attention core unless ``attn_out`` is kept. A MoE layer's router and experts count as
+  ``mlp_hidden``. The head is never recomputed.
 
 Example:
     >>> from shardlab.models import ModelConfig, flops_per_token
@@ -39,11 +44,11 @@ from __future__ import annotations
 from fractions import Fraction
 
 from .config import ModelConfig
+from .remat import remat_policy
 from .report import Report
 
-__all__ = ["flops_per_token", "FlopsPerToken", "attention_crossover", "REMAT_POLICIES"]
+__all__ = ["flops_per_token", "FlopsPerToken", "attention_crossover"]
 
-REMAT_POLICIES = (None, "none", "attention", "full")
 _ATTN_BWD = {"2x": 8, "flash": 10, "shardlab": 14}
 
 
@@ -104,7 +109,7 @@ def flops_per_token(cfg: ModelConfig, context: int, causal: bool = True, trainin
             when causal).
         causal: causal attention (exactly T(T+1)/2 query-key pairs per head).
         training: add the backward pass (and remat); False gives the forward only.
-        remat: None / "none", "attention" or "full" (see the module docstring).
+        remat: a recompute policy (``shardlab.models.remat``; see the module docstring).
         attention_backward: "2x", "flash" or "shardlab" (see the module docstring).
 
     Returns:
@@ -126,8 +131,7 @@ def flops_per_token(cfg: ModelConfig, context: int, causal: bool = True, trainin
         raise TypeError(f"[{op}] expected a ModelConfig, got {type(cfg).__name__}")
     if isinstance(context, bool) or not isinstance(context, int) or context < 1:
         raise ValueError(f"[{op}] context {context!r} must be an int >= 1 (tokens in the sequence)")
-    if remat not in REMAT_POLICIES:
-        raise ValueError(f"[{op}] remat {remat!r} is not one of None, 'none', 'attention', 'full'")
+    policy = remat_policy(remat, op)
     if attention_backward not in _ATTN_BWD:
         raise ValueError(f"[{op}] attention_backward {attention_backward!r} is not one of "
                          f"{', '.join(_ATTN_BWD)}")
@@ -140,8 +144,7 @@ def flops_per_token(cfg: ModelConfig, context: int, causal: bool = True, trainin
     if training:
         seq["backward_matmul"] = 2 * fwd_mm
         seq["backward_attention"] = fwd_attn * _ATTN_BWD[attention_backward] // 4
-        layer_mm = fwd_mm - comp["head"]
-        seq["remat"] = {None: 0, "none": 0, "attention": fwd_attn, "full": layer_mm + fwd_attn}[remat]
+        seq["remat"] = _recomputed(cfg, T, comp, fwd_attn, policy)
     per_seq_total = sum(seq.values())
     parts = {k: _num(Fraction(v, T)) for k, v in seq.items()}
     mm = "2*[D(2N+2K)H*L + " + ("3" if cfg.gated_mlp else "2") + "DF*L_dense"
@@ -152,12 +155,46 @@ def flops_per_token(cfg: ModelConfig, context: int, causal: bool = True, trainin
     formula = f"forward = {mm} + {attn}"
     if training:
         formula += (f"; backward = 2*matmul + {_ATTN_BWD[attention_backward] / 4:g}*attention"
-                    f"; remat({remat}) = {'0' if remat in (None, 'none') else 'attention forward' if remat == 'attention' else 'layer forward'}")
+                    f"; remat({policy}) = {_remat_formula(policy)}")
     extra = {"context": T, "causal": causal, "per_sequence": per_seq_total}
     extra.update({f"fwd_{k}": _num(Fraction(v, T)) for k, v in comp.items()})
     return FlopsPerToken(f"{op}({cfg.name or 'model'}, T={T}{', causal' if causal else ''}"
                          f"{', training' if training else ', forward'})", parts, unit="flops",
                          formula=formula, extra=extra)
+
+
+def _dense_matmuls(cfg: ModelConfig, T: int) -> dict:
+    """Forward FLOPs of one sequence's matmuls in the dense layers, by checkpoint name."""
+    D, N, K, H, F = cfg.d_model, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.ffw_dim
+    L = cfg.num_dense_layers
+    return {"qkv": L * T * 2 * D * (N + 2 * K) * H, "attn_proj": L * T * 2 * N * H * D,
+            "mlp_hidden": L * T * 2 * (cfg.mlp_matrices - 1) * D * F, "mlp_down": L * T * 2 * F * D}
+
+
+def _recomputed(cfg: ModelConfig, T: int, comp: dict, fwd_attn: int, policy) -> int:
+    """Recompute FLOPs of one sequence: each matmul whose output the policy does not keep, and
+    the attention core unless ``attn_out`` is kept (MoE layers: their Q/K/V/O by name, router and
+    experts as ``mlp_hidden``)."""
+    if not policy.checkpointed:
+        return 0
+    moe_layers = cfg.num_layers - cfg.num_dense_layers
+    dense = _dense_matmuls(cfg, T)
+    total = sum(v for k, v in dense.items() if policy.recomputes(k))
+    if moe_layers:
+        D, N, K, H = cfg.d_model, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        attn = {"qkv": moe_layers * T * 2 * D * (N + 2 * K) * H, "attn_proj": moe_layers * T * 2 * N * H * D}
+        total += sum(v for k, v in attn.items() if policy.recomputes(k))
+        if policy.recomputes("mlp_hidden"):
+            total += comp.get("router", 0) + comp.get("experts", 0) + comp.get("shared_experts", 0)
+    return total + (fwd_attn if policy.recomputes("attn_out") else 0)
+
+
+def _remat_formula(policy) -> str:
+    if not policy.checkpointed:
+        return "0"
+    parts = [n for n in ("qkv", "attn_proj", "mlp_hidden", "mlp_down") if policy.recomputes(n)]
+    parts += ["attention forward"] if policy.recomputes("attn_out") else []
+    return " + ".join(parts) if parts else "0"
 
 
 def _num(fr: Fraction):

@@ -9,8 +9,14 @@ all-reduce happens where the weight enters its block.
 Where the collectives come from:
 
 * FSDP / ZeRO-3: each weight is all-gathered over the data axes inside ``checkpoint`` (policy
-  ``dots_saveable``), so the gathered copy is not kept: the backward pass gathers it again
-  (phase ``recompute``) and the transpose of the gather reduce-scatters its gradient.
+  ``dots_saveable``; the layer's own checkpoint when a recompute policy wraps the layer), so the
+  gathered copy is not kept: the backward pass gathers it again (phase ``recompute``) and the
+  transpose of the gather reduce-scatters its gradient. The embedding table is not gathered
+  again: the lookup's gradient (a scatter-add of rows) does not read it.
+* Recompute policies (``shardlab.models.remat``): the layer names its intermediates
+  (``attn_norm``, ``qkv``, ``attn_out``, ...); :meth:`Blocks.keep` is the layer checkpoint's
+  policy: it keeps the matmul (or attention) that produces a kept name, so that matmul is not
+  recomputed, and the ``checkpoint_name`` values of kept norms and activations.
 * Megatron f / g: a block's input is the same on every device of the model axis and meets
   weights split over it (f: identity forward; its backward all-reduce is the psum of the
   partial gradients at the block's boundary); the block's output partial sums are psum-ed (g).
@@ -37,8 +43,10 @@ import shardlab as sl
 import shardlab.nn as snn
 import shardlab.numpy as jnp
 from shardlab import LocalArray, lax
+from shardlab.ad_checkpoint import checkpoint_name
+from shardlab.models import remat_policy
 from shardlab.models.expert_parallel import expert_parallel_mlp
-from shardlab.models.layers import norm, rotary
+from shardlab.models.layers import apply_rotary, norm, rotary_tables
 from shardlab.models.moe import routed_experts, shared_experts
 from shardlab.models.ops import activation, gated_activation
 from shardlab.models.transformer import embedding_lookup
@@ -65,8 +73,12 @@ class Blocks:
     """Per-device block functions of ``cfg`` under ``strategy`` on a mesh with data size X and
     model size Y (from ``strategy.sizes(mesh)``)."""
 
-    def __init__(self, cfg, strategy, X: int, Y: int, mesh_shape=None):
+    def __init__(self, cfg, strategy, X: int, Y: int, mesh_shape=None, remat=None):
         self.cfg, self.s, self.X, self.Y = cfg, strategy, X, Y
+        self.policy = remat_policy(remat, "Trainer")
+        self._tag = None          # the checkpoint name of the matmul / attention being bound
+        self.recorded = None      # {name: bytes per device} while Trainer.saved_activations runs
+        self._rotary: dict = {}   # (T) -> the rotary tables of the local heads
         self.lcfg = local_config(cfg, Y)
         self.data = strategy.data[0] if len(strategy.data) == 1 else tuple(strategy.data)
         self.model = strategy.model
@@ -95,9 +107,59 @@ class Blocks:
                 w = lax.all_gather(w, data_axes[0] if len(data_axes) == 1 else data_axes, axis=dim, tiled=True)
         return w
 
-    def _ckpt(self, fn):
-        """FSDP: re-gather in the backward pass instead of keeping gathered weights."""
-        return sl.checkpoint(fn, policy="dots_saveable") if self.s.zero == 3 else fn
+    def _ckpt(self, fn, in_layer: bool = True):
+        """FSDP: re-gather in the backward pass instead of keeping gathered weights (inside a
+        layer that the recompute policy checkpoints, the layer's checkpoint does it: a nested
+        one would recompute the matmuls it keeps a second time)."""
+        if self.s.zero != 3 or (in_layer and self.policy.checkpointed):
+            return fn
+        return sl.checkpoint(fn, policy="dots_saveable")
+
+    # -- recompute policy -------------------------------------------------------------------
+    def keep(self, prim, *avals, **params) -> bool:
+        """The layer checkpoint's policy (JAX's signature): keep a ``checkpoint_name`` value the
+        policy names, and the matmul / attention core whose output it names."""
+        saved, name = self.policy.saved, str(prim)
+        if name == "name":
+            return params["name"] in saved
+        tag = self._tag
+        if tag is None or tag not in saved:
+            return False
+        return name == ("attention" if tag == "attn_out" else "dot_general")
+
+    def _tagged(self, tag: str, fn, *args, **kwargs):
+        """``fn(*args)`` with its matmul (or attention) known as checkpoint name ``tag``."""
+        if not self.policy.checkpointed:
+            return fn(*args, **kwargs)
+        previous, self._tag = self._tag, tag
+        try:
+            out = fn(*args, **kwargs)
+        finally:
+            self._tag = previous
+        self._record(tag, out)
+        return out
+
+    def _name(self, x, name: str):
+        """``checkpoint_name(x, name)`` under a checkpointed policy."""
+        if not self.policy.checkpointed:
+            return x
+        self._record(name, x)
+        return checkpoint_name(x, name)
+
+    def _record(self, name: str, x) -> None:
+        if self.recorded is not None and name in self.policy.saved:
+            nbytes = x.size * x.dtype.itemsize
+            if name == "attn_out":  # the kernel keeps its fp32 logsumexp beside the output
+                b, t, n, _ = x.shape
+                nbytes += b * t * n * 4
+            self.recorded[name] = self.recorded.get(name, 0) + int(nbytes)
+
+    def _rope(self, q, k):
+        T = q.shape[1]
+        if T not in self._rotary:
+            self._rotary[T] = rotary_tables(self.lcfg, np.arange(T))
+        cos, sin = self._rotary[T]
+        return apply_rotary(q, cos, sin, self.lcfg), apply_rotary(k, cos, sin, self.lcfg)
 
     def _norm(self, p, axes, x):
         def run(p, x):
@@ -166,7 +228,7 @@ class Blocks:
                     x = lax.dynamic_slice_in_dim(x, lax.axis_index(self.model) * np.int32(t), t, axis=1)
             return x
 
-        x = self._ckpt(run)(table, tokens)
+        x = run(table, tokens)  # no checkpoint: the lookup's gradient does not read the table
         if self.model is not None and self.s.vocab_parallel:
             x = self._reduce_out(x)  # g: the partial rows of the vocabulary shards (B·T·D)
         if pos is not None:
@@ -179,7 +241,7 @@ class Blocks:
                     start = lax.axis_index(self.model) * np.int32(t)
                     return x + lax.dynamic_slice_in_dim(table_p, start, t, axis=0)[None]
                 return x + table_p[:t][None]
-            x = self._ckpt(add_pos)(x, pos)
+            x = self._ckpt(add_pos, in_layer=False)(x, pos)
         return x
 
     def attention(self, p, axes, x):
@@ -187,21 +249,21 @@ class Blocks:
         the context axis (rotary at the tokens' global positions)."""
         cfg, lcfg = self.cfg, self.lcfg
         a, aa = p["attn"], axes["attn"]
-        h = self._gather_seq(self._norm(p["attn_norm"], axes["attn_norm"], x))
+        h = self._gather_seq(self._name(self._norm(p["attn_norm"], axes["attn_norm"], x), "attn_norm"))
         B, T, _ = h.shape
         N, K, H = lcfg.num_heads, lcfg.num_kv_heads, lcfg.head_dim
-        qkv = self._projs(h, a, aa, ("wq", "wk", "wv"), ("bq", "bk", "bv"))
+        qkv = self._tagged("qkv", self._projs, h, a, aa, ("wq", "wk", "wv"), ("bq", "bk", "bv"))
         q, k, v = jnp.split(qkv, [N * H, (N + K) * H], axis=-1)
         q, k, v = jnp.reshape(q, (B, T, N, H)), jnp.reshape(k, (B, T, K, H)), jnp.reshape(v, (B, T, K, H))
         if self.context is not None:
             if cfg.positions == "rotary":
                 q, k = rotary_zigzag((q, k), lcfg, self.context)
-            o = ring_attention(q, k, v, self.context, is_causal=True)
+            o = self._tagged("attn_out", ring_attention, q, k, v, self.context, is_causal=True)
         else:
             if cfg.positions == "rotary":
-                q, k = rotary(q, lcfg), rotary(k, lcfg)
-            o = snn.dot_product_attention(q, k, v, is_causal=True)
-        y = self._reduce_out(self._proj(jnp.reshape(o, (B, T, N * H)), a["wo"], aa["wo"]))
+                q, k = self._rope(q, k)
+            o = self._tagged("attn_out", snn.dot_product_attention, q, k, v, is_causal=True)
+        y = self._reduce_out(self._tagged("attn_proj", self._proj, jnp.reshape(o, (B, T, N * H)), a["wo"], aa["wo"]))
         return x + self._add_bias_after(y, a, "bo", aa)
 
     def mlp(self, p, axes, x):
@@ -210,12 +272,15 @@ class Blocks:
             return self.moe(p, axes, x)
         cfg = self.cfg
         m, ma = p["mlp"], axes["mlp"]
-        h = self._gather_seq(self._norm(p["mlp_norm"], axes["mlp_norm"], x))
+        h = self._gather_seq(self._name(self._norm(p["mlp_norm"], axes["mlp_norm"], x), "mlp_norm"))
         if cfg.gated_mlp:
-            z = gated_activation(cfg.activation, self._projs(h, m, ma, ("w_gate", "w_up"), ("b_gate", "b_up")))
+            z = gated_activation(cfg.activation, self._tagged("mlp_hidden", self._projs, h, m, ma, ("w_gate", "w_up"),
+                                                              ("b_gate", "b_up")))
         else:
-            z = activation(cfg.activation, self._proj(h, m["w_in"], ma["w_in"], m.get("b_in"), ma.get("b_in")))
-        y = self._reduce_out(self._proj(z.astype(x.dtype), m["w_down"], ma["w_down"]))
+            z = activation(cfg.activation, self._tagged("mlp_hidden", self._proj, h, m["w_in"], ma["w_in"], m.get("b_in"),
+                                                        ma.get("b_in")))
+        z = self._name(z.astype(x.dtype), "mlp_act")
+        y = self._reduce_out(self._tagged("mlp_down", self._proj, z, m["w_down"], ma["w_down"]))
         return x + self._add_bias_after(y, m, "b_down", ma)
 
     def _use_tree(self, p, axes):
@@ -229,7 +294,7 @@ class Blocks:
         the backward pass); the expert axis's shards are never gathered."""
         cfg = self.cfg
         m, ma = p["moe"], axes["moe"]
-        h = self._norm(p["mlp_norm"], axes["mlp_norm"], x)
+        h = self._name(self._norm(p["mlp_norm"], axes["mlp_norm"], x), "mlp_norm")
         routed = {k: v for k, v in m.items() if k not in ("router", "router_bias", "shared")}
         extra = {"router_bias": self.use(m["router_bias"], ma["router_bias"])} if "router_bias" in m else {}
         ckpt = self._ckpt
@@ -243,8 +308,8 @@ class Blocks:
         def shared(h):
             return ckpt(lambda h, w: shared_experts(self._use_tree(w, ma["shared"]), h, cfg))(h, m["shared"])
 
-        y = expert_parallel_mlp(extra, h, cfg, self.s.expert, router=router, experts=experts,
-                                shared=shared if "shared" in m else None)
+        y = self._tagged("mlp_hidden", expert_parallel_mlp, extra, h, cfg, self.s.expert, router=router,
+                         experts=experts, shared=shared if "shared" in m else None)
         return x + y
 
     def head_loss(self, final_norm, fn_axes, head, head_axes, x, targets, total_tokens: int):
@@ -252,13 +317,14 @@ class Blocks:
         data axes. Vocab-parallel: the softmax needs the B·T maximum and sum of the shards'
         logsumexps and B·T target logits from the model axis (three B·T collectives), never
         the B·T·V logits."""
-        h = self._gather_seq(self._norm(final_norm, fn_axes, x))
+        h = self._gather_seq(self._ckpt(lambda p, x: norm({k: self.use(v, fn_axes[k]) for k, v in p.items()}, x, self.cfg),
+                                        in_layer=False)(final_norm, x))
 
         def logits_of(h, w):
             w = self.use(w, head_axes)
             return jnp.matmul(h, w.T if head_axes == ("vocab", "embed") else w)
 
-        logits = self._ckpt(logits_of)(h, head).astype(np.float32)
+        logits = self._ckpt(logits_of, in_layer=False)(h, head).astype(np.float32)
         t = targets.astype(np.int32)
         lse = snn.logsumexp(logits, axis=-1)  # of this device's logits (one fused pass)
         if self.model is not None and self.s.vocab_parallel:

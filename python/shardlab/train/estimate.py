@@ -2,57 +2,171 @@
 
 :func:`estimate` builds the step of :class:`~shardlab.train.Trainer` on an abstract mesh of the
 size asked for (no data is allocated), records every matmul, attention call and collective it
-would run, and reports compute time, communication time per mesh axis, the step time with
-communication overlapped (the book's max(T_math, T_comms)), memory per device, MFU and the bound.
-:func:`~shardlab.train.search.search` tries the strategies over mesh factorizations.
+would run, and prices them with the chip's price list (:func:`shardlab.cost.price_event`: what
+the chip reaches, not its peaks). The memory-bound work the ledger does not record -- norms,
+residual adds, activations, rotary, the loss, the optimizer update and clipping -- is priced as
+the bytes it moves at the reached HBM bandwidth (:mod:`shardlab.cost.formulas`). Communication
+overlaps as the frameworks do it:
+
+* FSDP / ZeRO weight gathers over the data axes are prefetched under the compute of their phase,
+  gradient reduce-scatters and all-reduces (DP, bucketed) overlap the backward pass; one
+  layer's worth of each stays exposed (the first gather, the last reduction);
+* tensor-parallel collectives are on the critical path unless ``async_tp=True``;
+* context-parallel ring exchanges overlap the attention;
+* pipeline stages (``pipeline=p``) are clocked with the schedule of :mod:`shardlab.train.pipeline`
+  (1F1B, interleaved 1F1B, zero bubble, ...) with a send between stages; the idle time is the
+  bubble.
+
+The :class:`Estimate` says where the step goes (forward, backward, recompute, optimizer, exposed
+communication per axis, bubble), MFU and HFU, memory per device and whether it fits, as a table
+and bars (``print(e)``, or the HTML view in Jupyter).
+
+All layers of a dense model do the same work, so a model of more than two layers is executed
+with two and the second is counted ``num_layers - 1`` times (``Estimate.layers_executed``); the
+ledger holds the executed layers.
 
 Example:
     >>> from shardlab.models import ModelConfig
     >>> from shardlab import train
     >>> cfg = ModelConfig(num_layers=2, d_model=1024, ffw_dim=4096, num_heads=8, vocab_size=32000)
     >>> e = train.estimate(cfg, "fsdp", {"data": 64}, "tpu-v5p", batch=64, seq=2048)
-    >>> e.bound, e.comm_seconds["data"] > 0
-    ('comm:data', True)
+    >>> e.bound, [k for k, v in e.phases.items() if v > 0]
+    ('comm:data', ['forward', 'backward', 'optimizer', 'comm:data'])
 """
 
 from __future__ import annotations
 
 import dataclasses
+import html
+import math
 
 import numpy as np
 
 import shardlab as sl
 import shardlab.hardware as hw_mod
+from shardlab import units
+from shardlab.cost import formulas, price_event, price_list
 from shardlab.models import flops_per_token, param_axes, training_memory
 
+from . import pipeline as _pp
 from . import strategy as _strategy
 from .step import Trainer, TrainState, tree_map
 from .strategy import param_sizes
 
 __all__ = ["Estimate", "estimate", "sequence_chunks"]
 
+_PHASES = ("forward", "recompute", "backward")
+_SCHEDULES = ("1f1b", "interleaved-1f1b", "gpipe", "zb-h1")
+
 
 @dataclasses.dataclass
 class Estimate:
-    """What one training step costs: seconds, bytes per device, utilisation."""
+    """What one training step costs: seconds, bytes per device, utilisation.
+
+    Attributes:
+        strategy, mesh: the plan (``mesh`` is one pipeline stage's mesh).
+        compute_seconds: per device, all compute and memory-bound work of the step (all
+            microbatches, no bubble).
+        comm_seconds: mesh axis (or "a+b") -> seconds of its collectives, overlapped or not.
+        step_seconds: the step: compute + exposed communication + bubble + optimizer.
+        exposed_comm_seconds: per axis, what compute does not hide.
+        memory: bytes per device: params, grads, optimizer, activations.
+        mfu: model FLOPs (``flops_per_token(training=True)``, causal attention, no recompute)
+            per second per chip over the bf16 peak; hfu: FLOPs executed (recompute included).
+        bound: "compute" or "comm:<axis>" (the larger of compute and one axis's collectives).
+        fits: memory per device <= HBM.
+        phases: seconds on the critical path: forward, recompute, backward, optimizer,
+            ``comm:<axis>`` (exposed), bubble; they add up to ``step_seconds``.
+        matmul_seconds: forward + backward matmuls at the peak (the book's T_math).
+    """
 
     strategy: str
     mesh: dict
     compute_seconds: float
-    comm_seconds: dict           # mesh axis (or "a+b") -> seconds of its collectives
+    comm_seconds: dict
     step_seconds: float
-    exposed_comm_seconds: dict   # per axis: what compute does not hide
-    memory: dict                 # bytes per device: params, grads, optimizer, activations
+    exposed_comm_seconds: dict
+    memory: dict
     mfu: float
     bound: str
     fits: bool
     ledger: object = dataclasses.field(repr=False, default=None)
-    sequence_chunks: int = 1     # pieces each sequence was cut into to split tokens over the data axes
-    matmul_seconds: float = 0.0  # forward + backward matmuls only (the book's T_math: no attention, no remat)
+    sequence_chunks: int = 1
+    matmul_seconds: float = 0.0
+    phases: dict = dataclasses.field(default_factory=dict)
+    hfu: float = 0.0
+    hardware: str = ""
+    chips: int = 1
+    pipeline: int = 1
+    prices: str = ""
+    layers_executed: int = 0
+    hbm_capacity: float = 0.0
+    notes: list = dataclasses.field(default_factory=list)
 
     @property
     def memory_per_device(self) -> float:
         return float(sum(self.memory.values()))
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Tokens per second per chip (torchtitan's TPS/GPU)."""
+        return self._tokens / (self.step_seconds * self.chips) if self.step_seconds else 0.0
+
+    _tokens: int = dataclasses.field(default=0, repr=False)
+
+    # -- display ---------------------------------------------------------------------------------
+    def rows(self) -> list[tuple[str, float, float]]:
+        """(phase, seconds, share of the step) on the critical path."""
+        return [(k, v, v / self.step_seconds if self.step_seconds else 0.0) for k, v in self.phases.items() if v > 0]
+
+    def text(self, width: int = 32) -> str:
+        """A table and a bar of step time by phase, and memory against HBM."""
+        head = (f"train.estimate: {self.strategy} on {self.chips} x {self.hardware} "
+                f"(mesh {self.mesh}{f', {self.pipeline} pipeline stages' if self.pipeline > 1 else ''}; "
+                f"prices: {self.prices})")
+        lines = [head, f"  step {units.fmt_seconds(self.step_seconds)}   MFU {units.fmt_percent(self.mfu)}   "
+                       f"HFU {units.fmt_percent(self.hfu)}   bound: {self.bound}"]
+        w = max([len(k) for k, _, _ in self.rows()] + [10])
+        for k, v, share in self.rows():
+            bar = "█" * max(1, round(share * width)) if share > 0 else ""
+            lines.append(f"  {k.ljust(w)} {units.fmt_seconds(v):>10} {units.fmt_percent(share):>7}  {bar}")
+        total = self.memory_per_device
+        lines.append(f"  memory per device {units.fmt_bytes(total)} of {units.fmt_bytes(self.hbm_capacity)} HBM: "
+                     f"{'fits' if self.fits else 'does NOT fit'}")
+        for k, v in self.memory.items():
+            share = v / self.hbm_capacity if self.hbm_capacity else 0.0
+            lines.append(f"  {k.ljust(w)} {units.fmt_bytes(v):>10} {units.fmt_percent(share):>7}  "
+                         f"{'▒' * max(0, min(width, round(share * width)))}")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.text()
+
+    def _repr_html_(self) -> str:
+        def bar(share, colour):
+            return (f"<div style='background:{colour};height:0.8em;width:{max(0.0, min(1.0, share)) * 100:.1f}%'>"
+                    f"</div>")
+
+        rows = "".join(f"<tr><td>{html.escape(k)}</td><td style='text-align:right'>{units.fmt_seconds(v)}</td>"
+                       f"<td style='text-align:right'>{units.fmt_percent(s)}</td><td style='width:14em'>"
+                       f"{bar(s, '#4c78a8')}</td></tr>" for k, v, s in self.rows())
+        mem = "".join(f"<tr><td>{html.escape(k)}</td><td style='text-align:right'>{units.fmt_bytes(v)}</td>"
+                      f"<td style='text-align:right'>{units.fmt_percent(v / self.hbm_capacity if self.hbm_capacity else 0)}"
+                      f"</td><td>{bar(v / self.hbm_capacity if self.hbm_capacity else 0, '#f58518')}</td></tr>"
+                      for k, v in self.memory.items())
+        verdict = "fits" if self.fits else "does <b>not</b> fit"
+        notes = "".join(f"<li>{html.escape(n)}</li>" for n in self.notes)
+        return (f"<div><b>train.estimate</b>: {html.escape(self.strategy)} on {self.chips} &times; "
+                f"{html.escape(self.hardware)}, mesh {html.escape(str(self.mesh))}"
+                f"{f', {self.pipeline} pipeline stages' if self.pipeline > 1 else ''} (prices: {html.escape(self.prices)})"
+                f"<br>step <b>{units.fmt_seconds(self.step_seconds)}</b>, MFU {units.fmt_percent(self.mfu)}, "
+                f"HFU {units.fmt_percent(self.hfu)}, bound: {html.escape(self.bound)}"
+                f"<table><tr><th>phase</th><th>time</th><th>share</th><th></th></tr>{rows}</table>"
+                f"memory per device {units.fmt_bytes(self.memory_per_device)} of "
+                f"{units.fmt_bytes(self.hbm_capacity)} HBM: {verdict}"
+                f"<table><tr><th>buffer</th><th>bytes</th><th>of HBM</th><th></th></tr>{mem}</table>"
+                f"<ul>{notes}</ul></div>")
 
 
 def _param_structs(cfg, trainer: Trainer, dtype, spec_fn):
@@ -73,80 +187,354 @@ def _mesh(mesh, hardware, strategy=None):
     return mesh
 
 
+def _nbytes(tree) -> int:
+    if tree is None:
+        return 0
+    return int(sum(x.nbytes_per_device for x in sl.tree_util.tree_leaves(tree)))
+
+
+def _state_bytes(state, layer=None) -> dict:
+    """params / grads / optimizer bytes per device of `state` (of one layer when `layer` is given)."""
+    pick = (lambda t: t["layers"][layer] if t is not None else None) if layer is not None else (lambda t: t)
+    opt = _nbytes(pick(state.master)) + sum(_nbytes(pick(t)) for t in state.opt_state.values())
+    return {"params": _nbytes(pick(state.params)), "grads": _nbytes(pick(state.grads)), "optimizer": opt}
+
+
+def _check(op, name, value, lo=1):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
+        raise ValueError(f"[{op}] {name}={value!r} must be an int >= {lo}")
+
+
 def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None, microbatches: int = 1,
-             precision: str = "mixed", optimizer: str = "adamw") -> Estimate:
+             precision: str = "mixed", optimizer: str = "adamw", prices=None, pipeline: int = 1,
+             virtual_stages: int = 1, schedule: str | None = None, async_tp: bool = False,
+             dp_overlap: bool = True, attention: str = "flash", dropout: bool = False,
+             pipeline_link: str | None = None) -> Estimate:
     """Runs one training step of ``cfg`` shape-only and prices it on ``hardware``.
 
     Args:
         cfg: the model.
         strategy: a Strategy or built-in name.
-        mesh: ``{axis: size}`` (an abstract mesh is made) or a Mesh with hardware.
+        mesh: ``{axis: size}`` (an abstract mesh is made) or a Mesh with hardware; with
+            ``pipeline > 1`` the mesh of one stage.
         hardware: a preset name.
         batch: sequences per step; seq: tokens per sequence. When the data axes are more than
             the sequences, the tokens are split instead (each sequence cut into
             :func:`sequence_chunks` pieces, as context parallelism does); attention is then
             priced over whole sequences, the K/V exchange of ring attention is not counted.
         remat: None, "dots" or "full" (activation checkpointing of each layer).
-        microbatches: gradient accumulation steps.
+        microbatches: gradient accumulation steps (pipeline microbatches with ``pipeline > 1``).
         precision: "mixed" (bf16 params, fp32 master and moments) or "fp32".
         optimizer: "adamw" or "sgd".
+        prices: the price list (:func:`shardlab.cost.price_list`; default the chip's own,
+            ``"ideal"`` for the peaks).
+        pipeline: pipeline stages; virtual_stages: model chunks per stage (interleaved 1F1B);
+        schedule: "1f1b" (default), "interleaved-1f1b" (default when ``virtual_stages > 1``),
+            "gpipe" or "zb-h1".
+        async_tp: tensor-parallel collectives overlap the matmuls (async TP / collective
+            matmul); default they are on the critical path.
+        dp_overlap: the gradient reduction overlaps the backward (PyTorch DDP, FSDP, XLA);
+            False reduces after it (Megatron's "local" DDP).
+        attention: "flash" (scores stay on chip) or "unfused" (the scores are written to HBM and
+            the masked softmax is computed over all ``seq x seq`` of them, as Megatron-LM in 2021).
+        dropout: dropout masks on the residual adds (and the scores when unfused).
+        pipeline_link: the link the stage-to-stage sends use ("nvlink", "ib", "dcn"...; default
+            the slowest data link of the hardware: InfiniBand on GPUs, ICI on TPUs).
 
     Returns:
-        An :class:`Estimate`; params, grads and optimizer bytes are the live buffers of the
-        abstract step, activations come from ``models.training_memory``.
+        An :class:`Estimate`.
+
+    Raises:
+        ValueError: a bad strategy, mesh, batch, pipeline split or schedule name.
     """
+    op = "estimate"
+    for name, v in (("batch", batch), ("seq", seq), ("microbatches", microbatches), ("pipeline", pipeline),
+                    ("virtual_stages", virtual_stages)):
+        _check(op, name, v)
+    if attention not in ("flash", "unfused"):
+        raise ValueError(f"[{op}] attention={attention!r}: use 'flash' or 'unfused'")
+    sched = schedule or ("interleaved-1f1b" if virtual_stages > 1 else "1f1b")
+    if sched not in _SCHEDULES:
+        raise ValueError(f"[{op}] schedule={schedule!r} is not one of {', '.join(_SCHEDULES)}")
+    if virtual_stages > 1 and sched != "interleaved-1f1b":
+        raise ValueError(f"[{op}] virtual_stages={virtual_stages} needs schedule='interleaved-1f1b'")
+    L = cfg.num_layers
+    if L % (pipeline * virtual_stages):
+        raise ValueError(f"[{op}] num_layers {L} is not divisible by pipeline x virtual_stages = "
+                         f"{pipeline} x {virtual_stages}: use a split that divides the layers")
     s = _strategy.get(strategy)
     m = _mesh(mesh, hardware, s)
+    hw = hw_mod.get(hardware)
+    p_list = price_list(hw) if prices is None else price_list(prices)
     X, Y = s.sizes(m)
-    chunks = sequence_chunks(batch, seq, X, Y if s.sequence_parallel else 1, microbatches)
-    rows, cols = batch * chunks, seq // chunks
+    piped = pipeline > 1
+    run_mb = 1 if piped else microbatches          # a pipeline's step is clocked from one microbatch
+    if piped and batch % microbatches:
+        raise ValueError(f"[{op}] batch {batch} is not divisible by microbatches {microbatches}")
+    run_batch = batch // microbatches if piped else batch
+    chunks = sequence_chunks(run_batch, seq, X, Y if s.sequence_parallel else 1, run_mb)
+    rows, cols = run_batch * chunks, seq // chunks
     s.validate(cfg, m, rows, cols)
-    t = Trainer(cfg, s, m, optimizer=optimizer, precision=precision, remat=remat, microbatches=microbatches)
-    pdt = t.dtype
-    params = _param_structs(cfg, t, pdt, t.param_spec)
-    master = _param_structs(cfg, t, np.float32, t.state_spec) if (t.mixed or s.zero in (1, 2)) else None
-    base = master if master is not None else _param_structs(cfg, t, np.float32, t.param_spec)
+    uniform = len({cfg.is_moe_layer(i) for i in range(L)}) == 1 if hasattr(cfg, "is_moe_layer") else True
+    n_run = min(L, 2) if uniform else L
+    cfg_run = cfg.replace(num_layers=n_run) if n_run != L else cfg
+    t = Trainer(cfg_run, s, m, optimizer=optimizer, precision=precision, remat=remat, microbatches=run_mb)
+    params = _param_structs(cfg_run, t, t.dtype, t.param_spec)
+    master = _param_structs(cfg_run, t, np.float32, t.state_spec) if (t.mixed or s.zero in (1, 2)) else None
+    base = master if master is not None else _param_structs(cfg_run, t, np.float32, t.param_spec)
     opt = {n: base for n in t.opt.state_names}
-    tok = sl.ShapeDtypeStruct((rows // microbatches, cols), np.int32, sharding=t.sharding(s.batch_spec()))
+    tok = sl.ShapeDtypeStruct((rows // run_mb, cols), np.int32, sharding=t.sharding(s.batch_spec()))
     out = {}
 
     def run(params, master, opt, tok):
         state = TrainState(params, master, opt)
         new, _ = t.step(state, tok, tok)
-        out["memory"] = t.memory(new)
+        out["state"] = new
         return 0
 
     with sl.Ledger() as ledger:
         sl.eval_shape(run, params, master, opt, tok)
+    events = ledger.events
+    unit_label = f"layer{n_run - 1}"
+    layers_dev = L // pipeline                      # layers whose work one device does
+    extra = layers_dev - n_run if not piped else 0  # without a pipeline: copies of the last layer to add
+
     # sequences cut into `chunks` pieces (context parallelism): price attention over whole sequences
     attn_scale = 1.0
     if chunks > 1:
         full, cut = flops_per_token(cfg, seq, causal=True), flops_per_token(cfg, cols, causal=True)
         attn_scale = full.attention / cut.attention if cut.attention else 1.0
-    matmul = sum(e["seconds"] or 0.0 for e in ledger.events if e["op"] == "matmul" and e["phase"] != "recompute")
-    compute = sum((e["seconds"] or 0.0) * (attn_scale if e["op"].startswith("attention") else 1.0)
-                  for e in ledger.events if not e["axes"])
+    if attention == "unfused":  # all s x s scores computed, masked afterwards
+        causal = flops_per_token(cfg_run, seq, causal=True).attention
+        attn_scale *= flops_per_token(cfg_run, seq, causal=False).attention / causal if causal else 1.0
+
+    data_axes = set(s.data)
+    # priced seconds per (where, phase) of compute, per (where, phase, axes, kind) of collectives;
+    # where: "layer" (the unit layer), "other_layer" (the other executed layers) or the scope
+    comp: dict = {}
+    comm_b: dict = {}
+    fl: dict = {}
+    matmul_peak = 0.0
+    for e in events:
+        label = e["label"] or ""
+        top = label.split("/")[0]
+        where = "layer" if top == unit_label else "other_layer" if top.startswith("layer") else top or "-"
+        w = 1 + extra if where == "layer" else 1
+        if top == "optimizer" or e["phase"] == "optimizer":
+            phase = "optimizer"
+        elif top == "grad_sync":
+            phase = "backward"
+        else:
+            phase = e["phase"] if e["phase"] in _PHASES else "forward"
+        if not e["axes"]:
+            scale = attn_scale if e["op"].startswith("attention") else 1.0
+            comp[(where, phase)] = comp.get((where, phase), 0.0) + price_event(e, hw, p_list) * scale * w
+            fl[where] = fl.get(where, 0.0) + e["flops"] * scale * w
+            if e["op"] == "matmul" and e["phase"] != "recompute":
+                matmul_peak += (e["seconds"] or 0.0) * w
+            continue
+        key = "+".join(e["axes"])
+        axes = set(e["axes"])
+        if phase == "optimizer":
+            kind = "exposed"
+        elif axes <= data_axes:
+            kind = "overlap" if e["op"] == "all_gather" else "dp"   # gathers prefetched; gradient reductions
+        elif s.context and axes == {s.context}:
+            kind = "overlap"
+        elif s.model and s.model in axes:
+            kind = "overlap" if async_tp else "exposed"
+        else:
+            kind = "exposed"
+        k4 = (where, phase, key, kind)
+        comm_b[k4] = comm_b.get(k4, 0.0) + price_event(e, hw, p_list, mesh=m) * w
     comm: dict = {}
-    for e in ledger.events:
-        if e["axes"]:
-            key = "+".join(e["axes"])
-            comm[key] = comm.get(key, 0.0) + (e["seconds"] or 0.0)
-    step = max([compute] + list(comm.values()))
-    exposed = {k: max(0.0, v - compute) for k, v in comm.items()}
-    bound = "compute" if step == compute else "comm:" + max(comm, key=comm.get)
-    # activations: tokens per device = batch x seq / (X·C), whatever the sequences were cut into
+    for (_, _, key, _), v in comm_b.items():
+        comm[key] = comm.get(key, 0.0) + v
+
+    # memory-bound work the ledger does not record
+    tokens_dev = rows // run_mb * cols / (X * s.context_size(m)) if X else 0
+    tp = Y if s.model else 1
+    ew_fwd = formulas.layer_elementwise_bytes(
+        cfg.d_model, cfg.ffw_dim, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, tp=tp,
+        sequence_parallel=s.sequence_parallel, gated=cfg.gated_mlp, rotary=cfg.positions == "rope",
+        biases=cfg.mlp_bias, dropout=dropout, attention=attention, seq=seq) * tokens_dev
+    rec_frac = {"full": 1.0, "dots": 0.5}.get(remat, 0.0) if remat else 0.0
+    ew = {"forward": price_ew(ew_fwd, hw, p_list, 8),
+          "recompute": price_ew(ew_fwd * rec_frac, hw, p_list, 8) if rec_frac else 0.0,
+          "backward": price_ew(ew_fwd * formulas.BACKWARD_ELEMENTWISE, hw, p_list, 12)}
+    loss = price_ew(formulas.loss_bytes(cfg.vocab_size, tp=tp) * tokens_dev, hw, p_list, 3)
+
+    # memory per device: the executed state, its last layer counted for the layers not executed
+    new = out["state"]
+    mem = _state_bytes(new)
+    if n_run != L or piped:
+        one = _state_bytes(new, n_run - 1) if n_run >= 1 else {k: 0 for k in mem}
+        mem = {k: v + (layers_dev - n_run) * one[k] for k, v in mem.items()}
+    opt_seconds = price_ew(formulas.optimizer_bytes(mem["params"], mem["grads"], mem["optimizer"]), hw, p_list, 4)
     C = s.context_size(m)
     sizes = {a: n for a, n in m.shape.items() if a != s.context} or {s.context: 1}
-    tm = training_memory(cfg, _memory_name(s), sizes, batch=X, optimizer=optimizer, precision=precision,
-                         remat=_TM_REMAT.get(remat, remat), context=batch * seq // (X * C), tp_axis=s.model)
-    memory = dict(out["memory"], activations=float(tm.parts["activations"]))
-    hw = hw_mod.get(hardware)
+    tm = training_memory(cfg.replace(num_layers=layers_dev) if piped else cfg, _memory_name(s), sizes,
+                         batch=X, optimizer=optimizer, precision=precision, remat=_TM_REMAT.get(remat, remat),
+                         context=run_batch * seq // (X * C * run_mb), tp_axis=s.model)
+    act = float(tm.parts["activations"])
+    if piped:  # 1F1B keeps up to p microbatches in flight on the first stage
+        act *= min(microbatches, pipeline)
+    memory = dict(mem, activations=act)
+
+    # per microbatch, per phase: compute and overlappable communication of layers and the rest
+    dp_kind = "overlap" if dp_overlap else "exposed"
+
+    def phase_parts(where_set, phase, with_dp=True):
+        """(compute, overlappable comm per axis, exposed comm per axis) of `phase` in `where_set`."""
+        c = sum(v for (w_, ph), v in comp.items() if w_ in where_set and ph == phase)
+        ov, ex = {}, {}
+        for (w_, ph, k, kind), v in comm_b.items():
+            if w_ not in where_set or ph != phase or (kind == "dp" and not with_dp):
+                continue
+            kind = dp_kind if kind == "dp" else kind
+            d = ov if kind == "overlap" else ex
+            d[k] = d.get(k, 0.0) + v
+        return c, ov, ex
+
+    phases: dict = {"forward": 0.0, "recompute": 0.0, "backward": 0.0, "optimizer": 0.0}
+    exposed: dict = {}
+    notes = [f"{n_run} of {L} layers executed, the last counted {layers_dev - n_run} more times"
+             if n_run < layers_dev else f"all {n_run} layers executed"]
+    every = {w_ for w_, _ in comp} | {k[0] for k in comm_b}
+    n_layers_here = layers_dev if not piped else 1
+
+    def overlap(c, ov, n_layers):
+        """Exposed seconds per axis of `ov` overlapped with compute `c`: what exceeds the
+        compute, and at least one layer's worth (the first gather / the last reduction)."""
+        tot = sum(ov.values())
+        if tot <= 0:
+            return {}
+        hidden_room = max(0.0, c)
+        over = max(0.0, tot - hidden_room) + tot / max(1, n_layers)
+        over = min(tot, over)
+        return {k: over * v / tot for k, v in ov.items()}
+
+    if not piped:
+        for ph in _PHASES:
+            c, ov, ex = phase_parts(every, ph)
+            c += ew[ph] * layers_dev + (loss * 0.5 if ph != "recompute" else 0.0)
+            phases[ph] = c
+            for k, v in list(overlap(c, ov, layers_dev).items()) + list(ex.items()):
+                exposed[k] = exposed.get(k, 0.0) + v
+        bubble = 0.0
+    else:
+        # one microbatch through one layer (the unit) and through the rest, clocked over the stages
+        layer = {ph: phase_parts({"layer"}, ph, with_dp=False) for ph in _PHASES}
+        rest = {ph: phase_parts(every - {"layer", "other_layer"}, ph, with_dp=False) for ph in _PHASES}
+
+        def cost_of(parts, ph, with_ew):
+            c, ov, ex = parts[ph]
+            c += ew[ph] if with_ew else 0.0
+            return c + sum(overlap(c, ov, 1).values()) + sum(ex.values())
+
+        lf = cost_of(layer, "forward", True)
+        lb = cost_of(layer, "recompute", True) + cost_of(layer, "backward", True)
+        emb_f, emb_b = (cost_of(rest, "forward", False) + loss * 0.5,
+                        cost_of(rest, "recompute", False) + cost_of(rest, "backward", False) + loss * 0.5)
+        v = virtual_stages
+        n = pipeline * v
+        per_chunk = L // n
+        fwd = [per_chunk * lf] * n
+        bwd = [per_chunk * lb] * n
+        fwd[-1] += emb_f     # the head and the loss on the last virtual stage (the embedding is cheap)
+        bwd[-1] += emb_b
+        send = _send_seconds(cfg, run_batch // X, seq, tp, s.sequence_parallel, hw, p_list, pipeline_link)
+        step_pipe = _clock(sched, pipeline, microbatches, v, tuple(fwd), tuple(bwd), send)
+        busy = max(sum(fwd[k] + bwd[k] for k in range(dev, n, pipeline)) for dev in range(pipeline)) * microbatches
+        bubble = max(0.0, step_pipe - busy)
+        # split the busy time into phases (the layers' compute), the rest is exposed TP / sends
+        for ph in _PHASES:
+            c_l = layer[ph][0] + ew[ph]
+            phases[ph] = (c_l * per_chunk * v + (rest[ph][0] if ph != "recompute" else 0.0)) * microbatches
+        comm_busy = busy - sum(phases[ph] for ph in _PHASES)
+        if comm_busy > 0:
+            exposed[s.model or "model"] = comm_busy
+        # the data-parallel gradient reduction of the last stage after (or under) its backward
+        dp = sum(v_ for (w_, ph, k, kind), v_ in comm_b.items() if kind == "dp" and w_ != "other_layer")
+        dp_layer = sum(v_ for (w_, ph, k, kind), v_ in comm_b.items() if kind == "dp" and w_ == "layer")
+        dp_total = dp_layer * (layers_dev - 1) + dp
+        dp_exposed = max(0.0, dp_total - sum(bwd[-1::-pipeline])) if dp_overlap else dp_total
+        dkey = "+".join(s.data) or "data"
+        if dp_exposed > 0:
+            exposed[dkey] = exposed.get(dkey, 0.0) + dp_exposed
+        comm = {k: v_ * (microbatches if k not in (dkey,) else 1) for k, v_ in comm.items()}
+        notes.append(f"{sched} over {pipeline} stages x {microbatches} microbatches"
+                     f"{f' ({v} chunks per stage)' if v > 1 else ''}: bubble {units.fmt_seconds(bubble)}, "
+                     f"send {units.fmt_seconds(send)} between stages")
+    phases["optimizer"] = opt_seconds + sum(v for (w_, ph, k, kind), v in comm_b.items() if ph == "optimizer")
+    for k, v in exposed.items():
+        phases[f"comm:{k}"] = v
+    phases["bubble"] = bubble
+    step = sum(phases.values())
+    compute = sum(phases[p] for p in _PHASES) + opt_seconds
+    bound = "compute"
+    if comm:
+        worst = max(comm, key=comm.get)
+        if comm[worst] > compute:
+            bound = "comm:" + worst
     peak = sl.cost.peak_flops(hw, "bfloat16")[0]
-    model_flops = flops_per_token(cfg, seq, causal=True, training=True).matmul * batch * seq
-    mfu = model_flops / (step * m.size * peak) if step > 0 else 0.0
+    chips = m.size * pipeline
+    model_flops = flops_per_token(cfg, seq, causal=True, training=True).total * batch * seq
+    mfu = model_flops / (step * chips * peak) if step > 0 else 0.0
+    if piped:   # one microbatch of one layer x the device's layers, the rest shared by the stages
+        rest_fl = sum(v for k, v in fl.items() if k not in ("layer", "other_layer"))
+        hfu_flops = (fl.get("layer", 0.0) * layers_dev + rest_fl / pipeline) * microbatches
+    else:
+        hfu_flops = sum(fl.values())
+    hfu = hfu_flops / (step * peak) if step > 0 else 0.0
     fits = sum(memory.values()) <= hw.hbm_capacity
-    return Estimate(s.name, dict(m.shape), compute, comm, step, exposed, memory, mfu, bound, fits, ledger,
-                    sequence_chunks=chunks, matmul_seconds=matmul)
+    est = Estimate(s.name, dict(m.shape), compute, comm, step, exposed, memory, mfu, bound, fits, ledger,
+                   sequence_chunks=chunks, matmul_seconds=matmul_peak, phases=phases, hfu=hfu, hardware=hw.name,
+                   chips=chips, pipeline=pipeline, prices=p_list.chip if p_list.chip != hw.name else f"{hw.name} list",
+                   layers_executed=n_run, hbm_capacity=hw.hbm_capacity, notes=notes)
+    est._tokens = batch * seq
+    return est
+
+
+def price_ew(nbytes: float, hw, prices, kernels: int) -> float:
+    """Memory-bound work priced through the one pricing function, as an elementwise event."""
+    if nbytes <= 0:
+        return 0.0
+    return price_event({"op": "elementwise", "hbm_bytes": nbytes}, hw, prices) + (kernels - 1) * prices.kernel_overhead
+
+
+def _send_seconds(cfg, mb_rows: int, seq: int, tp: int, sp: bool, hw, prices, link) -> float:
+    """One activation (or its gradient) between pipeline stages: rows x seq x D bf16 values; under
+    tensor parallelism each of the t ranks sends 1/t of it and the receivers all-gather (Megatron's
+    scatter/gather)."""
+    nbytes = 2.0 * mb_rows * seq * cfg.d_model
+    if hw.family == "gpu":
+        kind = link or "ib"
+        bw = {"ib": hw.ib_bandwidth, "nvlink": hw.nvlink_bandwidth}.get(kind, hw.ib_bandwidth)
+        lat = hw.ib_latency if kind == "ib" else hw.hop_latency
+    else:
+        kind = link or "ici"
+        bw = hw.dcn_bandwidth if kind == "dcn" else hw.ici_link_bandwidth
+        lat = hw.dcn_latency if kind == "dcn" else hw.hop_latency
+    per = nbytes / tp
+    t = per / (bw * prices.collective(kind)) + lat + prices.collective_overhead
+    if tp > 1 and not sp and hw.family == "gpu":
+        t += (tp - 1) / tp * nbytes / (hw.nvlink_bandwidth * prices.collective("nvlink")) + prices.collective_overhead
+    return t
+
+
+def _clock(sched: str, p: int, m: int, v: int, fwd, bwd, send) -> float:
+    """The schedule's step time; past ~3p microbatches each adds the same time, so long runs are
+    clocked at 2p and 3p microbatches and extended linearly."""
+    def run(mm):
+        build = _pp.SCHEDULES[sched]
+        sc = build(p, mm, v) if sched == "interleaved-1f1b" else build(p, mm)
+        return _pp.clock(sc, _pp.Durations(forward=list(fwd), backward=list(bwd), send=send), check=False).step_time
+
+    if m <= 3 * p:
+        return run(m)
+    t2, t3 = run(2 * p), run(3 * p)
+    return t2 + (m - 2 * p) * (t3 - t2) / p
 
 
 _TM_REMAT = {"dots": "attention"}

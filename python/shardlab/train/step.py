@@ -29,7 +29,7 @@ import numpy as np
 import shardlab as sl
 import shardlab.numpy as jnp
 from shardlab import NamedSharding, P, lax
-from shardlab.models import param_axes, transformer
+from shardlab.models import param_axes, remat_policy, transformer
 
 from . import strategy as _strategy
 from .blocks import Blocks
@@ -38,8 +38,9 @@ from .optim import get_optimizer
 
 __all__ = ["Trainer", "TrainState", "tree_map", "reference_step"]
 
-_PRECISIONS = {"fp32": (np.float32, False), "mixed": (sl.dtypes.bfloat16, True)}
-_REMAT = {None: None, "none": None, "full": "nothing_saveable", "dots": "dots_saveable"}
+# precision -> (param and grad dtype, fp32 master copy)
+_PRECISIONS = {"fp32": (np.float32, False), "mixed": (sl.dtypes.bfloat16, True),
+               "bf16_params": (sl.dtypes.bfloat16, False)}
 
 
 def _is_leaf(x) -> bool:
@@ -87,10 +88,14 @@ class Trainer:
         strategy: a :class:`~shardlab.train.Strategy` or a built-in name ("fsdp", "tp", ...).
         mesh: a shardlab Mesh (real or abstract) with the strategy's axis names.
         optimizer: an ``AdamW`` / ``SGD`` instance or "adamw" / "sgd".
-        precision: "fp32" (params, grads and states fp32) or "mixed" (bf16 params and grads,
-            fp32 master weights and moments).
-        remat: activation checkpointing of each layer: None, "dots" (keep matmul outputs) or
-            "full" (keep only the layer input).
+        precision: "fp32" (params, grads and states fp32), "mixed" (bf16 params and grads,
+            fp32 master weights and moments) or "bf16_params" (bf16 params and grads, fp32
+            moments, no master copy: the book's 10 bytes per parameter with Adam; under ZeRO-1/2
+            the sharded copy the optimizer updates is bf16).
+        remat: the recompute policy of each layer (``shardlab.models.remat``): None / "none",
+            "full" (keep only the layer input), "selective" (recompute the attention core),
+            "dots" (keep the matmul outputs), "ffw_outputs" (keep the MLP matmul outputs) or a
+            set of checkpoint names (``shardlab.models.CHECKPOINT_NAMES``).
         microbatches: gradient accumulation steps per optimizer step.
     """
 
@@ -99,19 +104,20 @@ class Trainer:
         self.cfg, self.mesh = cfg, mesh
         self.s = _strategy.get(strategy)
         if precision not in _PRECISIONS:
-            raise ValueError(f"[Trainer] precision {precision!r} is not 'fp32' or 'mixed'")
-        if remat not in _REMAT:
-            raise ValueError(f"[Trainer] remat {remat!r} is not None, 'dots' or 'full'")
+            raise ValueError(f"[Trainer] precision {precision!r} is not one of {', '.join(map(repr, _PRECISIONS))}")
+        self.policy = remat_policy(remat, "Trainer")
         if not isinstance(microbatches, int) or microbatches < 1:
             raise ValueError(f"[Trainer] microbatches {microbatches!r} must be an int >= 1")
         self.opt = get_optimizer(optimizer)
         self.precision, self.remat, self.microbatches = precision, remat, microbatches
         self.dtype, self.mixed = _PRECISIONS[precision]
+        #: dtype of the copy of the params the optimizer updates (mixed: fp32 master; ZeRO-1/2: the shard)
+        self.master_dtype = np.float32 if (self.mixed or precision == "fp32") else self.dtype
         self.X, self.Y = self.s.sizes(mesh)
         self.C = self.s.context_size(mesh)
         self.s.validate(cfg, mesh)
         self.axes = param_axes(cfg)
-        self.blocks = Blocks(cfg, self.s, self.X, self.Y, dict(mesh.shape))
+        self.blocks = Blocks(cfg, self.s, self.X, self.Y, dict(mesh.shape), remat=self.policy)
         self._data = self.s.data[0] if len(self.s.data) == 1 else tuple(self.s.data)
 
     # -- layouts ----------------------------------------------------------------------------
@@ -147,7 +153,7 @@ class Trainer:
         put = lambda x, sp, dt: sl.device_put(np.asarray(x).astype(dt), self.sharding(sp))  # noqa: E731
         p = tree_map(lambda x, sp: put(x, sp, self.dtype), params, self._param_specs())
         needs_master = self.mixed or self.s.zero in (1, 2)
-        master = tree_map(lambda x, sp: put(x, sp, np.float32), params, self._state_specs()) if needs_master else None
+        master = tree_map(lambda x, sp: put(x, sp, self.master_dtype), params, self._state_specs()) if needs_master else None
         base = master if master is not None else p
         opt_state = {n: tree_map(lambda m: self._zeros_like(m), base) for n in self.opt.state_names}
         return TrainState(p, master, opt_state)
@@ -166,17 +172,23 @@ class Trainer:
         B, ax, act, specs = self.blocks, self.axes, self.s.activation_spec(), self._use_specs()
         bspec = self.s.batch_spec()
         with sl.named_scope("embed"):
+            params, specs, tied = self._tied_view(params, specs)
+            table = (lambda v: v[0]) if tied else (lambda v: v)  # noqa: E731
             if "pos_embed" in params:
-                f = self._smap(B.embed, (specs["embed"], bspec, specs["pos_embed"]), act)
+                f = self._smap(lambda v, t, pos: B.embed(table(v), t, pos), (specs["embed"], bspec, specs["pos_embed"]),
+                               act)
                 x = f(params["embed"], tokens, params["pos_embed"])
             else:
-                x = self._smap(B.embed, (specs["embed"], bspec), act)(params["embed"], tokens)
+                x = self._smap(lambda v, t: B.embed(table(v), t), (specs["embed"], bspec), act)(params["embed"], tokens)
         for i, (lp, la, ls) in enumerate(zip(params["layers"], ax["layers"], specs["layers"])):
             with sl.named_scope(f"layer{i}"):
+                if B.recorded is not None and self.policy.checkpointed:  # the checkpoint keeps the layer input
+                    B.recorded["input"] = B.recorded.get("input", 0) + x.nbytes_per_device
                 x = self._layer(la, ls, act)(lp, x)
         with sl.named_scope("head"):
             head_key = "head" if "head" in params else "embed"
-            f = self._smap(lambda fn, h, x, t: B.head_loss(fn, ax["final_norm"], h, ax[head_key], x, t, total_tokens),
+            f = self._smap(lambda fn, h, x, t: B.head_loss(fn, ax["final_norm"], table(h) if head_key == "embed" else h,
+                                                           ax[head_key], x, t, total_tokens),
                            (specs["final_norm"], specs[head_key], act, bspec), P())
             return f(params["final_norm"], params[head_key], x, targets)
 
@@ -194,8 +206,21 @@ class Trainer:
                                ({k: ls[k] for k in mlp_keys}, act), act)
                 return f({k: lp[k] for k in mlp_keys}, x)
 
-        policy = _REMAT[self.remat]
-        return layer if policy is None else sl.checkpoint(layer, policy=policy)
+        if not self.policy.checkpointed:
+            return layer
+        return sl.checkpoint(layer, policy=self.blocks.keep if self.policy.saved else None)
+
+    def _tied_view(self, params, specs):
+        """A tied embedding under replicated data parallelism: one per-device view [X, V, D] of
+        the table for both its uses (lookup and head), so the backward pass sums the two
+        gradients on each device and all-reduces them once over the data axes (two blocks each
+        taking the replicated table would all-reduce its gradient twice)."""
+        if "head" in params or self.s.zero != 0 or not self.s.data:
+            return params, specs, False
+        spec = specs["embed"]
+        view = self._smap(lambda a: jnp.expand_dims(lax.pcast(a, self._data, to="varying"), 0), spec,
+                          _spec_with_lead(spec, self._data))(params["embed"])
+        return dict(params, embed=view), dict(specs, embed=_spec_with_lead(spec, self._data)), True
 
     # -- gradients ------------------------------------------------------------------------
     def _views(self, params):
@@ -235,15 +260,19 @@ class Trainer:
             if self.s.zero in (1, 2):
                 value, g = vg(self._views(params), tokens, targets, total)
                 if self.s.zero == 2:
-                    with sl.named_scope("grad_sync"):
+                    with sl.named_scope("grad_sync"), sl.ledger_phase("backward"):
                         g = tree_map(self._reduce_scatter, g, self.axes)
             else:
                 value, g = vg(params, tokens, targets, total)
-            acc = g if acc is None else tree_map(self._add, acc, g)
+            if acc is None:
+                acc = g
+            else:
+                with sl.ledger_phase("backward"):
+                    acc = tree_map(self._add, acc, g)
             loss = loss + float(np.asarray(value)) if not _abstract(value) else value
         buffer = acc  # ZeRO-1 keeps whole per-device gradients until the step's reduce-scatter
         if self.s.zero == 1:
-            with sl.named_scope("grad_sync"):
+            with sl.named_scope("grad_sync"), sl.ledger_phase("backward"):
                 acc = tree_map(self._reduce_scatter, acc, self.axes)
         self._grad_buffer = buffer
         return loss, acc
@@ -261,6 +290,7 @@ class Trainer:
             def body(g, w, *st):
                 new_w, new_st = opt.update(w.astype(np.float32), g, dict(zip(names, st)), step)
                 out_p = new_w.astype(self.dtype)
+                new_w = new_w.astype(self.master_dtype)
                 if z12:
                     for dim, data_axes in self.blocks.split(axes):
                         out_p = lax.all_gather(out_p, _one(data_axes), axis=dim, tiled=True)
@@ -271,7 +301,7 @@ class Trainer:
             return f(g, master if master is not None else p, *st)
 
         masters = state.master if state.master is not None else tree_map(lambda _: None, self.axes)
-        with sl.named_scope("optimizer"):
+        with sl.named_scope("optimizer"), sl.ledger_phase("optimizer"):
             outs = tree_map(lambda a, p, g, m, *st: _Out(leaf(a, p, g, m, *st)), self.axes, state.params, grads,
                             masters, *(state.opt_state[n] for n in names))
         params = tree_map(lambda o: o.v[0], outs)
@@ -316,6 +346,34 @@ class Trainer:
             return int(sum(x.nbytes_per_device for x in tree_leaves(tree))) if tree is not None else 0
         opt = nbytes(state.master) + sum(nbytes(t) for t in state.opt_state.values())
         return {"params": nbytes(state.params), "grads": nbytes(state.grads), "optimizer": opt}
+
+    def saved_activations(self, params, tokens) -> dict:
+        """Bytes per device that the layers' checkpoints keep for the backward pass of one
+        microbatch, by checkpoint name (``"input"``: the layer inputs every checkpoint keeps),
+        read from the arrays of a forward pass under ``shardlab.vjp`` (the backward is not run).
+        ``models.training_memory(...).parts["activations"]`` is their sum.
+
+        Example:
+            >>> import numpy as np, shardlab as sl
+            >>> from shardlab import train
+            >>> from shardlab.models import ModelConfig, transformer
+            >>> cfg = ModelConfig(num_layers=2, d_model=32, ffw_dim=64, num_heads=4, vocab_size=32, max_seq_len=8)
+            >>> t = train.Trainer(cfg, "dp", sl.make_mesh((2,), ("data",)), remat="ffw_outputs")
+            >>> t.saved_activations(t.init(transformer.init_params(cfg)).params, np.zeros((2, 8), np.int32))
+            {'input': 2048, 'mlp_hidden': 8192, 'mlp_down': 2048}
+        """
+        if not self.policy.checkpointed:
+            raise ValueError("[Trainer.saved_activations] remat 'none' keeps every intermediate on the tape (no "
+                             "checkpoint); measure a checkpointed policy ('full', 'selective', 'dots', ...)")
+        tok, tgt = self.place_batch(tokens, tokens)[0]
+        total = int(np.prod(tok.shape))
+        use = self._views(params) if self.s.zero in (1, 2) else params
+        self.blocks.recorded = {}
+        try:
+            sl.vjp(lambda p: self.loss(p, tok, tgt, total), use)
+            return dict(self.blocks.recorded)
+        finally:
+            self.blocks.recorded = None
 
 
 class _Out:
