@@ -19,6 +19,6 @@ except ImportError:  # pragma: no cover - hypothesis is in the test extra
     pass
 else:
     settings.register_profile("default", deadline=None)
-    settings.register_profile("fuzz", max_examples=2000, deadline=None,
+    settings.register_profile("fuzz", max_examples=10_000, deadline=None,
                               suppress_health_check=[HealthCheck.too_slow])
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))

@@ -20,7 +20,7 @@ import sys
 import numpy as np
 
 
-from ..core import memory, tree, views
+from ..core import tree, views
 from ..core.dtypes import canonicalize
 from ..core.mesh import Device
 from ..core.sharding import NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding, as_sharding
@@ -30,7 +30,7 @@ from .host_array import HostArray, as_host
 from .layout import from_storage, storage_shape, to_storage
 from .shaped import Shaped
 from .shard import Shard
-from .storage import AbstractStorage, host_nbytes, is_abstract
+from .storage import AbstractStorage, check_outputs, host_nbytes, is_abstract
 
 # [handler(ufunc, inputs, kwargs)] for global-view ufuncs (set by the planning layer).
 GLOBAL_UFUNC: list = [None]
@@ -540,9 +540,9 @@ def _put(x, device):
     else:
         placed = sharding
     view = to_storage(arr, placed)
-    memory.check_alloc("device_put", view.size * view.dtype.itemsize,
-                       f"a {arr.shape} {arr.dtype} array sharded as {sharding.spec!r} is that large on this mesh; "
-                       f"shard it over more axes, or use an abstract mesh (make_mesh(..., abstract=True))")
+    check_outputs("device_put", [(view.shape, view.dtype)],
+                  f"a {arr.shape} {arr.dtype} array sharded as {sharding.spec!r} is that large on this mesh; "
+                  f"shard it over more axes, or use an abstract mesh (make_mesh(..., abstract=True))")
     storage = copy(view)
     if unreduced:
         # Partial sums: the value on the first device along each unreduced axis, zeros elsewhere.

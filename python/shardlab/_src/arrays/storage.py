@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 
+from ..core import memory
 from .shaped import Shaped
 
 
@@ -52,3 +53,32 @@ def host_nbytes(storage) -> int:
         return 0
     n = math.prod(s for s, st in zip(storage.shape, storage.strides) if st != 0)
     return int(n) * storage.dtype.itemsize if storage.size else 0
+
+
+def storage_bytes(shapes) -> int:
+    """Bytes of storages of `shapes` ((shape, dtype) pairs), in Python ints (no overflow)."""
+    return sum(math.prod(int(d) for d in shape) * np.dtype(dtype).itemsize for shape, dtype in shapes)
+
+
+def check_outputs(op: str, shapes, hint: str = "") -> None:
+    """The one allocation check for storages: MemoryError ``[op] needs N GiB, more than the M
+    GiB this machine has; <hint>`` when storages of `shapes` ((shape, dtype) pairs) together
+    exceed this machine's memory. device_put, every primitive's outputs (``bind``) and the
+    global functions call it; the C++ core's allocator checks its own buffers the same way.
+
+    Example:
+        >>> import numpy as np
+        >>> check_outputs("broadcast", [((2, 4, 16), np.float32)])   # 512 bytes: nothing happens
+        >>> try:
+        ...     check_outputs("broadcast", [((1, 1, 2**31, 2**31), np.float32)], "shard it")
+        ... except MemoryError as e:
+        ...     print(str(e).split(",")[0])
+        [broadcast] needs 17179869184 GiB
+    """
+    memory.check_alloc(op, storage_bytes(shapes), hint)
+
+
+def refused(op: str, shapes, hint: str, cause: BaseException):
+    """Raises the MemoryError for outputs of `shapes` that numpy or the system refused to make
+    (`cause`, see ``memory.is_refusal``)."""
+    memory.refused(op, storage_bytes(shapes), hint, cause)

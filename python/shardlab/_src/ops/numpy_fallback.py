@@ -20,12 +20,15 @@ Example:
 from __future__ import annotations
 
 import builtins
+import inspect
 
 import numpy as np
 
 from ..arrays.local_array import HANDLED, LocalArray, lift, mesh_of
 from ..arrays.sharded_array import ShardedArray
+from ..arrays.storage import refused
 from ..core.context import CTX
+from ..core import memory
 from ..primitives import elementwise as ew
 from ..primitives.fallback import FALLBACK
 from ..primitives.primitive import bind
@@ -259,6 +262,14 @@ def global_dispatch(fn, name: str):
     aware = name in _GLOBAL_AWARE
 
     def wrapped(*args, **kwargs):
+        try:
+            return dispatch(*args, **kwargs)
+        except (MemoryError, ValueError) as e:
+            if memory.is_refusal(e):  # numpy would not make the result: say which function and how large
+                _refused(name, fn, args, kwargs, e)
+            raise
+
+    def dispatch(*args, **kwargs):
         if not _global_in(args, kwargs):
             return _host_out(fn(*args, **kwargs))
         if CTX.meshes:  # inside a shard_map body a global array is a closed-over constant (replicated)
@@ -279,6 +290,30 @@ def global_dispatch(fn, name: str):
     wrapped.__doc__ = fn.__doc__
     wrapped.__wrapped__ = fn
     return wrapped
+
+
+def _refused(name, fn, args, kwargs, cause):
+    """The ``[name] needs N GiB`` MemoryError for a result numpy refused to make: its bytes from
+    the function's ``shape`` and ``dtype`` arguments where it has them (zeros, full,
+    broadcast_to, ...), else "more than numpy can address"."""
+    try:
+        bound = inspect.signature(fn).bind_partial(*args, **kwargs).arguments
+    except (TypeError, ValueError):
+        bound = {}
+    shape = bound.get("shape")
+    shapes = None
+    if shape is not None:
+        try:
+            shape = (int(shape),) if np.ndim(shape) == 0 else tuple(int(d) for d in shape)
+            dtype = bound.get("dtype") or getattr(args[0] if args else None, "dtype", None) or np.float32
+            shapes = [(shape, np.dtype(dtype))]
+        except (TypeError, ValueError):
+            shapes = None
+    hint = ("shard it over a mesh (device_put with a NamedSharding) so each device holds a part, or use "
+            "eval_shape for shapes without data")
+    if shapes is None:
+        memory.refused(name, None, hint, cause)
+    refused(name, shapes, hint, cause)
 
 
 _WIDE = {np.dtype(np.float64): np.dtype(np.float32), np.dtype(np.int64): np.dtype(np.int32),

@@ -29,7 +29,8 @@ Example:
 from __future__ import annotations
 
 from ..arrays.local_array import LocalArray, wrap
-from ..arrays.storage import AbstractStorage
+from ..arrays.storage import AbstractStorage, refused
+from ..core.memory import is_refusal
 from ..core.context import CTX
 from ..ledger.ledger import record
 
@@ -79,7 +80,12 @@ def bind(prim: Primitive, args, mesh, **params):
         for tape in ctx.tapes:
             tape.push(prim, params, args, results, mesh)
         return results if prim.multiple_results else results[0]
-    outs = impl(storages, mesh, **params)
+    try:
+        outs = impl(storages, mesh, **params)
+    except (MemoryError, ValueError) as e:
+        if is_refusal(e):  # numpy would not make an output this large: say which op and how large
+            _refused(prim, storages, mesh, params, e)
+        raise
     cost = prim.cost
     event = None
     if cost is not None:
@@ -141,6 +147,17 @@ def push_entry(rule, params, inputs, outputs, mesh) -> None:
         tape.push(rule, params, inputs, outputs, mesh)
     for r in CTX.recorders:  # jit(f).trace: a backward walk's boundary links its values
         r.step(rule, params, inputs, outputs, mesh)
+
+
+def _refused(prim: Primitive, storages, mesh, params, cause):
+    """The ``[op] needs N GiB`` MemoryError for outputs numpy refused to make (their bytes from
+    the shape rule, so the check costs nothing until an allocation fails)."""
+    shapes = prim.shape_rule(storages, mesh, **params)
+    local = [tuple(s[mesh.ndim:]) for s, _ in shapes]
+    refused(prim.name, shapes,
+            f"its output of local shape {local[0] if len(local) == 1 else local} is held for every device of "
+            f"the mesh; shard it over more axes, or use an abstract mesh (make_mesh(..., abstract=True)) or "
+            f"eval_shape for shapes without data", cause)
 
 
 def avals_shape_rule(prim: Primitive, storages, mesh, **params):
