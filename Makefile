@@ -60,10 +60,11 @@ docs:
 notebooks: install
 	$(PYTHON) docs/run_notebooks.py
 
-# The hypothesis fuzzing of tests/python/test_fuzz.py with the long profile (2,000 examples per
-# test; the test command runs a bounded number).
+# The hypothesis fuzzing of tests/python/test_fuzz*.py (collectives and cost arguments, shard_map
+# programs against JAX, the global view, Trainer steps, serve generate / estimate) with the long
+# profile: 10,000 examples per test (hours; the test command runs a few per test).
 fuzz:
-	HYPOTHESIS_PROFILE=fuzz $(PYTHON) -m pytest -q -p no:cacheprovider tests/python/test_fuzz.py
+	HYPOTHESIS_PROFILE=fuzz $(PYTHON) -m pytest -q -p no:cacheprovider tests/python/test_fuzz*.py
 
 # The import-swap acceptance (issue #24 §6): every committed document of tests/data/conformance run
 # cell by cell with JAX and with shardlab's imports; writes docs/conformance.md.
