@@ -63,9 +63,15 @@ def test_memory_bound_work_is_bytes_at_the_reached_bandwidth():
 
 def test_small_collectives_reach_less_of_the_link():
     p = cost.price_list("h100")
-    assert p.collective("nvlink", 1e9) == pytest.approx(0.8, rel=0.01)
-    assert p.collective("nvlink", 4e6) == pytest.approx(0.4)
-    assert p.collective("ici:x", 1e6) == 1.0      # a link the GPU list does not name: no derating
+    assert p.collective("nvlink") == 0.8 and p.collective("ici:x") == 1.0   # a link the GPU list does not name
+    mesh = sl.make_mesh((8,), ("x",), hardware="h100", abstract=True)
+
+    def busbw(v):   # NCCL-tests' bus bandwidth of an all-reduce of v bytes over 8 GPUs
+        ev = {"op": "psum", "axes": ("x",), "group_size": 8, "bytes_in": v, "bytes_out": v}
+        return 2 * 7 / 8 * v / cost.price_event(ev, mesh=mesh)
+
+    assert busbw(1e3) < 0.01 * busbw(1e9)                       # latency and the per-call overhead
+    assert busbw(1e9) == pytest.approx(0.8 * 450e9, rel=0.01)   # large: 80 % of NVLink
 
 
 def test_attention_uses_flash_attentions_fractions():

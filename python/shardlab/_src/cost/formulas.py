@@ -79,3 +79,60 @@ def attention_flops(batch: int, heads: int, head_dim: int, pairs: int, passes: i
     """``passes`` FLOPs per (query, key, head_dim) pair: 4 forward (QK^T and PV), 10 more for
     the FlashAttention-2 backward (recomputed QK^T, dV, dP, dQ, dK)."""
     return passes * batch * heads * head_dim * pairs
+
+
+def layer_elementwise_bytes(d_model: int, ffw_dim: int, q_heads: int, kv_heads: int, head_dim: int, *,
+                            tp: int = 1, sequence_parallel: bool = False, gated: bool = True,
+                            rotary: bool = True, biases: bool = False, dropout: bool = False,
+                            attention: str = "flash", seq: int = 0, act_bytes: int = 2) -> float:
+    """HBM bytes the memory-bound kernels of one transformer layer move per token in the forward
+    pass, on one of ``tp`` tensor-parallel devices (each kernel reads its inputs and writes its
+    output once, as a fused kernel does):
+
+    * two norms, each reading and writing the ``D`` residual stream (split ``tp`` ways only
+      under sequence parallelism);
+    * two residual adds (read two, write one; with bias and dropout fused, plus a 1-byte mask);
+    * the activation: GeLU reads and writes ``F/tp``; a gated unit (SwiGLU) reads ``2F/tp``;
+    * rotary on the queries and keys (read and write);
+    * unfused attention (``attention="unfused"``, Megatron 2021): the ``s`` scores per head of
+      ``heads/tp`` heads written by QK^T, read and written by the fused scale-mask-softmax,
+      read and written by dropout (+ a 1-byte mask), read by the PV matmul: 13 bytes a score.
+      FlashAttention keeps scores on chip (0 bytes).
+
+    The backward pass moves about twice these bytes (:data:`BACKWARD_ELEMENTWISE`).
+
+    Example:
+        >>> layer_elementwise_bytes(4096, 11008, 32, 32, 128)   # LLaMA-2 7B, bf16, one device
+        180736.0
+    """
+    a = float(act_bytes)
+    sp = tp if sequence_parallel else 1
+    resid = d_model / sp
+    b = 2 * 2 * resid * a                                      # two norms: read + write
+    b += 2 * (3 * resid * a + (resid if dropout else 0))      # two residual adds (+ dropout mask)
+    b += (3 if gated else 2) * ffw_dim / tp * a + (ffw_dim / tp * a if biases else 0)
+    if rotary:
+        b += 2 * (q_heads + kv_heads) * head_dim / tp * a
+    if attention == "unfused":
+        b += 13 * seq * q_heads / tp
+    elif attention != "flash":
+        raise ValueError(f"[layer_elementwise_bytes] attention={attention!r}: use 'flash' or 'unfused'")
+    return float(b)
+
+
+#: Memory-bound bytes of a layer's backward pass per forward byte (read the saved input and the
+#: incoming gradient, write the outgoing gradient).
+BACKWARD_ELEMENTWISE = 2.0
+
+
+def loss_bytes(vocab: int, *, tp: int = 1, act_bytes: int = 2) -> float:
+    """HBM bytes per token of the softmax cross-entropy and its gradient over ``vocab/tp`` logits:
+    read the logits, write and read fp32 log-probabilities, write the gradient."""
+    return float(vocab / tp * (2 * act_bytes + 8))
+
+
+def optimizer_bytes(params: float, grads: float, state: float) -> float:
+    """HBM bytes of one optimizer step on one device holding ``params``, ``grads`` and
+    ``state`` (master copy and moments) bytes: gradient clipping reads the gradients for their
+    norm, the update reads the gradients and the state, writes the state and the parameters."""
+    return float(2 * grads + 2 * state + 2 * params)

@@ -16,9 +16,10 @@ kernels reach:
 * **memory-bound work** (norms, activations, softmax, rotary, the loss, the optimizer update,
   casts): bytes over the reached HBM bandwidth, plus ``t_kernel`` per kernel on GPUs;
 * **collectives**: the link-level model's bandwidth term over the fraction of the link
-  bandwidth NCCL or the ICI reach on large messages (bus bandwidth / link bandwidth), falling off
-  for messages below ``collective_half_bytes`` as ``V / (V + half)``; plus a fixed
-  ``collective_overhead`` per call (NCCL's small-message time).
+  bandwidth NCCL or the ICI reach on large messages (bus bandwidth / link bandwidth), its
+  latency term, plus a fixed ``collective_overhead`` per call (NCCL's small-message time); the
+  bus bandwidth a message of ``V`` bytes reaches, ``V / (overhead + max(latency, V / (e · W)))``,
+  rises with ``V`` as NCCL-tests' tables do.
 
 :data:`IDEAL` is the book's price list: every fraction 1, no fixed cost (the ledger's own
 ``seconds`` are priced with it).
@@ -54,7 +55,6 @@ class PriceList:
         attention_efficiency: (forward, backward) fraction of the peak FlashAttention reaches.
         collective_efficiency: link kind ("nvlink", "ib", "ici", "dcn") -> bus bandwidth of a
             large collective over the link's bandwidth.
-        collective_half_bytes: link kind -> message bytes at which half of that is reached.
         collective_overhead: seconds per collective call besides latency and bandwidth.
         sources: field -> where the figure comes from ("assumed: ..." when nothing was published).
     """
@@ -65,7 +65,6 @@ class PriceList:
     hbm_efficiency: float = 1.0
     attention_efficiency: tuple = (1.0, 1.0)
     collective_efficiency: Mapping = dataclasses.field(default_factory=dict)
-    collective_half_bytes: Mapping = dataclasses.field(default_factory=dict)
     collective_overhead: float = 0.0
     sources: Mapping = dataclasses.field(default_factory=dict, compare=False)
 
@@ -79,7 +78,7 @@ class PriceList:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
                 raise ValueError(f"[{op}] {k} = {v!r}: a fraction of the peak must be in (0, 1]")
         for k, v in (("kernel_overhead", self.kernel_overhead), ("collective_overhead", self.collective_overhead),
-                     *self.collective_half_bytes.items()):
+                     ):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
                 raise ValueError(f"[{op}] {k} = {v!r} must be a number >= 0")
         if len(self.attention_efficiency) != 2:
@@ -87,7 +86,7 @@ class PriceList:
         object.__setattr__(self, "_key", (self.chip, tuple(sorted(self.matmul_efficiency.items())),
                                           self.kernel_overhead, self.hbm_efficiency, tuple(self.attention_efficiency),
                                           tuple(sorted(self.collective_efficiency.items())),
-                                          tuple(sorted(self.collective_half_bytes.items())), self.collective_overhead))
+                                          self.collective_overhead))
 
     def __hash__(self):
         return hash(self._key)
@@ -98,12 +97,9 @@ class PriceList:
         key = "float8" if d.startswith("float8") else {"float16": "bfloat16", "uint8": "int8"}.get(d, d)
         return self.matmul_efficiency.get(key, self.matmul_efficiency.get("bfloat16", 1.0))
 
-    def collective(self, link: str, nbytes: float) -> float:
-        """The fraction of ``link``'s bandwidth a collective moving ``nbytes`` per group reaches."""
-        kind = link.split(":")[0]
-        eff = self.collective_efficiency.get(kind, 1.0)
-        half = self.collective_half_bytes.get(kind, 0.0)
-        return eff * nbytes / (nbytes + half) if half and nbytes > 0 else eff
+    def collective(self, link: str) -> float:
+        """The fraction of ``link``'s bandwidth ("nvlink", "ib", "ici:x", "dcn") a large collective reaches."""
+        return self.collective_efficiency.get(link.split(":")[0], 1.0)
 
     def replace(self, **changes) -> "PriceList":
         """A copy with some figures changed (a what-if: ``p.replace(hbm_efficiency=0.8)``)."""
@@ -132,8 +128,7 @@ _HBM = "assumed: copy / memory-bound kernels reach ~ 90 % of HBM (the H100 GEMM 
 _NCCL_T = "assumed: NCCL small-message all-reduce time on one node ~ 10 us (nccl-tests 8 B rows)"
 _TPU_MM = ("fitted: the one constant of the TPU lists, the large-GEMM efficiency, fitted on part of MaxText's "
            "published v5p / v5e tables (train.validate reports the held-out rows)")
-_TPU_ICI = ("How to Scale Your Model, part 3: ICI collectives run near the link bandwidth (95 % assumed); "
-            "half of it at ~ 1 MB per group (assumed)")
+_TPU_ICI = "How to Scale Your Model, part 3: ICI collectives run near the link bandwidth (95 % assumed)"
 _TPU_ATT = "assumed: splash attention forward 70 %, backward 55 % of peak, as FlashAttention-2/3 on GPUs"
 
 
@@ -142,18 +137,17 @@ def _gpu(chip, bf16, fp8, fwd, bwd, nvlink, attn_src) -> PriceList:
         chip, matmul_efficiency={"bfloat16": bf16, "float8": fp8, "float32": bf16, "int8": fp8},
         kernel_overhead=5.75e-6, hbm_efficiency=0.9, attention_efficiency=(fwd, bwd),
         collective_efficiency={"nvlink": nvlink, "ib": 0.85},
-        collective_half_bytes={"nvlink": 4e6, "ib": 8e6}, collective_overhead=10e-6,
+        collective_overhead=10e-6,
         sources={"matmul_efficiency": _MAMF, "kernel_overhead": _XLA, "hbm_efficiency": _HBM,
                  "attention_efficiency": attn_src, "collective_efficiency[nvlink]": _NCCL,
-                 "collective_efficiency[ib]": _NIC, "collective_overhead": _NCCL_T,
-                 "collective_half_bytes": "assumed: half the bus bandwidth at 4 MB (NVLink), 8 MB (IB)"})
+                 "collective_efficiency[ib]": _NIC, "collective_overhead": _NCCL_T})
 
 
 def _tpu(chip, mm) -> PriceList:
     return PriceList(
         chip, matmul_efficiency={"bfloat16": mm, "int8": mm, "float32": mm}, kernel_overhead=0.0,
         hbm_efficiency=0.9, attention_efficiency=(0.7, 0.55), collective_efficiency={"ici": 0.95, "dcn": 0.9},
-        collective_half_bytes={"ici": 1e6, "dcn": 8e6}, collective_overhead=0.0,
+        collective_overhead=0.0,
         sources={"matmul_efficiency": _TPU_MM, "hbm_efficiency": _HBM, "attention_efficiency": _TPU_ATT,
                  "collective_efficiency": _TPU_ICI, "kernel_overhead": "XLA fuses the step: no per-kernel launch"})
 

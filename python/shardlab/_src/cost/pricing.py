@@ -66,7 +66,7 @@ def price_event(event, hardware=None, prices=None, *, mesh=None) -> float:
         * matmul / einsum: ``max(F / (e(dtype) · peak), B / (h · W_hbm)) + t_kernel``;
         * attention / attention_vjp: the same with FlashAttention's forward / backward fraction;
         * elementwise / reduction: ``B / (h · W_hbm) + t_kernel``;
-        * a collective: ``max(latency, bandwidth / reached fraction(link, V)) + overhead``.
+        * a collective: ``max(latency, bandwidth / reached fraction(link)) + overhead``.
 
     Raises:
         ValueError: an unknown op, no hardware, or a collective without its mesh.
@@ -118,7 +118,7 @@ def _collective_seconds(event, op, axes, mesh, hw, p: PriceList) -> float:
         v = formulas.group_bytes(op, n, b_in, b_out)
         c = collective_time(op, v, axes=axes, mesh_shape=shape, hardware=hw, physical_axes=physical,
                             perm=list(perm) if perm else None)
-        eff = min((p.collective(link.link, v) for link in c.links), default=1.0)
+        eff = min((p.collective(link.link) for link in c.links), default=1.0)
         hit = max(c.latency_seconds, c.bandwidth_seconds / eff) + p.collective_overhead
         if len(_CACHE) > 100_000:
             _CACHE.clear()
