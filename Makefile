@@ -44,12 +44,14 @@ cpp-test-sanitize: system-deps
 py-test:
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests/python --doctest-modules --pyargs shardlab
 
-# The benchmarks with their extra (torch for SDPA, threadpoolctl for the OpenBLAS kernel name).
+# Every benchmark script in benchmarks/ with their extra (torch for SDPA, threadpoolctl for the
+# OpenBLAS kernel name), OpenBLAS on its best kernel for this CPU; each prints ours, the
+# competitor's figure from the same run and the ratio (docs/benchmarks.md keeps the current ones).
+BENCHMARKS := $(sort $(wildcard benchmarks/bench_*.py)) benchmarks/attention_memory.py
 bench: install
 	$(PYTHON) -m pip install -q --no-build-isolation ".[bench]"
-	$(PYTHON) benchmarks/bench_collectives.py
-	env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PYTHON) benchmarks/bench_gemm.py
-	$(PYTHON) benchmarks/bench_attention.py
+	@for b in $(BENCHMARKS); do echo "== $$b"; \
+	  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PYTHON) $$b || exit 1; done
 
 # The docs site (MkDocs strict mode: broken links and docstring warnings fail) into site/.
 docs:
