@@ -2,15 +2,15 @@
 # if you want isolation: `python3 -m venv .venv && . .venv/bin/activate` before `make`).
 PYTHON ?= python3
 JOBS ?= 2
-APT_PACKAGES := xtensor-dev libgtest-dev g++ cmake
+APT_PACKAGES := xtensor-dev libgtest-dev g++ cmake openmpi-bin libopenmpi-dev
 export CMAKE_BUILD_PARALLEL_LEVEL := $(JOBS)
 
-.PHONY: conformance fuzz notebooks demo test system-deps install cpp-test cpp-test-sanitize py-test bench docs
+.PHONY: conformance fuzz notebooks demo test system-deps install cpp-test cpp-test-sanitize py-test mpi-test bench docs
 
 demo: install
 	$(PYTHON) -m shardlab.demo
 
-test: install cpp-test cpp-test-sanitize py-test
+test: install cpp-test cpp-test-sanitize py-test mpi-test
 
 # Debian packages, installed only when missing (so a second run does nothing).
 system-deps:
@@ -43,6 +43,15 @@ cpp-test-sanitize: system-deps
 # installed package, in one pytest run.
 py-test:
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests/python --doctest-modules --pyargs shardlab
+
+# The MPI suite (tests/mpi) on 2 ranks, and a smoke run on 4: every rank compares the MPI run
+# with the one-process run. Open MPI comes with system-deps, mpi4py with the [mpi] extra; the
+# OMPI_* variables let mpirun run as root (in a container).
+MPIRUN := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe
+mpi-test: install
+	$(PYTHON) -m pip install -q "mpi4py>=3.1"  # the [mpi] extra, without reinstalling shardlab
+	$(MPIRUN) -n 2 $(PYTHON) -m pytest -q -p no:cacheprovider tests/mpi
+	$(MPIRUN) -n 4 $(PYTHON) -m pytest -q -p no:cacheprovider tests/mpi -k "reductions or all_gather or faults"
 
 # Every benchmark script in benchmarks/ with their extra (torch for SDPA, threadpoolctl for the
 # OpenBLAS kernel name), OpenBLAS on its best kernel for this CPU; each prints ours, the

@@ -14,7 +14,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "python" / "shardlab"
 # Imported inside functions on purpose: optional dependencies, loaded only when used.
-OPTIONAL = {"pandas", "IPython", "matplotlib", "rich", "simpy", "mkdocs", "threadpoolctl", "torch", "jax", "highspy"}
+OPTIONAL = {"pandas", "IPython", "matplotlib", "rich", "simpy", "mkdocs", "threadpoolctl", "torch", "jax", "highspy", "mpi4py"}
 
 
 def test_import_linter_contracts_hold():

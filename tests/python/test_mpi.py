@@ -1,0 +1,88 @@
+"""The MPI backend seen from one process: optional import, rank grids and their errors, and
+one real mpirun run (skipped where mpirun or mpi4py is missing; the full suite is tests/mpi,
+run by `make test` under mpirun -n 2 and -n 4)."""
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import shardlab as sl
+from shardlab._src.backends.mpi.placement import rank_grid
+from shardlab._src.backends.mpi.storage import assemble
+
+
+def test_import_shardlab_does_not_load_mpi4py():
+    code = "import sys, shardlab; print('mpi4py' in sys.modules, shardlab.process_count())"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI"))}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.stdout.split() == ["False", "1"], out.stderr
+
+
+def test_one_process_is_index_0_of_1_and_holds_every_device():
+    mesh = sl.make_mesh((2, 4), ("x", "y"))
+    assert (sl.process_index(), sl.process_count(), sl.distributed.is_initialized()) == (0, 1, False)
+    assert sl.distributed.addressable_devices(mesh) == list(mesh.devices.ravel())
+
+
+@pytest.mark.parametrize("sizes,ranks,order,grid", [
+    ((8,), 2, None, (2,)), ((8,), 8, None, (8,)), ((2, 4), 2, None, (2, 1)), ((2, 4), 4, None, (2, 2)),
+    ((2, 4), 8, None, (2, 4)), ((4, 2), 2, ("y",), (1, 2)), ((2, 4), 1, None, (1, 1)),
+])
+def test_rank_grid_splits_axes_in_order(sizes, ranks, order, grid):
+    names = ("x", "y")[:len(sizes)]
+    assert rank_grid(names, sizes, ranks, order) == grid
+
+
+def test_rank_grid_errors_name_the_mesh_and_the_fix():
+    with pytest.raises(ValueError, match=r"a mesh of 6 devices \{'x': 6\} over 4 MPI ranks: 6 devices are not "
+                                         r"divisible by 4 ranks"):
+        rank_grid(("x",), (6,), 4, None)
+    with pytest.raises(ValueError, match=r"axis 'x' of size 6 cannot be split evenly among the 4 ranks"):
+        rank_grid(("x", "y"), (6, 4), 4, None)
+    assert rank_grid(("x", "y"), (6, 4), 4, ("y", "x")) == (1, 4)  # the fix the message names
+    with pytest.raises(ValueError, match=r"axis_order \('z',\) names \['z'\]"):
+        rank_grid(("x",), (4,), 2, ("z",))
+
+
+def test_assemble_puts_rank_blocks_side_by_side():
+    full = np.arange(2 * 4 * 3).reshape(2, 4, 3)
+    # a rank grid (2, 2): blocks of (1, 2) devices, received rank-major
+    blocks = np.stack([full[i:i + 1, j * 2:(j + 1) * 2] for i in range(2) for j in range(2)])
+    np.testing.assert_array_equal(assemble(blocks, (1, 2, 3), (0, 1), (2, 2)), full)
+    blocks_y = np.stack([full[:, j * 2:(j + 1) * 2] for j in range(2)])
+    np.testing.assert_array_equal(assemble(blocks_y, (2, 2, 3), (1,), (2,)), full)
+
+
+_PROGRAM = textwrap.dedent("""
+    import numpy as np, shardlab as sl
+    from shardlab import P, lax
+    mesh = sl.make_mesh((2, 4), ("x", "y"))
+    x = sl.device_put(np.arange(32.0, dtype=np.float32).reshape(4, 8), sl.NamedSharding(mesh, P("x", "y")))
+    f = sl.shard_map(lambda a: lax.psum(a, ("x", "y")) + lax.all_gather(a, ("x", "y"), tiled=True).sum(),
+                     mesh=mesh, in_specs=P("x", "y"), out_specs=P())
+    with sl.Ledger() as led:
+        y = np.asarray(f(x))
+    print(sl.process_index(), sl.process_count(), float(y.sum()), [e["op"] for e in led.events])
+""")
+
+
+def test_mpirun_two_ranks_give_the_one_process_values_and_ledger(tmp_path):
+    pytest.importorskip("mpi4py")
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("mpirun is not installed (make system-deps installs Open MPI)")
+    script = tmp_path / "prog.py"
+    script.write_text(_PROGRAM)
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+    one = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    two = subprocess.run([mpirun, "-n", "2", sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=180, env=env)
+    assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
+    (rest,) = {line.split(" ", 2)[2] for line in two.stdout.splitlines()}  # both ranks print the same
+    assert sorted(line.split(" ", 2)[0] for line in two.stdout.splitlines()) == ["0", "1"]
+    assert one.stdout.split(" ", 2)[2].strip() == rest.strip()
