@@ -160,7 +160,8 @@ def flops_per_token(cfg: ModelConfig, context: int, causal: bool = True, trainin
     extra.update({f"fwd_{k}": _num(Fraction(v, T)) for k, v in comp.items()})
     return FlopsPerToken(f"{op}({cfg.name or 'model'}, T={T}{', causal' if causal else ''}"
                          f"{', training' if training else ', forward'})", parts, unit="flops",
-                         formula=formula, extra=extra)
+                         formula=formula, extra=extra,
+                         extra_units={k: "flops" for k in extra if k not in ("context", "causal")})
 
 
 def _dense_matmuls(cfg: ModelConfig, T: int) -> dict:

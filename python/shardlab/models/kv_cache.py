@@ -50,4 +50,5 @@ def kv_cache_bytes(cfg: ModelConfig, tokens: int = 1, dtype="bfloat16", *, batch
                   formula=f"2 * B * T * L * K * H * bytes = 2*{batch}*{tokens}*{cfg.num_layers}*"
                           f"{cfg.num_kv_heads}*{cfg.head_dim}*{b:g}",
                   extra={"per_token": int(2 * cfg.num_layers * per_layer),
-                         "per_token_per_layer": int(2 * per_layer)})
+                         "per_token_per_layer": int(2 * per_layer)},
+                  extra_units={"per_token": "bytes", "per_token_per_layer": "bytes"})

@@ -257,7 +257,8 @@ def training_memory(cfg: ModelConfig, strategy, mesh, batch: int, optimizer: str
                   formula=(f"params {pb}B, grads {gb}B, optimizer {_STATES[optimizer]}x{sb}B"
                            f"{' + 4B master' if master else ''} per param, divided by the axes "
                            f"that shard them; activations = tokens/device x saved elements x {act_b}B"),
-                  extra=extra,
+                  extra=extra, extra_units={k: "params" if k == "param_count" else "bytes" for k in extra
+                                            if k in ("param_count", "checkpointed_names", "layer_inputs")},
                   notes=("an estimate: params/grads/optimizer are exact shard sizes; activations "
                          "and temporaries follow the saved-tensor model in the module docstring",))
 

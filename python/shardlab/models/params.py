@@ -102,4 +102,5 @@ def param_count(cfg: ModelConfig) -> ParamCount:
     attn_share = attention / sum(parts.values())
     return ParamCount(f"param_count({cfg.name or 'model'})", parts, unit="params", formula=formula,
                       extra={"active": active, "attention_share": round(attn_share, 6)},
+                      extra_units={"active": "params", "attention_share": "%"},
                       notes=(cfg.note,) if cfg.note else ())

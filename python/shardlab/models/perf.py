@@ -72,7 +72,9 @@ def mfu(cfg, tokens_per_s: float, hardware, chips: int, *, context: int | None =
     peak, label = peak_flops(hardware, dtype, op)
     achieved = per_token * tokens_per_s
     return Report(f"mfu({getattr(cfg, 'name', '') or cfg}, {chips} x {label})", {}, total=achieved / (chips * peak),
-                  formula=f"({how}) x tokens/s / (chips x peak)",
+                  unit="%", formula=f"({how}) x tokens/s / (chips x peak)",
+                  extra_units={"model_flops_per_token": "flops", "model_flops_per_s": "flop_rate",
+                               "peak_flops_per_chip": "flop_rate"},
                   extra={"model_flops_per_token": per_token, "model_flops_per_s": achieved,
                          "peak_flops_per_chip": peak, "chips": chips})
 
@@ -109,7 +111,7 @@ def step_time_lower_bound(cfg: ModelConfig, batch_tokens: int, hardware, chips: 
                   unit="s", total=max(t_compute, t_hbm),
                   formula="max(flops_per_token x tokens / (chips x peak), reads x weights/chip / HBM BW)",
                   extra={"compute": t_compute, "hbm": t_hbm,
-                         "bound": "compute" if t_compute >= t_hbm else "memory"})
+                         "bound": "compute" if t_compute >= t_hbm else "memory"}, extra_units={"compute": "s", "hbm": "s"})
 
 
 def moe_compute_bound_batch(cfg, hardware, *, weight_dtype="int8", dtype="bfloat16",

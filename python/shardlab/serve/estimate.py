@@ -28,6 +28,9 @@ import math
 
 import shardlab.cost as cost
 import shardlab.hardware as hardware_presets
+from shardlab import units
+from shardlab.viz import Displayed
+from shardlab.viz.serving import estimate_view
 from shardlab.models import ModelConfig, kv_cache_bytes, param_count
 from shardlab.models.dtypes import dtype_bytes
 
@@ -61,10 +64,6 @@ def _mesh_shape(mesh) -> dict:
     if isinstance(mesh, dict) and mesh and all(isinstance(v, int) and v >= 1 for v in mesh.values()):
         return dict(mesh)
     raise ValueError(f"[estimate] mesh {mesh!r} must be a chip count, a {{axis: size}} dict or a Mesh")
-
-
-def _gb(x: float) -> str:
-    return f"{x / 1e9:.4g} GB"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,8 +199,11 @@ class StepModel:
 
 
 @dataclasses.dataclass(frozen=True)
-class Estimate:
-    """What :func:`estimate` returns (bytes, seconds, tokens per second)."""
+class Estimate(Displayed):
+    """What :func:`estimate` returns (bytes, seconds, tokens per second).
+
+    Displays itself (Jupyter, ``rich.print``, ``print``) with bars of memory against HBM and of
+    the decode step's parts (``shardlab.viz.serving``)."""
 
     model: str
     hardware: str
@@ -232,35 +234,20 @@ class Estimate:
         """Raises ValueError saying by how much the batch misses, and the largest that fits."""
         if not self.fits:
             raise ValueError(
-                f"[estimate] batch {self.batch} at context {self.context} needs {_gb(self.memory_bytes)} "
-                f"(params {_gb(self.param_bytes)} + KV {_gb(self.kv_bytes)}) but {self.chips} x "
-                f"{self.hardware} hold {_gb(self.hbm_bytes)}: short by {_gb(self.memory_bytes - self.hbm_bytes)}; "
+                f"[estimate] batch {self.batch} at context {self.context} needs {units.fmt_bytes(self.memory_bytes)} "
+                f"(params {units.fmt_bytes(self.param_bytes)} + KV {units.fmt_bytes(self.kv_bytes)}) but {self.chips} x "
+                f"{self.hardware} hold {units.fmt_bytes(self.hbm_bytes)}: short by "
+                f"{units.fmt_bytes(self.memory_bytes - self.hbm_bytes)}; "
                 f"the largest batch that fits is {self.max_batch}")
         return self
 
-    def rows(self) -> list[tuple[str, str]]:
-        d, p = self.decode, self.prefill
-        return [("model", self.model), ("mesh", f"{self.mesh_shape} of {self.hardware}"),
-                ("batch x context", f"{self.batch} x {self.context}"),
-                ("params", _gb(self.param_bytes)), ("KV cache", _gb(self.kv_bytes)),
-                ("memory / HBM", f"{_gb(self.memory_bytes)} / {_gb(self.hbm_bytes)}"
-                 + ("" if self.fits else " (does not fit)")),
-                ("largest batch", str(self.max_batch)),
-                ("prefill", f"{p.seconds * 1e3:.4g} ms ({p.bound}-bound)"),
-                ("decode step", f"{d.seconds * 1e3:.4g} ms ({d.bound}-bound): KV {d.kv_seconds * 1e3:.3g} ms, "
-                                f"weights {d.weight_seconds * 1e3:.3g} ms, compute {d.compute_seconds * 1e3:.3g} ms, "
-                                f"ICI {d.comm_seconds * 1e3:.3g} ms"),
-                ("decode throughput", f"{d.tokens_per_s:.5g} tokens/s")]
+    def view(self):
+        """The display: a ``shardlab.viz.View`` (``.save("estimate.png")`` and friends)."""
+        return estimate_view(self)
 
     def text(self) -> str:
-        return "\n".join(f"{k:>18}: {v}" for k, v in self.rows())
-
-    def __str__(self) -> str:
-        return self.text()
-
-    def _repr_html_(self) -> str:
-        body = "".join(f"<tr><th style='text-align:right'>{k}</th><td>{v}</td></tr>" for k, v in self.rows())
-        return f"<table>{body}</table>"
+        """The figures as text (what ``print`` shows)."""
+        return self.view().text
 
 
 def estimate(cfg: ModelConfig | None, hardware, mesh, batch: int, context: int, dtypes=None, *,
@@ -290,7 +277,7 @@ def estimate(cfg: ModelConfig | None, hardware, mesh, batch: int, context: int, 
     m = StepModel(cfg, hardware, mesh, dtypes, strategy=strategy, params=params,
                   kv_bytes_per_token=kv_bytes_per_token, comm=comm)
     kv = batch * context * m.kv_bytes_per_token
-    est = Estimate(model=(cfg.name or "model") if cfg is not None else f"{m.params:.3g}-param model",
+    est = Estimate(model=(cfg.name or "model") if cfg is not None else f"{units.fmt_params(m.params)} model",
                    hardware=m.hw.name, mesh_shape=m.mesh_shape, chips=m.chips, batch=batch, context=context,
                    dtypes=m.dtypes, params=m.params, param_bytes=m.param_bytes,
                    kv_bytes_per_token=m.kv_bytes_per_token, kv_bytes=kv, memory_bytes=m.param_bytes + kv,

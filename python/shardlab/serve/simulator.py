@@ -56,6 +56,12 @@ from collections import deque
 
 import numpy as np
 
+from shardlab import units
+from shardlab.viz import Displayed
+from shardlab.viz.plots import throughput_latency_plot as plot_throughput_latency
+from shardlab.viz.progress import track
+from shardlab.viz.serving import sim_result_view, sim_summary
+
 from .estimate import StepModel
 from .prefix_cache import PrefixCache
 
@@ -344,12 +350,15 @@ class _Sim:
             cache.insert(q.prefix_id, q.prefix_len // self.cfg.block_size)
 
 
-@dataclasses.dataclass
-class SimResult:
+@dataclasses.dataclass(repr=False)
+class SimResult(Displayed):
     """Per-request arrays (seconds) and system figures of one simulation.
 
     ``ttft`` = first token - arrival, ``tpot`` = (finish - first token) / (output tokens - 1)
     (requests with one output token have none), ``e2e`` = finish - arrival.
+
+    Displays itself (Jupyter, ``rich.print``, ``print``) as a one-line summary, the latency
+    percentiles and a picture of the run (``shardlab.viz.serving``), never the raw arrays.
     """
 
     mode: str
@@ -402,12 +411,15 @@ class SimResult:
                 "kv_utilization": self.kv_utilization, "prefix_hit_rate": self.prefix_hit_rate}
 
     def text(self) -> str:
-        s = self.summary()
-        ms = lambda x: f"{x * 1e3:.4g} ms"  # noqa: E731
-        return (f"{s['mode']}: {s['completed']} done, {s['rejected']} rejected, {s['throughput_tok_s']:.5g} tok/s; "
-                f"TTFT p50 {ms(s['ttft_p50'])} p99 {ms(s['ttft_p99'])}; TPOT p50 {ms(s['tpot_p50'])} "
-                f"p99 {ms(s['tpot_p99'])}; E2E p50 {ms(s['e2e_p50'])}; KV used {s['kv_utilization']:.1%}; "
-                f"prefix hits {s['prefix_hit_rate']:.1%}")
+        """The summary, the latency percentiles and the system figures as text."""
+        return self.view().text
+
+    def view(self):
+        """The display: a ``shardlab.viz.View`` (``.save("run.svg")`` and friends)."""
+        return sim_result_view(self)
+
+    def __repr__(self) -> str:
+        return f"<SimResult {sim_summary(self)}>"
 
 
 def _capacity_blocks(model: StepModel, cfg: ServingConfig) -> int:
@@ -415,8 +427,8 @@ def _capacity_blocks(model: StepModel, cfg: ServingConfig) -> int:
     if tokens is None:
         free = model.hbm_bytes - model.param_bytes
         if free <= 0:
-            raise ValueError(f"[simulate] the weights ({model.param_bytes / 1e9:.4g} GB) do not fit in "
-                             f"{model.chips} x {model.hw.name} ({model.hbm_bytes / 1e9:.4g} GB); use more chips")
+            raise ValueError(f"[simulate] the weights ({units.fmt_bytes(model.param_bytes)}) do not fit in "
+                             f"{model.chips} x {model.hw.name} ({units.fmt_bytes(model.hbm_bytes)}); use more chips")
         tokens = int(free // model.kv_bytes_per_token)
     return tokens // cfg.block_size
 
@@ -514,28 +526,6 @@ def simulate(requests, model: StepModel, config: ServingConfig | None = None, *,
 
 
 def sweep(make_requests, rates, model: StepModel, config: ServingConfig | None = None, **kw) -> list:
-    """``simulate(make_requests(rate), ...)`` for every arrival rate; returns SimResults."""
-    return [simulate(make_requests(rate), model, config, **kw) for rate in rates]
-
-
-def plot_throughput_latency(curves: dict, metric: str = "tpot", percentile: float = 50, ax=None):
-    """Throughput (tokens/s) against a latency percentile, one line per label.
-
-    Args:
-        curves: ``{label: [SimResult, ...]}`` (e.g. one sweep per layout).
-        metric: "tpot", "ttft" or "e2e".
-    """
-    import matplotlib.pyplot as plt
-
-    if ax is None:
-        _, ax = plt.subplots(figsize=(6, 4))
-    for label, results in curves.items():
-        xs = [r.throughput for r in results]
-        ys = [float(np.percentile(getattr(r, metric), percentile)) * 1e3 for r in results]
-        ax.plot(xs, ys, marker="o", label=label)
-    ax.set_xlabel("throughput (output tokens/s)")
-    ax.set_ylabel(f"{metric.upper()} p{percentile:g} (ms)")
-    ax.set_yscale("log")
-    ax.grid(True, alpha=0.3)
-    ax.legend()
-    return ax.figure
+    """``simulate(make_requests(rate), ...)`` for every arrival rate; returns SimResults (with a
+    progress bar when someone watches)."""
+    return [simulate(make_requests(rate), model, config, **kw) for rate in track(rates, "simulating rates")]

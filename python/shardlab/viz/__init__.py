@@ -22,7 +22,7 @@ from .objects import (axis_schedule_html, axis_schedule_text, axis_schedule_view
                       collective_cost_text, collective_cost_view, hardware_html, hardware_text, hardware_view,
                       mesh_html, mesh_text, mesh_view, plan_html, plan_text, plan_view, roofline_html, roofline_text,
                       roofline_view)
-from .plots import collective_sweep, roofline_plot, strategy_sweep
+from .plots import collective_sweep, roofline_plot, strategy_sweep, throughput_latency_plot
 from .timeline import chrome_trace, schedule_events, timeline
 from .sharding import device_list, sharding
 from .view import Displayed, View
@@ -32,4 +32,4 @@ __all__ = ["axis_schedule_html", "axis_schedule_text", "axis_schedule_view", "co
            "event_rows", "group_bytes", "hardware_html", "hardware_text", "hardware_view", "ledger_html",
            "ledger_text", "ledger_view", "link_traffic", "mesh_html", "mesh_text", "mesh_view", "plan_html",
            "plan_text", "plan_view", "progress", "roofline_html", "roofline_plot", "roofline_text", "roofline_view",
-           "schedule_events", "chrome_trace", "sharding", "strategy_sweep", "timeline", "View"]
+           "schedule_events", "chrome_trace", "sharding", "strategy_sweep", "throughput_latency_plot", "timeline", "View"]

@@ -20,7 +20,7 @@ from shardlab import hardware as _hardware
 
 from .colors import palette
 
-__all__ = ["roofline_plot", "collective_sweep", "strategy_sweep"]
+__all__ = ["roofline_plot", "collective_sweep", "strategy_sweep", "throughput_latency_plot"]
 
 
 def _plt():
@@ -148,3 +148,36 @@ def strategy_sweep(batches, *, d_model: int = 4096, d_ff: int = 16384, mesh=None
     ax.legend(fontsize=7)
     ax.grid(True, alpha=0.3)
     return fig
+
+
+def throughput_latency_plot(curves: dict, metric: str = "tpot", percentile: float = 50, ax=None):
+    """Throughput (output tokens/s) against a latency percentile, one line per label: the
+    serving trade-off of a rate sweep (``serve.sweep``).
+
+    Args:
+        curves: ``{label: [SimResult, ...]}`` (e.g. one sweep per layout).
+        metric: "tpot", "ttft" or "e2e".
+        percentile: which percentile of the metric (50: the median).
+        ax: a matplotlib Axes to draw on (a new figure by default).
+
+    Returns:
+        The matplotlib Figure.
+    """
+    if metric not in ("tpot", "ttft", "e2e"):
+        raise ValueError(f"[throughput_latency_plot] metric={metric!r}; use 'tpot', 'ttft' or 'e2e'")
+    plt = _plt()
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 4.2), layout="constrained")
+    for c, (label, results) in zip(palette(len(curves)), curves.items()):
+        xs = [r.throughput for r in results]
+        ys = [float(np.percentile(getattr(r, metric), percentile)) if len(getattr(r, metric)) else math.nan
+              for r in results]
+        ax.plot(xs, ys, "o-", color=c, ms=4, label=label)
+    ax.set_xlabel("throughput (output tokens/s)")
+    ax.set_ylabel(f"{metric.upper()} p{percentile:g}")
+    ax.set_yscale("log")
+    _fmt_axis(ax, "y", "seconds")
+    _fmt_axis(ax, "x", "count")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    return ax.figure

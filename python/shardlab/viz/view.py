@@ -153,7 +153,8 @@ def kv_view(kind: str, title: str, rows, *, sub: str = "", notes=(), before_html
     html = figure_html(kind, esc(title), body, esc(sub))
     caption = "\n".join([sub] * bool(sub) + [f"note: {n}" for n in notes]) or None
     t = Table(title=Text(title, style="bold"), title_justify="left", show_header=False,
-              caption=Text(caption) if caption else None, caption_justify="left")
+              caption=Text(caption) if caption else None, caption_justify="left",
+              min_width=min(120, max([len(title)] + [len(x) for x in (caption or "").splitlines()])))
     t.add_column(no_wrap=True)
     t.add_column(justify="right", no_wrap=True)
     for k, v in rows:
