@@ -15,15 +15,20 @@ Example:
 
 from __future__ import annotations
 
+import csv
+import json
+import os
+
 from rich.console import Console
 from rich.table import Table
 
 import shardlab as sl
 from shardlab import units, views
 
+from .timeline import chrome_trace, schedule_events
 from .view import View, esc, figure_html, table_html
 
-__all__ = ["ledger_view", "ledger_html", "ledger_text", "event_rows"]
+__all__ = ["ledger_view", "ledger_html", "ledger_text", "event_rows", "save_ledger"]
 
 HEAD = ["op", "axes", "n", "dtype", "in / device", "out / device", "sent / device", "FLOP / device", "time"]
 _NUMERIC = (2, 4, 5, 6, 7, 8)
@@ -143,3 +148,60 @@ class _Null:
 
     def flush(self):
         pass
+
+
+def _plain(v):
+    if isinstance(v, (tuple, list)):
+        return [_plain(x) for x in v]
+    return v if v is None or isinstance(v, (str, int, float, bool)) else str(v)
+
+
+def save_ledger(ledger, path: str) -> None:
+    """Writes a ledger's events to ``path``, by its extension:
+
+    - ``.csv``: one row per event, the ledger's fields as columns (axes joined by ``,``);
+    - ``.json``: a list of event objects (the ``ledger.events`` dicts);
+    - ``.trace.json`` (or ``.perfetto.json``): the Chrome trace-event format of the ledger's
+      timeline (``viz.timeline``: compute and communication lanes, data dependencies kept), for
+      https://ui.perfetto.dev or chrome://tracing. It needs modelled times: a mesh with hardware
+      (for host times, record with ``shardlab.profiler.trace`` instead).
+
+    The picture of the ledger saves with ``viz.ledger_view(ledger).save("ledger.svg")``.
+
+    Example:
+        >>> import csv, json, os, tempfile, numpy as np, shardlab as sl
+        >>> from shardlab import P, viz
+        >>> mesh = sl.make_mesh((8,), ("x",), hardware="tpu-v5e")
+        >>> f = sl.shard_map(lambda a: sl.lax.psum(a, "x"), mesh=mesh, in_specs=P("x"), out_specs=P())
+        >>> with sl.Ledger() as led:
+        ...     _ = f(np.ones((8, 256), np.float32))
+        >>> d = tempfile.mkdtemp()
+        >>> for name in ("l.csv", "l.json", "l.trace.json"):
+        ...     viz.save_ledger(led, os.path.join(d, name))
+        >>> next(csv.DictReader(open(os.path.join(d, "l.csv"))))["bytes_sent"]
+        '1792.0'
+        >>> [e["name"] for e in json.load(open(os.path.join(d, "l.trace.json")))["traceEvents"] if e["ph"] == "X"]
+        ['psum']
+    """
+    events = list(ledger.events) if hasattr(ledger, "events") else list(ledger)
+    name = os.path.basename(str(path)).lower()
+    if name.endswith((".trace.json", ".perfetto.json")):
+        try:
+            spans = schedule_events(events)
+        except ValueError as err:
+            raise ValueError(f"[save_ledger] {path!r}: a trace needs every event's time; {err}") from None
+        chrome_trace(spans, path=str(path))
+    elif name.endswith(".json"):
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump([{k: _plain(v) for k, v in e.items()} for e in events], f, indent=1)
+    elif name.endswith(".csv"):
+        fields = list(events[0]) if events else ["op"]
+        with open(path, "w", encoding="utf-8", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=fields)
+            w.writeheader()
+            for e in events:
+                w.writerow({k: ",".join(map(str, v)) if isinstance(v, (tuple, list)) else
+                            ("" if v is None else v) for k, v in e.items()})
+    else:
+        raise ValueError(f"[save_ledger] cannot save {path!r}: use a name ending in .csv, .json or .trace.json "
+                         f"(the picture: viz.ledger_view(ledger).save('ledger.svg'))")

@@ -27,6 +27,9 @@ import dataclasses
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from shardlab.viz import Displayed
+from shardlab.viz.pipeline_schedule import pipeline_schedule
+
 __all__ = [
     "FORWARD", "BACKWARD", "BACKWARD_INPUT", "BACKWARD_WEIGHT", "SEND", "RECV", "KINDS", "COMPUTE_KINDS",
     "ACTIVATION", "GRADIENT", "LAYOUTS",
@@ -112,8 +115,11 @@ def stage_layers(num_layers: int, num_stages: int) -> tuple[range, ...]:
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class Schedule:
+class Schedule(Displayed):
     """The ordered actions of every device of a pipeline.
+
+    Displays itself (Jupyter, ``rich.print``) as one row of coloured blocks per device in the
+    order it runs them (``shardlab.viz.pipeline_schedule``); ``print`` gives the same as text.
 
     Attributes:
         name: the schedule's name ("gpipe", "1f1b", ...).
@@ -194,6 +200,10 @@ class Schedule:
 
     def __repr__(self) -> str:
         return f"Schedule({self.name!r}, p={self.p}, m={self.m}, v={self.v}, {self.num_actions} actions)"
+
+    def view(self):
+        """The display: a ``shardlab.viz.View`` (``.save("schedule.svg")`` and friends)."""
+        return pipeline_schedule(self)
 
 
 def check_sizes(op: str, p: int, m: int, v: int = 1, *, num_layers: int | None = None) -> tuple[range, ...] | None:
