@@ -1,0 +1,101 @@
+"""Global-view programs to search: a decoder block stack written with ``shardlab.numpy`` einsums
+(RMS norm, multi-head attention with softmax, tanh MLP, residuals) and its SGD training step.
+
+``shardlab.models`` runs on numpy and per-device values inside ``shard_map``; these functions
+take global arrays, which is what autoshard traces and shards. Shapes follow the book:
+B sequences of T tokens, model dim D, H heads of K, MLP dim F.
+
+>>> import numpy as np
+>>> from shardlab.autoshard import examples
+>>> params, x = examples.init(layers=2, batch=2, seq=4, d_model=8, heads=2, head_dim=4, ffw=16)
+>>> loss, new = examples.train_step(params, x)
+>>> round(float(loss), 4) == round(float(examples.loss(params, x)), 4), len(new)
+(True, 2)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import shardlab as sl
+import shardlab.numpy as jnp
+
+__all__ = ["init", "abstract", "block", "forward", "loss", "train_step", "mlp_step", "LEARNING_RATE"]
+
+LEARNING_RATE = 0.1
+
+
+def init(layers=2, batch=4, seq=8, d_model=16, heads=2, head_dim=8, ffw=32, seed=0, dtype=np.float32):
+    """Random parameters (a list of per-layer dicts) and an input batch ``x[B, T, D]``."""
+    rng = np.random.default_rng(seed)
+    D, H, K, F = d_model, heads, head_dim, ffw
+
+    def w(*s):
+        return (rng.standard_normal(s) / np.sqrt(s[0])).astype(dtype)
+
+    params = [dict(wq=w(D, H, K), wk=w(D, H, K), wv=w(D, H, K), wo=w(H, K, D) / np.sqrt(H), w1=w(D, F), w2=w(F, D))
+              for _ in range(layers)]
+    return params, rng.standard_normal((batch, seq, D)).astype(dtype)
+
+
+def abstract(layers, batch, seq, d_model, heads, head_dim, ffw, dtype=np.float32):
+    """The same shapes as ShapeDtypeStructs (no data), for planning at any size."""
+    D, H, K, F = d_model, heads, head_dim, ffw
+
+    def s(*shape):
+        return sl.ShapeDtypeStruct(shape, dtype)
+
+    return ([dict(wq=s(D, H, K), wk=s(D, H, K), wv=s(D, H, K), wo=s(H, K, D), w1=s(D, F), w2=s(F, D))
+             for _ in range(layers)], s(batch, seq, D))
+
+
+def _rms(x):
+    return x * jnp.reciprocal(jnp.sqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1e-6))
+
+
+def block(p, x):
+    """One pre-norm decoder block: attention then MLP, each with a residual."""
+    h = _rms(x)
+    q = jnp.einsum("btd,dhk->bthk", h, p["wq"])
+    k = jnp.einsum("btd,dhk->bthk", h, p["wk"])
+    v = jnp.einsum("btd,dhk->bthk", h, p["wv"])
+    s = jnp.einsum("bthk,bshk->bhts", q, k) * float(1.0 / np.sqrt(q.shape[-1]))
+    s = s - jnp.max(s, axis=-1, keepdims=True)
+    e = jnp.exp(s)
+    a = e / jnp.sum(e, axis=-1, keepdims=True)
+    o = jnp.einsum("bhts,bshk->bthk", a, v)
+    x = x + jnp.einsum("bthk,hkd->btd", o, p["wo"])
+    h = jnp.tanh(jnp.einsum("btd,df->btf", _rms(x), p["w1"]))
+    return x + jnp.einsum("btf,fd->btd", h, p["w2"])
+
+
+def forward(params, x):
+    for p in params:
+        x = block(p, x)
+    return x
+
+
+def loss(params, x):
+    """Mean square of the last block's output (a stand-in for a language-model loss)."""
+    y = forward(params, x)
+    return jnp.mean(y * y)
+
+
+def train_step(params, x):
+    """One SGD step: the loss and the updated parameters."""
+    value, grads = sl.value_and_grad(loss)(params, x)
+    new = [{k: p[k] - LEARNING_RATE * g[k] for k in p} for p, g in zip(params, grads)]
+    return value, new
+
+
+def mlp_step(params, x):
+    """The book's part-5 model: ``Out[B, D] = In[B, D] ·_D W_in[D, F] ·_F W_out[F, D]`` per
+    layer (no attention), its loss and SGD step; `params` is a list of ``(w_in, w_out)``."""
+
+    def f(ps, x):
+        for w_in, w_out in ps:
+            x = x + jnp.einsum("bf,fd->bd", jnp.tanh(jnp.einsum("bd,df->bf", x, w_in)), w_out)
+        return jnp.mean(x * x)
+
+    value, grads = sl.value_and_grad(f)(params, x)
+    return value, [(w - LEARNING_RATE * gw, v - LEARNING_RATE * gv) for (w, v), (gw, gv) in zip(params, grads)]

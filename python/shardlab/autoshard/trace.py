@@ -1,0 +1,504 @@
+"""From a global-view function to the intra-op `Problem`: trace it, enumerate each op's
+candidate shardings, price them on the mesh's hardware.
+
+`trace_program(f, *args, mesh=...)` records `f` shape-only with ``shardlab.jit(f).trace`` on a
+one-device mesh: the program of primitives at their global shapes (a gradient's backward pass
+included). Each primitive becomes a node whose candidates are the ways to shard it
+(`specs.einsum_candidates` for contractions, every layout of the output for elementwise ops,
+of the input for reductions and reshapes); each candidate is *priced by running the global-view
+op on it shape-only* on an abstract copy of the mesh: the collectives the planner inserts and
+their seconds are exactly what a real run records in its ledger. Every program input (a
+parameter, a batch) is a node whose candidates are its layouts. Edges carry the resharding
+seconds from ``shardlab.plan_reshard`` (what ``shardlab.reshard`` runs).
+
+Memory per device: every input at its layout, plus each forward value a backward op reads (the
+activations a training step keeps); transient values are not counted.
+
+Repeated layers: ops (and inputs) with the same structural signature — the primitive, its
+parameters, shapes and phase, and those of its producers and consumers — are tied to one
+decision variable (Alpa's and autoparallel's merging of repeated blocks).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+from typing import Any
+
+import numpy as np
+
+import shardlab as sl
+import shardlab.numpy as jnp
+from shardlab import cost, tree_util
+
+from .graph import Edge, Node, Problem, Strategy
+from .specs import Dims, dims_of, dims_str, einsum_candidates, local_shape, pspec, tensor_dims
+
+__all__ = ["UntraceableError", "Candidate", "Value", "Op", "Program", "trace_program"]
+
+_ELEMENTWISE = {
+    "add", "subtract", "multiply", "divide", "maximum", "minimum", "power", "negative", "exp", "exp2", "log",
+    "log1p", "expm1", "tanh", "sqrt", "reciprocal", "square", "sin", "cos", "absolute", "sign", "equal",
+    "not_equal", "greater", "greater_equal", "less", "less_equal", "select", "convert_element_type", "erf",
+    "logistic", "logical_and", "logical_or", "logical_not", "positive",
+}
+_REDUCE = {"reduce_sum": jnp.sum, "reduce_max": jnp.max, "reduce_min": jnp.min}
+_STRUCTURAL = {"reshape", "broadcast_to", "transpose"}
+SUPPORTED = sorted(_ELEMENTWISE | set(_REDUCE) | _STRUCTURAL | {"einsum"})
+
+
+class UntraceableError(ValueError):
+    """The function uses a construct autoshard cannot shard (named in the message)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """One way to run an op: the layout each operand must have (None for a literal), the
+    output's layout, the collectives the op itself runs ``(op, axes, bytes_sent)`` and its
+    seconds."""
+
+    in_dims: tuple
+    out_dims: Dims
+    collectives: tuple
+    compute_s: float
+    comm_s: float
+    out_kw: Dims | None = None  # the einsum's out_sharding
+
+
+@dataclasses.dataclass
+class Value:
+    """A value of the program: its global shape and dtype, and where it comes from."""
+
+    index: int
+    name: str
+    shape: tuple
+    dtype: np.dtype
+    kind: str  # 'input', 'const', 'op'
+    producer: int | None = None
+    const: Any = None
+    consumers: list = dataclasses.field(default_factory=list)  # (op index, slot)
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+@dataclasses.dataclass
+class Op:
+    """One primitive of the program with its candidates."""
+
+    index: int
+    name: str
+    prim: str
+    params: dict
+    inputs: list  # ('value', index) or ('literal', python scalar)
+    output: int
+    phase: str
+    scope: str
+    candidates: list = dataclasses.field(default_factory=list)
+    saved: bool = False  # a forward value the backward pass reads (kept in memory)
+
+
+# -- running one op on global arrays (the pricing and the plan's execution share it) ------------------
+def apply_op(op: Op, args: list, out_shape: tuple, out_kw: Dims | None, mesh=None):
+    """Runs `op` on global arrays (or literals) with the global-view functions."""
+    p, prim = op.params, op.prim
+    if prim == "einsum":
+        sub = ",".join(p["terms"]) + "->" + p["out"]
+        kw = {} if out_kw is None else {"out_sharding": sl.NamedSharding(mesh, pspec(out_kw))}
+        if p.get("preferred_element_type") is not None:
+            kw["preferred_element_type"] = p["preferred_element_type"]
+        return jnp.einsum(sub, *args, **kw)
+    if prim in _REDUCE:
+        return _REDUCE[prim](args[0], axis=tuple(p["axes"]), keepdims=bool(p.get("keepdims", False)))
+    if prim == "reshape":
+        return jnp.reshape(args[0], out_shape)
+    if prim == "broadcast_to":
+        return jnp.broadcast_to(args[0], out_shape)
+    if prim == "transpose":
+        return jnp.transpose(args[0], tuple(p["perm"]))
+    if prim == "select":
+        return jnp.where(*args)
+    if prim == "convert_element_type":
+        return args[0].astype(p["dtype"]) if hasattr(args[0], "astype") else np.asarray(args[0], p["dtype"])
+    if prim == "logistic":
+        return 1.0 / (1.0 + jnp.exp(-args[0]))
+    fn = getattr(jnp, prim, None) or getattr(sl.lax, prim)
+    return fn(*args)
+
+
+def out_shape_of(op: Op, values) -> tuple:
+    return values[op.output].shape
+
+
+def _events_of(program) -> list:
+    return [e.event.as_dict() for e in program.eqns if e.event is not None]
+
+
+class _Pricer:
+    """Prices candidates by running the op shape-only on an abstract copy of the mesh (memoized
+    by the op's signature), and reshards with ``plan_reshard``."""
+
+    def __init__(self, mesh):
+        self.mesh = mesh
+        self.shape = dict(mesh.shape)
+        self.hw = mesh.hardware
+        self.abstract = sl.make_mesh(tuple(mesh.shape.values()), tuple(mesh.axis_names), hardware=self.hw,
+                                     abstract=True)
+        self._ops: dict = {}
+        self._edges: dict = {}
+
+    def sds(self, shape, dtype, dims):
+        return sl.ShapeDtypeStruct(shape, dtype, sharding=sl.NamedSharding(self.abstract, pspec(dims)))
+
+    def local_bytes(self, shape, dtype, dims) -> int:
+        return math.prod(local_shape(shape, dims, self.shape)) * np.dtype(dtype).itemsize
+
+    def op(self, op: Op, values: list, in_dims: tuple, out_kw) -> Candidate | None:
+        avals = tuple((values[i].shape, values[i].dtype.name) if k == "value" else ("lit", repr(i))
+                      for k, i in op.inputs)
+        key = (op.prim, repr(sorted(op.params.items())), avals, in_dims, out_kw, values[op.output].shape)
+        if key in self._ops:
+            return self._ops[key]
+        cand = None
+        slots = [(k, i) for k, i in op.inputs]
+        if op.prim in _ELEMENTWISE and out_kw is not None:  # operands already laid out as the output: local
+            nbytes = sum(self.local_bytes(values[i].shape, values[i].dtype, d)
+                         for (k, i), d in zip(slots, in_dims) if k == "value")
+            nbytes += self.local_bytes(out_shape_of(op, values), values[op.output].dtype, out_kw)
+            cand = self._ops[key] = Candidate(in_dims, out_kw, (), float(cost.hbm_load_time(nbytes, self.hw)), 0.0)
+            return cand
+        arrays = [self.sds(values[i].shape, values[i].dtype, d) for (k, i), d in zip(slots, in_dims) if k == "value"]
+        out_shape = values[op.output].shape
+
+        def run(*xs):
+            it = iter(xs)
+            args = [next(it) if k == "value" else i for k, i in slots]
+            return apply_op(op, args, out_shape, out_kw, self.abstract)
+
+        try:
+            prog = sl.jit(run).trace(*arrays).lower().compiler_ir()
+        except Exception:  # the global view refuses this layout: not a candidate
+            prog = None
+        if prog is not None:
+            aval = prog.outvars[0].aval
+            gshape = aval.global_shape if aval.global_shape is not None else aval.shape
+            if not aval.unreduced and tuple(gshape) == tuple(out_shape):
+                out_dims = dims_of(aval.sharding.spec if aval.sharding is not None else None, len(out_shape))
+                events = _events_of(prog)
+                colls = tuple((e["op"], tuple(e["axes"]), float(e["bytes_sent"])) for e in events if e["axes"])
+                comm = sum(float(e["seconds"] or 0.0) for e in events if e["axes"])
+                compute = sum(float(e["seconds"] or 0.0) for e in events if not e["axes"])
+                if op.prim != "einsum":  # elementwise, reductions, reshapes: memory-bound
+                    nbytes = sum(self.local_bytes(values[i].shape, values[i].dtype, d)
+                                 for (k, i), d in zip(slots, in_dims) if k == "value")
+                    nbytes += self.local_bytes(out_shape, values[op.output].dtype, out_dims)
+                    compute += float(cost.hbm_load_time(nbytes, self.hw))
+                cand = Candidate(in_dims, out_dims, colls, compute, comm, out_kw)
+        self._ops[key] = cand
+        return cand
+
+    def reshard_run(self, shape, dtype, src: Dims, dst: Dims) -> tuple[float, tuple]:
+        """What ``shardlab.reshard`` records moving a value from `src` to `dst` (traced
+        shape-only: the plan's prediction of its ledger)."""
+        if src == dst:
+            return 0.0, ()
+        key = ("run", shape, np.dtype(dtype).name, src, dst)
+        hit = self._edges.get(key)
+        if hit is None:
+            target = sl.NamedSharding(self.abstract, pspec(dst))
+            prog = sl.jit(lambda x: sl.reshard(x, target)).trace(self.sds(shape, dtype, src)).lower().compiler_ir()
+            events = [e for e in _events_of(prog) if e["axes"]]
+            hit = self._edges[key] = (sum(float(e["seconds"] or 0.0) for e in events),
+                                      tuple((e["op"], tuple(e["axes"]), float(e["bytes_sent"])) for e in events))
+        return hit
+
+    def reshard(self, shape, dtype, src: Dims, dst: Dims) -> tuple[float, tuple]:
+        """Seconds and collectives ``(op, axes, bytes_sent)`` of moving a value from `src` to `dst`."""
+        if src == dst:
+            return 0.0, ()
+        key = (shape, np.dtype(dtype).name, src, dst)
+        hit = self._edges.get(key)
+        if hit is None:
+            plan = sl.plan_reshard((tuple(shape), sl.NamedSharding(self.abstract, pspec(src)), dtype),
+                                   sl.NamedSharding(self.abstract, pspec(dst)))
+            colls = tuple((s.op, tuple(s.axes), float(s.bytes_sent)) for s in plan.steps if s.op != "dynamic_slice")
+            hit = self._edges[key] = (float(plan.comm_seconds or 0.0), colls)
+        return hit
+
+
+# -- the traced program -----------------------------------------------------------------------------
+@dataclasses.dataclass
+class Program:
+    """A traced global-view program with every op's candidates, and the intra-op `Problem`
+    built from it (``problem``; node i of the problem is ``nodes[i]``: ('input', value) or
+    ('op', op))."""
+
+    fun_name: str
+    mesh: Any
+    values: list
+    ops: list
+    inputs: list  # value indices of the flat arguments, in order
+    outputs: list  # ('value', index) or ('literal', scalar) per flat result
+    args_tree: Any  # the treedef of the positional arguments
+    out_tree: Any
+    input_dims: dict  # value index -> candidate dims of an input
+    problem: Problem
+    nodes: list
+    pricer: Any
+    trace_seconds: float = 0.0
+    fun: Any = None  # the traced function (the unsharded reference)
+
+    def node_dims(self, node: int, choice: int) -> Dims:
+        """The layout node `node` gives its value in strategy `choice`."""
+        kind, i = self.nodes[node]
+        return self.input_dims[i][choice] if kind == "input" else self.ops[i].candidates[choice].out_dims
+
+
+def _flat_paths(args) -> list:
+    leaves, _ = tree_util.tree_flatten_with_path(args)
+    return [tree_util.keystr(path) for path, _ in leaves]
+
+
+def _struct(x, mesh1):
+    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        raise UntraceableError(f"[autoshard] every argument must be an array or a ShapeDtypeStruct; got "
+                               f"{type(x).__name__} {x!r}: close over Python values instead")
+    dtype = sl.dtypes.canonicalize_dtype(x.dtype)  # float64 data runs as float32 unless x64 is on, as in JAX
+    return sl.ShapeDtypeStruct(tuple(x.shape), dtype, sharding=sl.NamedSharding(mesh1, sl.P()))
+
+
+def _check_mesh(mesh):
+    if mesh is None or not hasattr(mesh, "axis_names"):
+        raise TypeError(f"[autoshard] pass mesh=: a shardlab Mesh (possibly abstract), got {mesh!r}")
+    if mesh.hardware is None:
+        raise ValueError("[autoshard] the mesh has no hardware, so nothing can be priced: make it with "
+                         "shardlab.make_mesh(..., hardware='tpu-v5p') (or another preset)")
+
+
+def _record(f, args):
+    """The one-device program of `f` (global shapes), its input and output trees."""
+    mesh1 = sl.make_mesh((1,), ("_autoshard",))
+    structs = tree_util.tree_map(lambda x: _struct(x, mesh1), args)
+    name = getattr(f, "__name__", type(f).__name__)
+    try:
+        lowered = sl.jit(f).trace(*structs).lower()
+    except UntraceableError:
+        raise
+    except Exception as err:
+        raise UntraceableError(f"[autoshard] cannot trace {name}: {type(err).__name__}: {err}") from err
+    return lowered, name
+
+
+def trace_program(f, *args, mesh, memory_limit_bytes: float | None = None, merge_layers: bool = True) -> Program:
+    """Traces `f(*args)` and builds the intra-op Problem on `mesh` (see the module docstring).
+
+    Args:
+        f: a global-view function of arrays (shardlab.numpy, einsum, grad, ...).
+        *args: example arrays or ShapeDtypeStructs (pytrees of them); only shapes and dtypes count.
+        mesh: the mesh to shard over, with hardware (an abstract mesh is fine).
+        memory_limit_bytes: per-device limit for the Problem (None: no limit).
+        merge_layers: tie structurally identical ops (repeated layers) to one decision.
+
+    Raises:
+        UntraceableError: `f` uses a primitive or construct autoshard cannot shard (named).
+    """
+    import time  # noqa: PLC0415  (kept local: only the trace timing uses it)
+
+    _check_mesh(mesh)
+    t0 = time.perf_counter()
+    lowered, name = _record(f, args)
+    prog = lowered.compiler_ir()
+    paths = _flat_paths(args)
+    values, ops, var_index = [], [], {}
+
+    def new_value(var, name, kind, producer=None, const=None):
+        aval = var.aval
+        shape = tuple(aval.global_shape if aval.global_shape is not None else aval.shape)
+        v = Value(len(values), name, shape, np.dtype(aval.dtype), kind, producer, const)
+        values.append(v)
+        var_index[id(var)] = v.index
+        return v.index
+
+    inputs = [new_value(var, paths[i] if i < len(paths) else f"arg{i}", "input") for i, var in enumerate(prog.invars)]
+    for var, c in zip(prog.constvars, prog.consts):
+        new_value(var, f"const{len(values)}", "const", const=c)
+
+    def operand(x, op_name, scope):
+        if not hasattr(x, "resolve"):
+            return ("literal", x)
+        r = x.resolve()
+        if hasattr(r, "value") and not hasattr(r, "kind"):  # a Literal
+            return ("literal", r.value.item() if r.value.ndim == 0 else r.value)
+        if id(r) in var_index:
+            return ("value", var_index[id(r)])
+        if id(r) in lifted:
+            return ("literal", lifted[id(r)])
+        if r.kind == "host" and r.aval.size == 1:  # grad's seed cotangent (ones), made without a primitive
+            return ("literal", np.ones(r.aval.shape, r.aval.dtype).reshape(()).item())
+        raise UntraceableError(f"[autoshard] {op_name} (scope {scope or '-'}) reads a value made outside a "
+                               f"primitive ({r.aval.str_short()}); autoshard shards global-view programs")
+
+    lifted = {}  # a scalar constant the global view lifted into a shard_map: still a literal
+    consts = {id(v): c for v, c in zip(prog.constvars, prog.consts)}
+    for e in prog.eqns:
+        if e.prim == "shard_map_enter" and len(e.invars) == 1:
+            src = e.invars[0].resolve() if hasattr(e.invars[0], "resolve") else e.invars[0]
+            c = consts.get(id(src), getattr(src, "value", None))
+            if c is not None and np.size(c) == 1:
+                lifted[id(e.outvars[0])] = np.asarray(c).reshape(()).astype(e.outvars[0].aval.dtype).item()
+                continue
+        if e.prim not in SUPPORTED:
+            hint = ("a shard_map is already sharded by hand: autoshard takes global-view programs"
+                    if e.prim.startswith("shard_map") or e.prim in ("psum", "all_gather", "psum_scatter", "all_to_all",
+                                                                    "ppermute", "axis_index")
+                    else f"autoshard shards {', '.join(SUPPORTED)}")
+            raise UntraceableError(f"[autoshard] cannot shard primitive {e.prim!r} in {name} "
+                                   f"(scope {e.scope or '-'}, {e.phase} pass): {hint}")
+        if len(e.outvars) != 1:
+            raise UntraceableError(f"[autoshard] {e.prim} has {len(e.outvars)} results; autoshard takes one")
+        op = Op(len(ops), f"{len(ops)}:{e.prim}", e.prim, dict(e.params),
+                [operand(x, e.prim, e.scope) for x in e.invars], -1, e.phase, e.scope)
+        op.output = new_value(e.outvars[0], f"%{len(ops)}", "op", producer=op.index)
+        ops.append(op)
+
+    outputs = []
+    for var in prog.outvars:
+        r = var.resolve()
+        outputs.append(("value", var_index[id(r)]) if id(r) in var_index else ("literal", None))
+
+    # dead code (a transform's unused cotangents) is dropped
+    live = {i for k, i in outputs if k == "value"}
+    keep = []
+    for op in reversed(ops):
+        if op.output in live:
+            keep.append(op)
+            live.update(i for k, i in op.inputs if k == "value")
+    ops_live = list(reversed(keep))
+    for op in ops_live:
+        for slot, (k, i) in enumerate(op.inputs):
+            if k == "value":
+                values[i].consumers.append((op.index, slot))
+    for op in ops_live:
+        v = values[op.output]
+        op.saved = op.phase == "forward" and any(ops[c].phase == "backward" for c, _ in v.consumers)
+
+    pricer = _Pricer(mesh)
+    mshape = pricer.shape
+    for op in ops_live:
+        op.candidates = _candidates(op, values, pricer, mshape)
+        if not op.candidates:
+            raise UntraceableError(f"[autoshard] no layout of {op.prim} (scope {op.scope or '-'}) can run on the "
+                                   f"mesh {mshape}")
+    input_dims = {v.index: tensor_dims(v.shape, mshape) for v in values if v.kind in ("input", "const") and v.consumers}
+    problem, nodes = _problem(values, ops_live, input_dims, pricer, memory_limit_bytes, merge_layers)
+    return Program(name, mesh, values, ops, inputs, outputs, tree_util.tree_structure(args), lowered.out_tree, input_dims,
+                   problem, nodes, pricer, time.perf_counter() - t0, f)
+
+
+def _broadcast_in(out_shape, out_dims, shape) -> Dims:
+    """An operand's layout under an elementwise op's output layout (right-aligned broadcasting)."""
+    off = len(out_shape) - len(shape)
+    return tuple(() if s == 1 and out_shape[off + d] != 1 else out_dims[off + d] for d, s in enumerate(shape))
+
+
+def _candidates(op: Op, values, pricer: _Pricer, mshape) -> list:
+    out_shape = values[op.output].shape
+    shapes = [values[i].shape if k == "value" else None for k, i in op.inputs]
+    tries = []
+    if all(s is None for s in shapes):  # literals only (grad's seed reshaped): computed in place
+        tries.append(((None,) * len(shapes), None))
+    elif op.prim == "einsum":
+        for ins, od in einsum_candidates(op.params["terms"], op.params["out"], shapes, mshape):
+            tries.append((ins, od))
+    elif op.prim in _ELEMENTWISE:
+        for od in tensor_dims(out_shape, mshape):
+            tries.append((tuple(None if s is None else _broadcast_in(out_shape, od, s) for s in shapes), od))
+    else:  # reductions and reshapes: the input's layout decides
+        for d in tensor_dims(shapes[0], mshape):
+            tries.append(((d,), None))
+    out, seen = [], set()
+    for in_dims, out_kw in tries:
+        c = pricer.op(op, values, in_dims, out_kw)
+        if c is not None and (out_kw is None or c.out_dims == out_kw or op.prim != "einsum") and (c.in_dims, c.out_dims) not in seen:
+            seen.add((c.in_dims, c.out_dims))
+            out.append(c)
+    return out
+
+
+def _signature(op: Op, values, ops) -> str:
+    def base(o):
+        shapes = tuple(values[i].shape if k == "value" else "lit" for k, i in o.inputs)
+        return (o.prim, repr(sorted((k, repr(v)) for k, v in o.params.items())), shapes, o.phase)
+
+    prod = tuple(base(ops[values[i].producer]) if k == "value" and values[i].producer is not None
+                 else ("input", values[i].shape) if k == "value" else "lit" for k, i in op.inputs)
+    cons = tuple(sorted(repr(base(ops[c])) + str(s) for c, s in values[op.output].consumers))
+    return hashlib.sha1(repr((base(op), prod, cons)).encode()).hexdigest()[:16]
+
+
+def _problem(values, ops, input_dims, pricer: _Pricer, memory_limit_bytes, merge_layers):
+    nodes, node_of, node_list = [], {}, []
+    all_ops = {op.index: op for op in ops}
+    op_seq = [None] * (max(all_ops) + 1 if all_ops else 0)
+    for op in ops:
+        op_seq[op.index] = op
+    sig_count: dict = {}
+    sigs = {}
+    if merge_layers:
+        for op in ops:
+            sigs[("op", op.index)] = "op:" + _signature(op, values, op_seq)
+        for vi in input_dims:
+            v = values[vi]
+            cons = tuple(sorted("op:" + _signature(op_seq[c], values, op_seq) + str(s) for c, s in v.consumers))
+            sigs[("input", vi)] = "in:" + hashlib.sha1(repr((v.shape, v.dtype.name, cons)).encode()).hexdigest()[:16]
+        for s in sigs.values():
+            sig_count[s] = sig_count.get(s, 0) + 1
+
+    def tie(key):
+        s = sigs.get(key)
+        return ("repeated", s) if s is not None and sig_count[s] > 1 else (None, None)
+
+    for vi, cands in input_dims.items():
+        v = values[vi]
+        strategies = [Strategy(str(pspec(d)), memory_bytes=pricer.local_bytes(v.shape, v.dtype, d), spec=pspec(d))
+                      for d in cands]
+        lc, pos = tie(("input", vi))
+        node_of[("input", vi)] = len(nodes)
+        nodes.append(Node(v.name, strategies, layer_class=lc, position=pos))
+        node_list.append(("input", vi))
+    for op in ops:
+        v = values[op.output]
+        strategies = []
+        for c in op.candidates:
+            mem = pricer.local_bytes(v.shape, v.dtype, c.out_dims) if op.saved else 0.0
+            label = (",".join(dims_str(values[i].shape, d) for (k, i), d in zip(op.inputs, c.in_dims) if k == "value")
+                     + " -> " + dims_str(v.shape, c.out_dims))
+            strategies.append(Strategy(label, compute_s=c.compute_s, comm_s=c.comm_s, memory_bytes=mem,
+                                       spec=pspec(c.out_dims)))
+        lc, pos = tie(("op", op.index))
+        node_of[("op", op.index)] = len(nodes)
+        nodes.append(Node(op.name, strategies, layer_class=lc, position=pos))
+        node_list.append(("op", op.index))
+
+    def out_dims_of(key):
+        kind, i = key
+        return input_dims[i] if kind == "input" else op_seq[i].candidates
+
+    mats: dict = {}
+    for op in ops:
+        dst = node_of[("op", op.index)]
+        for slot, (k, i) in enumerate(op.inputs):
+            if k != "value":
+                continue
+            v = values[i]
+            key = ("input", i) if v.producer is None else ("op", v.producer)
+            src = node_of[key]
+            srcs = out_dims_of(key)
+            srcs = srcs if key[0] == "input" else [c.out_dims for c in srcs]
+            m = np.array([[pricer.reshard(v.shape, v.dtype, s, c.in_dims[slot])[0] for c in op.candidates]
+                          for s in srcs])
+            mats[(src, dst)] = mats[(src, dst)] + m if (src, dst) in mats else m
+    edges = [Edge(nodes[s].name, nodes[d].name, m) for (s, d), m in mats.items()]
+    return Problem(nodes, edges, memory_limit_bytes=memory_limit_bytes), node_list
