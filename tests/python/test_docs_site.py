@@ -3,6 +3,7 @@ MathJax served from the site itself."""
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -26,3 +27,15 @@ def test_docs_site_builds_strict(tmp_path):
     nb = site / "notebooks" / "01_sharded_arrays" / "index.html"
     assert nb.is_file() and "jp-OutputArea" in nb.read_text(encoding="utf-8")
     assert "cdn.jsdelivr" not in (site / "index.html").read_text(encoding="utf-8")
+    # helper scripts are not published; notebooks are listed in numeric order
+    assert not list(site.glob("*.py")) and not (site / "hooks").exists()
+    nav = re.findall(r'href="[./]*notebooks/(\d\d)_', (site / "index.html").read_text(encoding="utf-8"))
+    assert nav and nav == sorted(nav)
+    # formulas: the notebooks' $...$ are typeset by the site's MathJax 3, not nbconvert's MathJax 2
+    page = (site / "notebooks" / "03_sharded_matmul" / "index.html").read_text(encoding="utf-8")
+    assert "x-mathjax-config" not in page and 'src=""' not in page and "assets/mathjax/config.js" in page
+    config = (site / "assets" / "mathjax" / "config.js").read_text(encoding="utf-8")
+    assert '["$", "$"]' in config and "jp-CodeCell" in config
+    assert "tex2jax_ignore" in (site / "cost_model" / "index.html").read_text(encoding="utf-8")
+    # wide pictures and tables scroll
+    assert "overflow-x" in (site / "stylesheets" / "shardlab.css").read_text(encoding="utf-8")
