@@ -78,11 +78,14 @@ def test_mpirun_two_ranks_give_the_one_process_values_and_ledger(tmp_path):
         pytest.skip("mpirun is not installed (make system-deps installs Open MPI)")
     script = tmp_path / "prog.py"
     script.write_text(_PROGRAM)
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
+    # Launcher variables of this process (an MPI singleton, if something here imported mpi4py) left out
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_", "PMI_"))}
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1")
     one = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
     two = subprocess.run([mpirun, "-n", "2", sys.executable, str(script)], capture_output=True, text=True,
                          timeout=180, env=env)
     assert one.returncode == 0 and two.returncode == 0, one.stderr + two.stderr
+    assert len(two.stdout.splitlines()) == 2, one.stdout + two.stdout
     (rest,) = {line.split(" ", 2)[2] for line in two.stdout.splitlines()}  # both ranks print the same
     assert sorted(line.split(" ", 2)[0] for line in two.stdout.splitlines()) == ["0", "1"]
     assert one.stdout.split(" ", 2)[2].strip() == rest.strip()

@@ -249,9 +249,12 @@ class ShardedArray(ComputedArray, Shaped, np.lib.mixins.NDArrayOperatorsMixin):
 
     @property
     def addressable_shards(self) -> list[Shard]:
-        """One Shard per device in mesh (row-major) order."""
+        """One Shard per device of this process in mesh (row-major) order: every device, or
+        under MPI this rank's (the storage's ``addressable_positions``)."""
         out = []
-        for pos, dev in enumerate(self.sharding.mesh.devices.ravel()):
+        devices = self.sharding.mesh.devices.ravel()
+        for pos in getattr(self._storage, "addressable_positions", range(len(devices))):
+            dev = devices[pos]
             data = as_host(self._local(pos), committed=True, device=dev)  # JAX: an Array on that device
             out.append(Shard(dev, self.sharding._index(pos, self.shape), data, self.sharding.replica_id(pos)))
         return out

@@ -40,8 +40,47 @@ class RankStorage(AbstractStorage):
         out = gather(self.placement, self.block, self.shape)
         return out if dtype is None else out.astype(dtype, copy=False)
 
+    @property
+    def addressable_positions(self) -> list:
+        """Row-major positions in the mesh of this rank's devices (``addressable_shards``)."""
+        p = self.placement
+        grid = np.arange(int(np.prod(p.sizes))).reshape(p.sizes)
+        return [int(i) for i in grid[tuple(slice(o, o + b) for o, b in zip(p.offsets(), p.block))].ravel()]
+
     def __getitem__(self, key):
+        """One device's value (``storage[coords + (...,)]``, coordinates of a device of this rank)
+        from the block; any other index of the gathered global storage (collective)."""
+        p = self.placement
+        if (type(key) is tuple and len(key) == p.k + 1 and key[-1] is Ellipsis
+                and all(isinstance(c, (int, np.integer)) for c in key[:-1])):
+            local = []
+            for j, c in enumerate(key[:-1]):
+                if self.shape[j] == 1:
+                    local.append(0)
+                    continue
+                o = p.coords[j] * p.block[j] if p.grid[j] > 1 else 0
+                if not o <= c < o + self.block.shape[j]:
+                    raise IndexError(f"[mpi] the device at mesh coordinates {tuple(int(x) for x in key[:-1])} "
+                                     f"lives on another rank (this is rank {p.comm.Get_rank()}); np.asarray "
+                                     f"gathers every device's value (collective), addressable_shards lists "
+                                     f"this rank's")
+                local.append(int(c) - o)
+            return self.block[tuple(local) + (Ellipsis,)]
         return np.asarray(self)[key]
+
+    def __array_function__(self, func, types, args, kwargs):
+        """np.broadcast_to keeps a rank's block (no gather) where the mesh dims allow; any other
+        numpy function runs on the gathered global storage."""
+        if func is np.broadcast_to and args and args[0] is self:
+            shape = tuple(args[1] if len(args) > 1 else kwargs["shape"])
+            k = self.placement.k
+            if len(shape) == len(self.shape) and all(a == b or a == 1 for a, b in zip(self.shape[:k], shape[:k])):
+                want = self.placement.block_shape(shape)
+                return RankStorage(shape, self.dtype, np.broadcast_to(self.block, want), self.placement)
+        args = [np.asarray(a) if type(a) is RankStorage else
+                type(a)(np.asarray(b) if type(b) is RankStorage else b for b in a) if isinstance(a, (list, tuple))
+                else a for a in args]
+        return func(*args, **kwargs)
 
     def __getattr__(self, name):
         """Any other numpy attribute (transpose, reshape, astype, ...) of the gathered global
