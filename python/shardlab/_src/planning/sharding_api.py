@@ -38,7 +38,10 @@ from ..core import tree
 from ..core.context import CTX
 from ..core.mesh import AxisType, Mesh, get_mesh, set_mesh
 from ..core.sharding import NamedSharding, P
+from ..ops import lax as lax_ops
+from ..ops import numpy as jnp
 from ..primitives.primitive import push_entry
+from ..transforms.shard_map import shard_map
 from .global_common import axes_of, entry, spec_of
 from .global_ops import _seen
 from .global_ops import reshard as _plan_reshard
@@ -69,6 +72,21 @@ class _Relabel:
         if not isinstance(ct, ShardedArray):
             return [ct]
         return [_relabel(ct, sharding.mesh)]
+
+
+class _ToReduced:
+    """Tape step: a replicated value typed reduced along some axes (same storage); its
+    cotangent comes back unreduced along them and is summed here (JAX's transpose of a
+    reshard to reduced: the one AllReduce)."""
+
+    name = "reshard to reduced"
+
+    @staticmethod
+    def vjp(cts, ins, outs, mesh, *, sharding):
+        ct = cts[0]
+        if not isinstance(ct, ShardedArray):
+            return [ct]
+        return [_reshard_one(ct, sharding)]
 
 
 def _relabel(x: ShardedArray, mesh: Mesh) -> ShardedArray:
@@ -128,13 +146,54 @@ def _reshard_one(x, s: NamedSharding, unreduced=()):
             getattr(CTX, "abstract_mesh", None) is not None and not x.unreduced and not unreduced:
         return device_put(x, s)  # onto use_abstract_mesh's mesh: the same devices under other axes
     x = _on_mesh(x, s.mesh)
+    if s.spec.unreduced - x.unreduced:
+        return _to_unreduced(x, s)
     if s.spec.reduced:  # reduced axes are a type on a replicated layout: move, then take the type
         moved = _reshard_one(x, NamedSharding(s.mesh, P(*s.spec)), unreduced)
-        return _seen(moved, ShardedArray(moved._storage, NamedSharding(s.mesh, s.spec.padded(moved.ndim)),
-                                         moved.shape, moved.unreduced))
+        out = ShardedArray(moved._storage, NamedSharding(s.mesh, s.spec.padded(moved.ndim)), moved.shape,
+                           moved.unreduced)
+        push_entry(_ToReduced, {"sharding": moved.sharding}, [moved], [out], s.mesh)
+        return _seen(moved, out)
     if x.sharding.spec == s.spec and not x.unreduced and not unreduced:
         return x
     return _plan_reshard(x, s, unreduced=unreduced)
+
+
+def _to_unreduced(x: ShardedArray, s: NamedSharding) -> ShardedArray:
+    """`x` resharded to ``s``, whose spec makes some axes unreduced that `x` is not, as JAX does
+    it: each device keeps the part of the value it holds and zeros elsewhere, so the partial sums
+    along those axes add up to the value (a replicated value sits on the axis's first device).
+    No data moves: a shard along such an axis is written in place into a zero array of the
+    target's shape. Differentiable (it runs in ``shard_map``)."""
+    mesh = s.mesh
+    new_u = s.spec.unreduced - x.unreduced
+    want = [axes_of(e) for e in s.spec.normalized(x.ndim)]
+    have = [axes_of(e) for e in x.sharding.spec.normalized(x.ndim)]
+    if any(tuple(a for a in h if a not in new_u) != w or h[:len(w)] != w for h, w in zip(have, want)):
+        # the layout differs from the target other than by new-unreduced axes after the target's
+        # own: move to the target's layout first (recorded), then cast
+        x = _reshard_one(x, NamedSharding(mesh, P(*[entry(w) for w in want], unreduced=x.unreduced)))
+        have = want
+    sizes = dict(zip(mesh.axis_names, mesh.axis_sizes))
+
+    def body(v):
+        for d, (h, w) in enumerate(zip(have, want)):
+            extra = [a for a in h if a not in w]  # new unreduced axes that shard this dim: pad in place
+            if extra:
+                n = int(np.prod([sizes[a] for a in extra]))
+                idx = 0
+                for a in extra:
+                    idx = idx * sizes[a] + lax_ops.axis_index(a)
+                shape = list(v.shape)
+                shape[d] *= n
+                v = lax_ops.dynamic_update_slice_in_dim(jnp.zeros(shape, v.dtype), v, idx * v.shape[d], axis=d)
+        for a in sorted(new_u - {a for h in have for a in h}, key=mesh.axis_names.index):
+            v = jnp.where(lax_ops.axis_index(a) == 0, v, jnp.zeros((), v.dtype))
+        return v
+
+    out_spec = P(*[entry(w) for w in want], unreduced=s.spec.unreduced)
+    return shard_map(body, mesh=mesh, in_specs=(x.sharding.spec,), out_specs=out_spec,
+                     check_vma=False)(x)
 
 
 def reshard(xs, out_shardings, *, unreduced=()):

@@ -347,12 +347,15 @@ class _Enter:
     @staticmethod
     def vjp(cts, ins, outs, mesh, *, sharding, global_shape):
         ct = cts[0]
-        partial = col.partial_axes(ct, outs[0], mesh.axis_names)
+        x = ins[0]
+        reduced = x.sharding.spec.reduced if isinstance(x, ShardedArray) else frozenset()
+        partial = [a for a in col.partial_axes(ct, outs[0], mesh.axis_names) if a not in reduced]
         if partial:  # per-device partial sums of a replicated value's cotangent: sum them
             ct = bind(col.PSUM, [ct], mesh, axes=partial, reduction="sum")
+        if reduced:  # JAX: a reduced value's cotangent is unreduced (its partial sums stay apart)
+            return [_unreduced_cotangent(ct, x, mesh, global_shape)]
         storage = full_storage(ct.storage, sharding, global_shape)
         g = ShardedArray(storage, sharding, global_shape)
-        x = ins[0]
         if isinstance(x, ShardedArray):
             out = g if x.sharding == sharding or g.is_abstract else device_put(g, x.sharding)
         else:
@@ -361,6 +364,33 @@ class _Enter:
         # differentiates through it (otherwise the second derivative would come out zero).
         push_entry(_Exit, {"sharding": sharding}, [ct], [out], mesh)
         return [out]
+
+
+def _unreduced_cotangent(ct: LocalArray, x: ShardedArray, mesh: Mesh, global_shape: tuple) -> ShardedArray:
+    """The cotangent of `x`, whose type is reduced along some axes, typed unreduced along them
+    (JAX's rule: the transpose of a reduced use keeps each device's partial sum, and the
+    AllReduce happens only where the user reshards it). A cotangent that is already the same on
+    every device along such an axis is written as partials: the value on the axis's first
+    device, zeros on the others (their sum is the value)."""
+    spec = x.sharding.spec
+    sharding = NamedSharding(mesh, spec.update(reduced=frozenset(), unreduced=spec.reduced),
+                             memory_kind=x.sharding.memory_kind, _check_axis_types=False)
+    named = set(spec.mesh_axes()) | set(spec.reduced)
+    local = tuple(sharding.shard_shape(global_shape))
+    target = tuple(mesh.shape[a] if a in named else 1 for a in mesh.axis_names) + local
+    storage = ct.storage
+    if is_abstract(storage):
+        storage = AbstractStorage(target, storage.dtype)
+    else:
+        for i, a in enumerate(mesh.axis_names):
+            if a in spec.reduced and storage.shape[i] == 1 and mesh.shape[a] > 1:
+                pad = [(0, 0)] * storage.ndim
+                pad[i] = (0, mesh.shape[a] - 1)
+                storage = np.pad(storage, pad)
+        storage = np.broadcast_to(storage, target) if tuple(storage.shape) != target else storage
+    out = ShardedArray(storage, sharding, global_shape)
+    push_entry(_Exit, {"sharding": sharding}, [ct], [out], mesh)
+    return out
 
 
 class _Exit:

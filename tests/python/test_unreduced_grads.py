@@ -1,0 +1,109 @@
+"""Reduced and unreduced types through reshard and grad, against JAX 0.10.2: resharding to
+``P(unreduced=...)`` keeps each device's part of the value and zeros elsewhere (the same
+per-device shards as JAX), and the cotangent of a value typed reduced along an axis is typed
+unreduced along it (JAX's 301 "sharding and autodiff" rules: the AllReduce happens only where
+the user reshards the gradient)."""
+
+import numpy as np
+import pytest
+
+import shardlab as sl
+import shardlab.numpy as jnp
+
+jax = pytest.importorskip("jax")
+jjnp = jax.numpy
+
+pytestmark = pytest.mark.jax
+
+CASES = [  # (source spec, target spec) on a (2, 2) mesh of axes X, Y
+    (lambda P: P(), lambda P: P(unreduced={"X"})),
+    (lambda P: P(reduced={"X"}), lambda P: P(unreduced={"X"})),
+    (lambda P: P("X"), lambda P: P(unreduced={"X"})),
+    (lambda P: P("Y"), lambda P: P("Y", unreduced={"X"})),
+    (lambda P: P(("Y", "X")), lambda P: P("Y", unreduced={"X"})),
+    (lambda P: P("X"), lambda P: P(unreduced={"X", "Y"})),
+    (lambda P: P(("X", "Y")), lambda P: P(unreduced={"Y"})),
+]
+
+
+def _shards(a):
+    return [np.asarray(s.data) for s in sorted(a.addressable_shards, key=lambda s: s.device.id)]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_reshard_to_unreduced_keeps_each_devices_part_as_jax(case):
+    src, dst = CASES[case]
+    x = np.arange(4.0, dtype=np.float32)
+    mesh = sl.make_mesh((2, 2), ("X", "Y"))
+    ours = sl.reshard(sl.device_put(x, sl.NamedSharding(mesh, src(sl.P))), sl.NamedSharding(mesh, dst(sl.P)))
+    jmesh = jax.make_mesh((2, 2), ("X", "Y"), devices=jax.devices()[:4])
+    theirs = jax.reshard(jax.device_put(x, jax.NamedSharding(jmesh, src(jax.P))), jax.NamedSharding(jmesh, dst(jax.P)))
+    assert str(sl.typeof(ours)) == str(jax.typeof(theirs))
+    for a, b in zip(_shards(ours), _shards(theirs)):
+        np.testing.assert_array_equal(a, b)
+    back = sl.reshard(ours, sl.NamedSharding(mesh, sl.P()))
+    np.testing.assert_array_equal(np.asarray(back), x)
+
+
+def _loss(np_, w, x):
+    return np_.sum((x @ w) ** 2)
+
+
+def _run_grads(api, np_):
+    """The gradients of JAX's 301 page: a reduced parameter, the same reshard-to-reduced inside the
+    loss, and a fan-out of one reduced value into two matmuls."""
+    x = api.device_put(np_.arange(8 * 4.0).reshape(8, 4), api.P("X", None))
+    w = api.device_put(np_.arange(4 * 2.0).reshape(4, 2) / 10.0, api.P(None, None))
+    wr = api.device_put(w, api.P(None, None, reduced={"X"}))
+    g_reduced = api.grad(lambda w, x: _loss(np_, w, x))(wr, x)
+
+    def loss_fanout(w, x1, x2):
+        w = api.reshard(w, api.P(None, None, reduced={"X"}))
+        return np_.sum(x1 @ w) + np_.sum(x2 @ w)
+
+    g_fanout = api.grad(loss_fanout)(w, x, x * 2)
+    return [(str(api.typeof(g)), np.asarray(api.reshard(g, api.P()))) for g in (g_reduced, g_fanout)]
+
+
+def test_cotangent_of_a_reduced_value_is_unreduced_as_jax():
+    with sl.set_mesh(sl.make_mesh((2,), ("X",))):
+        ours = _run_grads(sl, jnp)
+    with jax.set_mesh(jax.make_mesh((2,), ("X",), devices=jax.devices()[:2])):
+        theirs = _run_grads(jax, jjnp)
+    assert [t for t, _ in ours] == [t for t, _ in theirs] == ["float32[4,2]{U:X}", "float32[4,2]"]
+    for (_, a), (_, b) in zip(ours, theirs):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def _microbatched_step(api, np_):
+    """JAX's 301 example: per-microbatch gradients of reduced weights stay unreduced through a
+    scan, and one AllReduce at the end."""
+    def predict(ws, xs):
+        return api.lax.scan(lambda h, w: (np_.tanh(h @ w), None), xs, ws)[0]
+
+    def loss3(ws, batch):
+        return np_.sum(predict(ws, batch) ** 2)
+
+    def step(ws, xs):
+        def microbatch_step(acc, xs_mb):
+            grads = api.grad(loss3)(ws, xs_mb)
+            assert api.typeof(grads).sharding.spec.unreduced == {"X"}
+            return acc + grads, None
+
+        acc = api.reshard(np_.zeros_like(ws), api.P(unreduced={"X"}))
+        acc, _ = api.lax.scan(microbatch_step, acc, xs)
+        return api.reshard(ws, api.P()) - 0.01 * api.reshard(acc, api.P())
+
+    ws = api.device_put(np_.stack([np_.eye(4) / 2] * 3), api.P(reduced={"X"}))
+    xs = api.device_put(np_.arange(40.0).reshape((5, 2, 4)) / 40, api.P(None, "X", None))
+    out = api.jit(step)(ws, xs)
+    return str(api.typeof(out)), np.asarray(out)
+
+
+def test_microbatched_unreduced_gradients_through_scan_as_jax():
+    with sl.set_mesh(sl.make_mesh((2,), ("X",))):
+        ours = _microbatched_step(sl, jnp)
+    with jax.set_mesh(jax.make_mesh((2,), ("X",), devices=jax.devices()[:2])):
+        theirs = _microbatched_step(jax, jjnp)
+    assert ours[0] == theirs[0]
+    np.testing.assert_allclose(ours[1], theirs[1], rtol=1e-5, atol=1e-7)
