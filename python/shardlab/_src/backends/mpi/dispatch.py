@@ -103,7 +103,7 @@ def run_collective(prim, p, storages, mesh, params):
     full = []
     for s in storages:
         b = block_of(p, s)
-        vd = tuple(j for j in dims if np.ndim(s) >= p.k and s.shape[j] != 1)
+        vd = tuple(j for j in dims if len(getattr(s, "shape", ())) >= p.k and s.shape[j] != 1)
         if vd:
             b = np.ascontiguousarray(b)
             comm = p.sub(vd)
