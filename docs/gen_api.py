@@ -42,6 +42,7 @@ NOTES = {
     "shardlab.experimental.shard_map.shard_map": "The legacy positional form of `shardlab.shard_map` "
     "(`check_rep` is `check_vma`; `auto` axes are not supported).",
     "shardlab.config.config": "The settings object (`shardlab.config`), as `jax.config`.",
+    "shardlab.config": "The settings object (`shardlab.config`), as `jax.config`.",
     "_Config.num_devices": "How many default virtual devices `shardlab.devices()` lists "
     "(8, or `SHARDLAB_NUM_DEVICES`).",
     "LocalArray.from_storage": "A LocalArray from mesh-factorized storage, checking its mesh dims.",
@@ -153,6 +154,7 @@ def signature(obj, name: str) -> str:
     text = str(sig.replace(return_annotation=inspect.Signature.empty))
     # Sentinel defaults (object() and the like) print with their address: name them stably.
     text = re.sub(r"<([\w.]+) object at 0x[0-9a-f]+>", r"<\1>", text)
+    text = re.sub(r"<(?:[\w]+\.)+_?(\w+)>", r"<\1>", text)  # no private module paths
     return f"{name}{text}"
 
 
@@ -248,10 +250,24 @@ def numpy_section(mod) -> list[str]:
     return lines
 
 
+def entry_lines(name: str, obj, qualname: str, rendered: dict) -> list[str]:
+    """The lines of one public name: its signature and summary, a class's members."""
+    if id(obj) in rendered and (callable(obj) or isinstance(obj, type)):
+        return [f"- `{name}` — alias of `{rendered[id(obj)]}`"]
+    rendered.setdefault(id(obj), name)
+    if isinstance(obj, type) and issubclass(obj, BaseException):
+        bases = ", ".join(b.__name__ for b in obj.__mro__[1:-2])
+        return [f"- exception `{name}` ({bases}) — {summary(obj, qualname)}"]
+    if isinstance(obj, type):
+        return [f"- class `{signature(obj, name)}` — {summary(obj, qualname)}"] + member_lines(obj)
+    if callable(obj):
+        return [f"- `{signature(obj, name)}` — {summary(obj, qualname)}"]
+    return [f"- `{name}` — {summary(type(obj), qualname)}"] + member_lines(type(obj))
+
+
 def module_section(modname: str) -> list[str]:
     mod = importlib.import_module(modname)
-    blurb = " ".join((inspect.getdoc(mod) or "").split("\n\n")[0].split())
-    out = ["", f"## `{modname}`", "", blurb, ""]
+    out = ["", f"## `{modname}`", "", _blurb(mod), ""]
     if modname == "shardlab.numpy":
         return out + numpy_section(mod)
     rendered: dict[int, str] = {}
@@ -260,27 +276,37 @@ def module_section(modname: str) -> list[str]:
         obj = getattr(mod, name)
         if name in INTERNAL:
             helpers.append(name)
-        elif id(obj) in rendered and (callable(obj) or isinstance(obj, type)):
-            out.append(f"- `{name}` — alias of `{rendered[id(obj)]}`")
-        elif isinstance(obj, type) and issubclass(obj, BaseException):
-            bases = ", ".join(b.__name__ for b in obj.__mro__[1:-2])
-            out.append(f"- exception `{name}` ({bases}) — {summary(obj, name)}")
-        elif isinstance(obj, type):
-            out.append(f"- class `{signature(obj, name)}` — {summary(obj, name)}")
-            out += member_lines(obj)
-        elif callable(obj):
-            out.append(f"- `{signature(obj, name)}` — {summary(obj, modname + '.' + name)}")
-        else:
-            out.append(f"- `{name}` — {summary(type(obj), modname + '.' + name)}")
-            out += member_lines(type(obj))
-        rendered.setdefault(id(obj), name)
+            continue
+        out += entry_lines(name, obj, name if isinstance(obj, type) else modname + "." + name, rendered)
     if helpers:
         out.append("- Helpers other shardlab modules use (not part of the JAX-style API): "
                    + ", ".join(f"`{h}`" for h in helpers))
     return out
 
 
+def _blurb(mod) -> str:
+    """The module docstring's first paragraph, without its pointer into the private ``_src`` tree."""
+    text = " ".join((inspect.getdoc(mod) or "").split("\n\n")[0].split())
+    return re.sub(r"\s*\((?:see|as in)?[^()]*_src[^()]*\)", "", text)
+
+
+def _kind(obj) -> str:
+    if isinstance(obj, types.ModuleType):
+        return "module"
+    if isinstance(obj, type):
+        return "exception" if issubclass(obj, BaseException) else "class"
+    return "function" if callable(obj) else "object"
+
+
+def _cell(text: str, limit: int = 160) -> str:
+    text = text if len(text) <= limit else text[:limit - 1].rsplit(" ", 1)[0] + " …"
+    return text.replace("|", "\\|")
+
+
 def render() -> str:
+    """The page: a summary table of every top-level name, the top-level names themselves (under
+    their public path, ``shardlab.jit``, never the private module that defines them), then one
+    section per public module."""
     import shardlab
 
     out = ["# API reference", "",
@@ -289,21 +315,31 @@ def render() -> str:
            "",
            "Signatures and one-line summaries of every public name. Names, signatures and "
            "semantics follow JAX; the docstrings (`help(shardlab.lax.psum)`) have examples.",
-           "", "## `shardlab` (top level)", ""]
+           "", "## Summary", "", "| name | kind | what it is |", "|---|---|---|"]
     modules = list(MODULES)
-    for name in shardlab.__all__:
+    top: list[str] = []
+    rendered: dict[int, str] = {}
+    names = sorted(shardlab.__all__, key=str.lower)
+    for name in names:
         obj = getattr(shardlab, name)
-        home = obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", None)
-        if home and home.startswith("shardlab.") and home != "shardlab._core":
-            what = "module" if isinstance(obj, types.ModuleType) else "from"
-            out.append(f"- `shardlab.{name}` — {what} [`{home}`](#{_anchor(home)})")
-            if home not in modules:
-                modules.append(home)
-        else:
-            out.append(f"- `shardlab.{name}` — {summary(obj, name)}")
+        kind = _kind(obj)
+        if kind == "module":
+            modname = obj.__name__
+            if not modname.startswith("shardlab.") or modname.startswith("shardlab._"):
+                modname = f"shardlab.{name}"
+            if modname not in modules:
+                modules.append(modname)
+            link = f"[`shardlab.{name}`](#{_anchor(modname)})"
+            out.append(f"| {link} | module | {_cell(_blurb(obj))} |")
+            continue
+        qual = name if isinstance(obj, type) else "shardlab." + name
+        out.append(f"| [`shardlab.{name}`](#{_anchor('shardlab.' + name)}) | {kind} | {_cell(summary(obj, qual))} |")
+        lines = entry_lines(f"shardlab.{name}", obj, qual, rendered)
+        top += [f'<a id="{_anchor("shardlab." + name)}"></a>', ""] + lines + [""]
+    out += ["", "## `shardlab` (top level)", ""] + top
     for modname in modules:
         out += module_section(modname)
-    return "\n".join(out) + "\n"
+    return "\n".join(out).replace("\n\n\n", "\n\n") + "\n"
 
 
 def _anchor(modname: str) -> str:
