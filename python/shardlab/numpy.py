@@ -1,5 +1,5 @@
 """``shardlab.numpy`` (import as ``jnp``): jax.numpy on per-device values and numpy arrays
-(see ``shardlab._src.ops.numpy`` for the definitions).
+(see ``shardlab._src.ops.numpy``: one module per family).
 
 Example:
     >>> import shardlab.numpy as jnp
@@ -7,15 +7,9 @@ Example:
     (2, 4)
 """
 
-from ._src.ops.numpy import *  # noqa: F401,F403
-from ._src.ops.numpy import (  # noqa: F401  (names starting with _ or shadowing builtins)
-    abs, all, any, astype, max, min, pow, sum,
-)
-from ._src.ops.numpy_more import *  # noqa: F401,F403
-from ._src.ops.numpy_more import divmod  # noqa: F401  (shadows a builtin)
+from ._src.ops.numpy import *  # noqa: F401,F403  (its __all__ names builtins it shadows: abs, all, sum, ...)
 from ._src.ops.numpy_fallback import *  # noqa: F401,F403
 from ._src.ops.numpy_fallback import UNSUPPORTED, coverage, round, round_  # noqa: F401
-from ._src.ops.numpy import ufunc  # noqa: F401,E402  (jax.numpy.ufunc)
 from ._src.ops.numpy_fallback import guard_namespace as _guard_namespace  # noqa: E402
 
 # On global ShardedArrays every public function has a sharded rule, the recorded fallback, or raises.

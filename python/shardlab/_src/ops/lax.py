@@ -31,7 +31,7 @@ from ..primitives import grouped as gp
 from ..primitives import structural as st
 from ..primitives.primitive import bind
 from . import numpy as jnp
-from .numpy_more import top_k  # noqa: F401  (jax.lax.top_k)
+from .numpy.sorting import top_k  # noqa: F401  (jax.lax.top_k)
 
 
 _AXES: dict = {}  # (mesh axis names, axis_name, manual axes) -> the validated tuple of names

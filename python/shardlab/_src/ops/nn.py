@@ -19,7 +19,7 @@ from ..primitives import attention as att
 from ..primitives import fused as fu
 from ..primitives.primitive import bind
 from . import numpy as jnp
-from .numpy_more import erf
+from .numpy.elementwise import erf
 
 __all__ = ["dot_product_attention", "dot_product_attention_vjp", "relu", "gelu", "silu", "swish", "sigmoid",
            "softmax", "log_softmax", "logsumexp", "one_hot", "rms_norm", "layer_norm", "softplus", "tanh",

@@ -47,7 +47,6 @@ from ..core.sharding import P
 from ..ops import lax
 from ..ops import numpy as jnp
 from ..ops import numpy_fallback as _fb
-from ..ops import numpy_more as _more
 from .global_common import (as_global, axes_of, check_reduced, free_dims, norm_axis, run, same_mesh, sharding_str,
                             spec_of, type_str, with_spec, _norm_axes)
 from .global_shapes import broadcast_to, concatenate, ravel, reshape
@@ -215,9 +214,9 @@ def cumulative(kind: str, x: ShardedArray, axis, *, reverse=False, dtype=None, f
         if dtype is not None:
             v = jnp.astype(v, dtype)
         if reverse:
-            v = _more.flip(v, axis=ax)
+            v = jnp.flip(v, axis=ax)
         y = local(v, ax)
-        return _more.flip(y, axis=ax) if reverse else y
+        return jnp.flip(y, axis=ax) if reverse else y
 
     return run(body, [x], x.sharding.spec)
 
@@ -356,7 +355,7 @@ def _sorting(kind):
             x, axis = ravel(x), 0
         ax = norm_axis(axis, x.ndim, kind_name)
         x = free_dims(x, [ax], lambda: _sort_error(x, ax))
-        fn = _more.sort if kind_name == "sort" else _more.argsort
+        fn = jnp.sort if kind_name == "sort" else jnp.argsort
         return run(lambda v: fn(v, axis=ax, descending=descending), [x], x.sharding.spec)
 
     kind_name = kind
@@ -382,9 +381,9 @@ def _lax_cum(kind):
             v = np.flip(v, axis) if reverse else v
             y = f(v, axis=axis)
             return np.flip(y, axis) if reverse else y
-        v = _more.flip(operand, axis=axis) if reverse else operand
+        v = jnp.flip(operand, axis=axis) if reverse else operand
         y = local(v, axis)
-        return _more.flip(y, axis=axis) if reverse else y
+        return jnp.flip(y, axis=axis) if reverse else y
 
     fn.__name__ = kind
     fn.__doc__ = (f"``jax.lax.{kind}(operand, axis=0, reverse=False)``: on a global array, JAX's rule (the "
