@@ -25,9 +25,12 @@ from __future__ import annotations
 
 import numbers
 
+from rich.table import Table
+from rich.text import Text
+
 from shardlab import units
-from shardlab.viz import Displayed
-from shardlab.viz.view import bar_html, kv_view
+from shardlab.viz import Displayed, View
+from shardlab.viz.view import esc, figure_html, table_html
 
 __all__ = ["Report"]
 
@@ -94,26 +97,44 @@ class Report(Displayed):
         return units.fmt_percent(v / self.total)
 
     def view(self):
-        """The display: a ``shardlab.viz.View`` (bars of each part's share, the figures, the
-        formula and notes); ``.save("report.svg")`` and friends."""
-        rows = [(k, f"{_fmt(v, self.unit)}  {self._share(v)}".rstrip()) for k, v in self.parts.items()]
-        rows.append(("total", _fmt(self.total, self.unit)))
-        rows += [(k, _fmt(v, self.extra_units.get(k, ""))) for k, v in self.extra.items()]
-        top = max((v for v in self.parts.values() if isinstance(v, numbers.Real)), default=0)
-        bars = "".join(bar_html(k, v, top, self._share(v)) for k, v in self.parts.items()
-                       if isinstance(v, numbers.Real) and len(self.parts) > 1)
+        """The display: a ``shardlab.viz.View``: each part with its share and a bar, the total,
+        the other figures apart (they are not parts of the sum), the formula and the notes;
+        ``.save("report.svg")`` and friends."""
+        parts = [(k, _fmt(v, self.unit), self._share(v), v) for k, v in self.parts.items()]
+        extras = [(k, _fmt(v, self.extra_units.get(k, ""))) for k, v in self.extra.items()]
+        total = _fmt(self.total, self.unit)
+        top = max((v for *_, v in parts if isinstance(v, numbers.Real)), default=0)
+        rows, classes = [], []
+        for k, v, share, x in parts:
+            w = round(160 * x / top) if isinstance(x, numbers.Real) and top > 0 and len(parts) > 1 else 0
+            bar = f'<span class="sl-bar" style="width:{max(w, 1)}px;background:#6f8fd0"></span>' if w or top else ""
+            rows.append([esc(k), esc(v), esc(share), bar])
+            classes.append("")
+        rows.append(["total", esc(total), "", ""])
+        classes.append("sl-total")
+        if extras:
+            rows.append(["not in the total", "", "", ""])
+            classes.append("sl-section")
+            rows += [[esc(k), esc(v), "", ""] for k, v in extras]
+            classes += [""] * len(extras)
         notes = ([f"formula: {self.formula}"] if self.formula else []) + list(self.notes)
-        v = kv_view("report", self.title, rows, notes=notes, before_html=bars, data=self.as_dict())
-        # the plain text: right-aligned figures, shares in their own column
-        w0 = max(len(k) for k, _ in rows)
-        vals = [(k, _fmt(x, self.unit), self._share(x)) for k, x in self.parts.items()]
-        vals.append(("total", _fmt(self.total, self.unit), ""))
-        vals += [(k, _fmt(x, self.extra_units.get(k, "")), "") for k, x in self.extra.items()]
-        w1 = max(len(x) for _, x, _ in vals)
-        lines = [self.title] + [f"  {k:<{w0}}  {x:>{w1}}" + (f"  {s}" if s else "") for k, x, s in vals]
+        body = table_html(["", "", "share" if len(parts) > 1 else "", ""], rows, numeric=(1, 2), row_classes=classes)
+        body += "".join(f'<div class="sl-note">{esc(n)}</div>' for n in notes)
+        html = figure_html("report", esc(self.title), body)
+        w0 = max([len(k) for k, *_ in parts] + [len(k) for k, _ in extras] + [5])
+        vals = [(k, v, s) for k, v, s, _ in parts] + [("total", total, "")] + [(k, v, "") for k, v in extras]
+        w1 = max(len(v) for _, v, _ in vals)
+        lines = [self.title] + [f"  {k:<{w0}}  {v:>{w1}}" + (f"  {s}" if s else "") for k, v, s in vals]
         lines += [f"  formula: {self.formula}"] * bool(self.formula) + [f"  note: {n}" for n in self.notes]
-        v.text = "\n".join(lines)
-        return v
+        t = Table(title=Text(self.title, style="bold"), title_justify="left", show_header=False,
+                  caption=Text("\n".join(notes)) if notes else None, caption_justify="left",
+                  min_width=min(120, len(self.title)))
+        t.add_column(no_wrap=True)
+        t.add_column(justify="right", no_wrap=True)
+        t.add_column(justify="right", no_wrap=True)
+        for k, v, s in vals:
+            t.add_row(Text(k), Text(v), Text(s), style="bold" if k == "total" else None)
+        return View(html, "\n".join(lines), t, self.as_dict())
 
     def __repr__(self):
         return f"<{type(self).__name__} {self.title}: total {_fmt(self.total, self.unit)}>"

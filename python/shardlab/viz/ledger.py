@@ -107,7 +107,9 @@ def ledger_view(ledger, *, title: str | None = None) -> View:
             r[0] = f"<code>{r[0]}</code>"
     cap = title or (f"ledger: {units.plural(len(events), 'event')}, {units.fmt_bytes(total['bytes_sent'])} sent per device"
                     + (f", {units.fmt_seconds(total['seconds'])}" if total["seconds"] is not None else ""))
-    html = figure_html("ledger", esc(cap), table_html(HEAD, rows, numeric=_NUMERIC, row_classes=classes))
+    sub = ("times are each event's alone; the total adds them (no overlap: viz.timeline shows what overlaps)"
+           if total["seconds"] is not None and len(events) > 1 else "")
+    html = figure_html("ledger", esc(cap), table_html(HEAD, rows, numeric=_NUMERIC, row_classes=classes), esc(sub))
     text, renderable = _rich(cap, groups, sectioned, total, len(events))
     return View(html, text, renderable, {"total": total, "sections": [g for g, _ in groups]})
 

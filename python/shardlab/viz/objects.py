@@ -264,9 +264,9 @@ def roofline_view(r) -> View:
         >>> roofline_view(led.roofline()).text.splitlines()[0]
         'Roofline on tpu-v5e: communication-bound, 14.0 µs'
     """
-    terms = [("compute", r.t_math), ("memory", r.t_hbm), ("communication", r.t_comms)]
-    top = max(v for _, v in terms) or 1.0
-    bars = "".join(bar_html(k, v, top, units.fmt_seconds(v), strong=k == r.bound) for k, v in terms)
+    terms = [("compute", "T_math", r.t_math), ("memory", "T_hbm", r.t_hbm), ("communication", "T_comms", r.t_comms)]
+    top = max(v for *_, v in terms) or 1.0
+    bars = "".join(bar_html(f"{k} ({t})", v, top, units.fmt_seconds(v), strong=k == r.bound) for k, t, v in terms)
     title = f"Roofline on {r.hardware}: {r.bound}-bound, {units.fmt_seconds(r.total_seconds)}"
     return kv_view("roofline", title, _roof_rows(r), notes=r.notes, before_html=bars,
                    data={"bound": r.bound, "total_seconds": r.total_seconds})

@@ -29,7 +29,7 @@ from rich.console import Group
 
 from shardlab import units
 
-from .view import View, bar_html, esc, figure_html, grid_view, kv_view
+from .view import View, bar_html, esc, figure_html, grid_view, kv_view, short_tick, stacked_bar_html
 
 __all__ = ["sim_result_view", "sim_summary", "estimate_view", "nice_ticks"]
 
@@ -74,7 +74,7 @@ def _svg(r) -> str:
     arr, fin = r.arrival[done] - t0, r.finish[done] - t0
     ttft, e2e, out = (r.first_token - r.arrival)[done], (r.finish - r.arrival)[done], r.output_len[done]
     span = float(max(fin.max(), arr.max(), 1e-12))
-    W, left, right, top_h, bot_h, gap = 640, 64, 12, 90, 150, 34
+    W, left, right, top_h, bot_h, gap = 660, 64, 32, 90, 150, 34
     pw = W - left - right
     H = 22 + top_h + gap + bot_h + 34
     xt = nice_ticks(span, 5)
@@ -90,7 +90,7 @@ def _svg(r) -> str:
     for v in yt_top:
         y = y0 + top_h - top_h * v / yt_top[-1]
         out_svg.append(f'<line x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e3e3e3"/>'
-                       f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{esc(units.fmt_count(v))}</text>')
+                       f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{esc(short_tick(units.fmt_count(v)))}</text>')
     bw = pw / bins
     for i, v in enumerate(tok):
         h = top_h * v / yt_top[-1]
@@ -104,7 +104,7 @@ def _svg(r) -> str:
     for v in yt:
         y = yb + bot_h - bot_h * v / yt[-1]
         out_svg.append(f'<line x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" stroke="#e3e3e3"/>'
-                       f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{esc(units.fmt_seconds(v))}</text>')
+                       f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{esc(short_tick(units.fmt_seconds(v)))}</text>')
     idx = np.arange(len(arr)) if len(arr) <= _MAX_DOTS else np.linspace(0, len(arr) - 1, _MAX_DOTS).astype(int)
     for series, color in ((e2e, _E2E), (ttft, _TTFT)):
         for i in idx:
@@ -115,7 +115,7 @@ def _svg(r) -> str:
     for v in xt:
         x = left + v * sx
         out_svg.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{ya}" y2="{ya + 4}" stroke="#555"/>'
-                       f'<text x="{x:.1f}" y="{ya + 16}" text-anchor="middle">{esc(units.fmt_seconds(v))}</text>')
+                       f'<text x="{x:.1f}" y="{ya + 16}" text-anchor="middle">{esc(short_tick(units.fmt_seconds(v)))}</text>')
     out_svg.append(f'<text x="{left + pw / 2:.1f}" y="{ya + 30}" text-anchor="middle">time since the first arrival'
                    + (f" ({len(idx)} of {len(arr)} requests drawn)" if len(idx) < len(arr) else "") + "</text>")
     out_svg.append("</svg>")
@@ -152,21 +152,23 @@ def sim_result_view(r) -> View:
 def estimate_view(e) -> View:
     """A serving Estimate: memory against HBM, the decode step's parts, the throughput."""
     d, p = e.decode, e.prefill
-    free = max(e.hbm_bytes - e.memory_bytes, 0.0)
-    top = max(e.hbm_bytes, e.memory_bytes)
-    mem = (bar_html("weights", e.param_bytes, top, units.fmt_bytes(e.param_bytes), color="#2f6bd0")
-           + bar_html("KV cache", e.kv_bytes, top, units.fmt_bytes(e.kv_bytes), color="#7a5bd6")
-           + bar_html("free HBM" if e.fits else "over HBM", free if e.fits else e.memory_bytes - e.hbm_bytes, top,
-                      units.fmt_bytes(free if e.fits else e.memory_bytes - e.hbm_bytes),
-                      color="#9aa7b8" if e.fits else "#d1495b"))
+    free = e.hbm_bytes - e.memory_bytes
+    mem = stacked_bar_html([("weights", e.param_bytes, "#2f6bd0", units.fmt_bytes(e.param_bytes)),
+                            ("KV cache", e.kv_bytes, "#8a63d2", units.fmt_bytes(e.kv_bytes)),
+                            ("free", free, "#b4bfcc", units.fmt_bytes(free)) if free >= 0 else
+                            ("over HBM by", 0.0, "#d1495b", units.fmt_bytes(-free))], e.hbm_bytes)
     parts = [("KV reads", d.kv_seconds), ("weight reads", d.weight_seconds), ("compute", d.compute_seconds),
              ("collectives", d.comm_seconds)]
+    longest = max(parts[1:], key=lambda kv: kv[1])[0]   # the step is KV + the longest of the other three
     step_top = max(v for _, v in parts) or 1.0
-    step = "".join(bar_html(k, v, step_top, units.fmt_seconds(v)) for k, v in parts)
-    before = (f'<div class="sl-note">memory per {units.plural(e.chips, "chip")} in all: '
-              f"{units.fmt_bytes(e.memory_bytes)} of {units.fmt_bytes(e.hbm_bytes)} HBM</div>{mem}"
-              f'<div class="sl-note">decode step: {units.fmt_seconds(d.seconds)} = KV + max(weights, compute, '
-              f"collectives)</div>{step}")
+    step = "".join(bar_html(k, v, step_top, units.fmt_seconds(v), strong=k in ("KV reads", longest))
+                   for k, v in parts)
+    chips = "1 chip" if e.chips == 1 else f"the {e.chips} chips together"
+    before = (f'<div class="sl-note">HBM of {chips}: '
+              f"{units.fmt_bytes(e.memory_bytes)} needed of {units.fmt_bytes(e.hbm_bytes)}"
+              + ("" if e.fits else " - does not fit") + f"</div>{mem}"
+              f'<div class="sl-note">decode step {units.fmt_seconds(d.seconds)} = KV reads + the longest of weight '
+              f"reads, compute and collectives (dark: the two that count)</div>{step}")
     rows = [("model", e.model), ("mesh", f"{e.mesh_shape} of {e.hardware} ({units.plural(e.chips, 'chip')})"),
             ("batch × context", f"{e.batch} × {e.context}"), ("weights", units.fmt_bytes(e.param_bytes)),
             ("KV cache", f"{units.fmt_bytes(e.kv_bytes)} ({units.fmt_bytes(e.kv_bytes_per_token)} per token)"),

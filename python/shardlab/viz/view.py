@@ -30,7 +30,7 @@ except ImportError:  # Pillow comes with matplotlib; only PNG export needs it
     Image = ImageChops = None
 
 __all__ = ["View", "Displayed", "CSS", "table_html", "esc", "device_prefix", "figure_html", "kv_view", "grid_view",
-           "bar_html"]
+           "bar_html", "stacked_bar_html", "short_tick"]
 
 # One style sheet for every view: left-aligned text, right-aligned tabular numbers. Text takes the
 # page's colour (readable on JupyterLab's and VS Code's dark themes as on light ones); lines and
@@ -116,6 +116,44 @@ def bar_html(label: str, value: float, top: float, text: str, *, strong: bool = 
     return (f'<div style="display:flex;align-items:center;gap:8px;margin:2px 0"><span style="min-width:120px">'
             f'{esc(label)}</span><span class="sl-bar" style="width:{w}px;background:{c}"></span>'
             f'<span style="font-variant-numeric:tabular-nums">{esc(text)}</span></div>')
+
+
+def stacked_bar_html(segments, total: float, *, width: int = 420) -> str:
+    """One horizontal bar of ``(label, value, colour)`` segments on a scale of ``total`` (a
+    segment past the total shows as overflow), with a legend of the figures below.
+
+    Example:
+        >>> h = stacked_bar_html([("weights", 1.0, "#2f6bd0", "1 GiB"), ("free", 3.0, "#9aa7b8", "3 GiB")], 4.0)
+        >>> h.count('class="sl-seg"'), "width:105px" in h
+        (2, True)
+    """
+    scale = width / max(total, sum(v for _, v, _, _ in segments), 1e-300)
+    segs = "".join(f'<span class="sl-seg" title="{esc(k)}: {esc(t)}" style="display:inline-block;height:14px;'
+                   f'width:{max(0, round(v * scale))}px;background:{c}"></span>' for k, v, c, t in segments if v > 0)
+    legend = "".join(f'<span style="margin-right:12px;white-space:nowrap"><span style="display:inline-block;'
+                     f'width:10px;height:10px;border-radius:2px;background:{c};margin-right:4px"></span>'
+                     f"{esc(k)} {esc(t)}</span>" for k, _, c, t in segments)
+    over = sum(v for _, v, _, _ in segments) > total * (1 + 1e-9)
+    mark = (f'<span title="capacity" style="position:absolute;left:{round(total * scale)}px;top:-3px;height:20px;'
+            f'border-left:2px dashed #d1495b"></span>' if over else "")
+    return (f'<div style="margin:4px 0"><div style="position:relative;display:flex;border:1px solid '
+            f'rgba(127,127,127,.5);width:max-content">{segs}{mark}</div>'
+            f'<div class="sl-note" style="margin-top:3px">{legend}'
+            + ('<span style="white-space:nowrap">dashed line: capacity</span>' if over else "") + "</div></div>")
+
+
+def short_tick(text: str) -> str:
+    """A tick label without trailing zeros: "2.00 s" -> "2 s", "4.00k" -> "4k", "2.50 ms" -> "2.5 ms".
+
+    Example:
+        >>> short_tick("2.00 s"), short_tick("4.00k"), short_tick("2.50 ms"), short_tick("100 µs")
+        ('2 s', '4k', '2.5 ms', '100 µs')
+    """
+    head, sep, tail = text.partition(" ")
+    num = head.rstrip("kMGTPE")
+    if "." in num:
+        num = num.rstrip("0").rstrip(".")
+    return num + head[len(head.rstrip("kMGTPE")):] + sep + tail
 
 
 def _plain(renderable, width: int = 120) -> str:

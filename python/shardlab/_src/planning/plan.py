@@ -164,7 +164,7 @@ def _subtxt(s: str, fmt: str) -> str:
 # -- plans ------------------------------------------------------------------------------------
 
 @dataclass
-class Plan:
+class Plan(views.Viewable):
     """A sharded einsum (or reshard) as steps in the book's notation, with costs.
 
     Attributes:
