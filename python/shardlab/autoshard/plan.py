@@ -139,7 +139,7 @@ class ShardingPlan:
                 if self._dims[i] != want:
                     x = sl.reshard(x, sl.NamedSharding(mesh, pspec(want)))
                 args.append(x)
-            env[op.output] = apply_op(op, args, prog.values[op.output].shape, cand.out_kw, mesh)
+            env[op.output] = apply_op(op, args, prog.values[op.output].shape, cand.out_kw, mesh, cand.in_dims)
         leaves = [env[i] if k == "value" else i for k, i in prog.outputs]
         return tree_util.tree_unflatten(prog.out_tree, leaves)
 

@@ -93,7 +93,7 @@ def einsum_candidates(terms, out: str, shapes, mesh_shape: dict) -> list:
             for a, d in zip(partial, dest):
                 if d is not None:
                     od[d].append(a)
-            od = tuple(tuple(sorted(x, key=axes.index)) for x in od)
+            od = tuple(tuple(x) for x in od)  # an index's own axes, then the ones scattered onto it
             if any(size[l] % math.prod(mesh_shape[a] for a in d) for l, d in zip(out, od)):
                 continue
             key = (ins, od)

@@ -31,6 +31,7 @@ import numpy as np
 import shardlab as sl
 import shardlab.numpy as jnp
 from shardlab import cost, tree_util
+from shardlab.cost import formulas
 
 from .graph import Edge, Node, Problem, Strategy
 from .specs import Dims, dims_of, dims_str, einsum_candidates, local_shape, pspec, tensor_dims
@@ -98,18 +99,54 @@ class Op:
     scope: str
     candidates: list = dataclasses.field(default_factory=list)
     saved: bool = False  # a forward value the backward pass reads (kept in memory)
+    follows: tuple | None = None  # ('input', value) or ('op', index) whose choice this op takes
 
 
 # -- running one op on global arrays (the pricing and the plan's execution share it) ------------------
-def apply_op(op: Op, args: list, out_shape: tuple, out_kw: Dims | None, mesh=None):
-    """Runs `op` on global arrays (or literals) with the global-view functions."""
+def einsum_collectives(params, in_dims, out_dims) -> list:
+    """The reductions a sharded einsum ends with: ``[("psum_scatter", axis, out dim), ...,
+    ("psum", axes, None)]`` for the mesh axes on contracted indices (scattered ones first)."""
+    terms, out = params["terms"], params["out"]
+    on = {}
+    for t, dims in zip(terms, in_dims):
+        for label, axes in zip(t, dims):
+            on.setdefault(label, axes)
+    base = [on.get(label, ()) for label in out]
+    partial = [a for label, axes in on.items() if label not in out for a in axes]
+    steps = []
+    for d, axes in enumerate(out_dims):
+        steps += [("psum_scatter", a, d) for a in axes if a not in base[d]]
+    rest = tuple(a for a in partial if not any(a == s[1] for s in steps))
+    if rest:
+        steps.append(("psum", rest, None))
+    return steps
+
+
+def _run_einsum(p, args, in_dims, out_dims, mesh):
+    """A sharded einsum as the candidate says: a local einsum on each device's blocks, then
+    reduce-scatters and one all-reduce over the axes of contracted indices (shard_map)."""
+    sub = ",".join(p["terms"]) + "->" + p["out"]
+    kw = {} if p.get("preferred_element_type") is None else {"preferred_element_type": p["preferred_element_type"]}
+    steps = einsum_collectives(p, in_dims, out_dims)
+
+    def body(*xs):
+        y = jnp.einsum(sub, *xs, **kw)
+        for kind, axes, d in steps:
+            if kind == "psum_scatter":
+                y = sl.lax.psum_scatter(y, axes, scatter_dimension=d, tiled=True)
+            else:
+                y = sl.lax.psum(y, axes if len(axes) > 1 else axes[0])
+        return y
+
+    return sl.shard_map(body, mesh=mesh, in_specs=tuple(pspec(d) for d in in_dims), out_specs=pspec(out_dims))(*args)
+
+
+def apply_op(op: Op, args: list, out_shape: tuple, out_kw: Dims | None, mesh=None, in_dims=None):
+    """Runs `op` on global arrays (or literals) with the global-view functions (an einsum as
+    its candidate's shard_map)."""
     p, prim = op.params, op.prim
     if prim == "einsum":
-        sub = ",".join(p["terms"]) + "->" + p["out"]
-        kw = {} if out_kw is None else {"out_sharding": sl.NamedSharding(mesh, pspec(out_kw))}
-        if p.get("preferred_element_type") is not None:
-            kw["preferred_element_type"] = p["preferred_element_type"]
-        return jnp.einsum(sub, *args, **kw)
+        return _run_einsum(p, args, in_dims, out_kw, mesh)
     if prim in _REDUCE:
         return _REDUCE[prim](args[0], axis=tuple(p["axes"]), keepdims=bool(p.get("keepdims", False)))
     if prim == "reshape":
@@ -163,6 +200,9 @@ class _Pricer:
             return self._ops[key]
         cand = None
         slots = [(k, i) for k, i in op.inputs]
+        if op.prim == "einsum":
+            cand = self._ops[key] = self._einsum(op, values, in_dims, out_kw)
+            return cand
         if op.prim in _ELEMENTWISE and out_kw is not None:  # operands already laid out as the output: local
             nbytes = sum(self.local_bytes(values[i].shape, values[i].dtype, d)
                          for (k, i), d in zip(slots, in_dims) if k == "value")
@@ -175,7 +215,7 @@ class _Pricer:
         def run(*xs):
             it = iter(xs)
             args = [next(it) if k == "value" else i for k, i in slots]
-            return apply_op(op, args, out_shape, out_kw, self.abstract)
+            return apply_op(op, args, out_shape, out_kw, self.abstract, in_dims)
 
         try:
             prog = sl.jit(run).trace(*arrays).lower().compiler_ir()
@@ -199,6 +239,36 @@ class _Pricer:
         self._ops[key] = cand
         return cand
 
+    def event_s(self, event: dict) -> float:
+        return float(cost.event_seconds(event, self.abstract))
+
+    def _einsum(self, op: Op, values, in_dims, out_dims) -> Candidate:
+        p = op.params
+        size, local = {}, {}
+        arrays = [(values[i], d) for (k, i), d in zip(op.inputs, in_dims) if k == "value"]
+        for t, (v, d) in zip(p["terms"], arrays):
+            for label, s, axes in zip(t, v.shape, d):
+                size[label] = s
+                local[label] = s // math.prod(self.shape[a] for a in axes)
+        out = values[op.output]
+        dtype = out.dtype.name
+        y_shape = [local[label] for label in p["out"]]
+        y_bytes = math.prod(y_shape) * out.dtype.itemsize
+        hbm = sum(self.local_bytes(v.shape, v.dtype, d) for v, d in arrays) + y_bytes
+        compute = self.event_s({"op": "einsum", "flops": 2.0 * math.prod(local.values()), "hbm_bytes": hbm,
+                                "dtype": dtype})
+        colls, comm = [], 0.0
+        for kind, axes, d in einsum_collectives(p, in_dims, out_dims):
+            axes = (axes,) if isinstance(axes, str) else tuple(axes)
+            n = math.prod(self.shape[a] for a in axes)
+            b_out, _, sent = formulas.collective_bytes(kind, n, y_bytes)
+            ev = {"op": kind, "axes": axes, "group_size": n, "bytes_in": float(y_bytes), "bytes_out": float(b_out),
+                  "dtype": dtype}
+            comm += self.event_s(ev)
+            colls.append((kind, axes, float(sent)))
+            y_bytes = b_out
+        return Candidate(in_dims, out_dims, tuple(colls), compute, comm, out_dims)
+
     def reshard_run(self, shape, dtype, src: Dims, dst: Dims) -> tuple[float, tuple]:
         """What ``shardlab.reshard`` records moving a value from `src` to `dst` (traced
         shape-only: the plan's prediction of its ledger)."""
@@ -214,11 +284,24 @@ class _Pricer:
                                       tuple((e["op"], tuple(e["axes"]), float(e["bytes_sent"])) for e in events))
         return hit
 
+    def matrix(self, shape, dtype, srcs: list, dsts: list) -> np.ndarray:
+        """Resharding seconds from each layout of `srcs` to each of `dsts` (priced once per
+        distinct pair)."""
+        us, ud = list(dict.fromkeys(srcs)), list(dict.fromkeys(dsts))
+        key = ("matrix", shape, str(dtype), tuple(us), tuple(ud))
+        small = self._edges.get(key)
+        if small is None:
+            small = self._edges[key] = np.array([[self.reshard(shape, dtype, a, b)[0] for b in ud]
+                                                 for a in us]).reshape(len(us), len(ud))
+        iu, idd = {a: i for i, a in enumerate(us)}, {b: i for i, b in enumerate(ud)}
+        si, di = np.array([iu[a] for a in srcs]), np.array([idd[b] for b in dsts])
+        return small[np.ix_(si, di)]
+
     def reshard(self, shape, dtype, src: Dims, dst: Dims) -> tuple[float, tuple]:
         """Seconds and collectives ``(op, axes, bytes_sent)`` of moving a value from `src` to `dst`."""
         if src == dst:
             return 0.0, ()
-        key = (shape, np.dtype(dtype).name, src, dst)
+        key = (shape, str(dtype), src, dst)
         hit = self._edges.get(key)
         if hit is None:
             plan = sl.plan_reshard((tuple(shape), sl.NamedSharding(self.abstract, pspec(src)), dtype),
@@ -291,7 +374,8 @@ def _record(f, args):
     return lowered, name
 
 
-def trace_program(f, *args, mesh, memory_limit_bytes: float | None = None, merge_layers: bool = True) -> Program:
+def trace_program(f, *args, mesh, memory_limit_bytes: float | None = None, merge_layers: bool = True,
+                  follow: bool = True) -> Program:
     """Traces `f(*args)` and builds the intra-op Problem on `mesh` (see the module docstring).
 
     Args:
@@ -300,6 +384,8 @@ def trace_program(f, *args, mesh, memory_limit_bytes: float | None = None, merge
         mesh: the mesh to shard over, with hardware (an abstract mesh is fine).
         memory_limit_bytes: per-device limit for the Problem (None: no limit).
         merge_layers: tie structurally identical ops (repeated layers) to one decision.
+        follow: an op that is not a contraction takes its operand's layout (Alpa's follow
+            nodes; False gives every op every layout of its own).
 
     Raises:
         UntraceableError: `f` uses a primitive or construct autoshard cannot shard (named).
@@ -386,12 +472,14 @@ def trace_program(f, *args, mesh, memory_limit_bytes: float | None = None, merge
 
     pricer = _Pricer(mesh)
     mshape = pricer.shape
+    input_dims = {v.index: tensor_dims(v.shape, mshape) for v in values if v.kind in ("input", "const") and v.consumers}
     for op in ops_live:
-        op.candidates = _candidates(op, values, pricer, mshape)
+        op.candidates, op.follows = _follow(op, values, ops, input_dims, pricer) if follow else ([], None)
+        if not op.candidates:
+            op.candidates = _candidates(op, values, pricer, mshape)
         if not op.candidates:
             raise UntraceableError(f"[autoshard] no layout of {op.prim} (scope {op.scope or '-'}) can run on the "
                                    f"mesh {mshape}")
-    input_dims = {v.index: tensor_dims(v.shape, mshape) for v in values if v.kind in ("input", "const") and v.consumers}
     problem, nodes = _problem(values, ops_live, input_dims, pricer, memory_limit_bytes, merge_layers)
     return Program(name, mesh, values, ops, inputs, outputs, tree_util.tree_structure(args), lowered.out_tree, input_dims,
                    problem, nodes, pricer, time.perf_counter() - t0, f)
@@ -401,6 +489,46 @@ def _broadcast_in(out_shape, out_dims, shape) -> Dims:
     """An operand's layout under an elementwise op's output layout (right-aligned broadcasting)."""
     off = len(out_shape) - len(shape)
     return tuple(() if s == 1 and out_shape[off + d] != 1 else out_dims[off + d] for d, s in enumerate(shape))
+
+
+def _follow(op: Op, values, ops, input_dims, pricer: _Pricer):
+    """Alpa's follow nodes: an op that is not a contraction takes its main operand's layouts
+    (the first operand of the output's shape, else the first), one candidate per candidate of
+    the operand's producer, in the same order. Returns ([], None) where that cannot be done."""
+    if op.prim == "einsum":
+        return [], None
+    arrays = [(slot, i) for slot, (k, i) in enumerate(op.inputs) if k == "value"]
+    if not arrays:
+        return [], None
+    out_shape = values[op.output].shape
+
+    def layouts_of(i):
+        v = values[i]
+        if v.producer is None:
+            return ("input", i), input_dims.get(i, [])
+        return ("op", v.producer), [c.out_dims for c in ops[v.producer].candidates]
+
+    # the operand of the output's shape with the most distinct layouts (not grad's replicated seed)
+    full = [i for _, i in arrays if values[i].shape == out_shape] or [arrays[0][1]]
+    main = max(full, key=lambda i: len(set(layouts_of(i)[1])))
+    v = values[main]
+    leader, layouts = layouts_of(main)
+    if not layouts:
+        return [], None
+    shapes = [values[i].shape if k == "value" else None for k, i in op.inputs]
+    out = []
+    for lay in layouts:
+        if op.prim in _ELEMENTWISE and v.shape == out_shape:
+            tries = (tuple(None if s is None else _broadcast_in(out_shape, lay, s) for s in shapes), lay)
+        elif len(arrays) == 1:
+            tries = (tuple(lay if k == "value" else None for k, _ in op.inputs), None)
+        else:
+            return [], None
+        c = pricer.op(op, values, *tries)
+        if c is None:
+            return [], None
+        out.append(c)
+    return out, leader
 
 
 def _candidates(op: Op, values, pricer: _Pricer, mshape) -> list:
@@ -448,7 +576,8 @@ def _problem(values, ops, input_dims, pricer: _Pricer, memory_limit_bytes, merge
     sigs = {}
     if merge_layers:
         for op in ops:
-            sigs[("op", op.index)] = "op:" + _signature(op, values, op_seq)
+            cands = hashlib.sha1(repr([(c.in_dims, c.out_dims) for c in op.candidates]).encode()).hexdigest()[:8]
+            sigs[("op", op.index)] = "op:" + _signature(op, values, op_seq) + cands
         for vi in input_dims:
             v = values[vi]
             cons = tuple(sorted("op:" + _signature(op_seq[c], values, op_seq) + str(s) for c, s in v.consumers))
@@ -479,7 +608,8 @@ def _problem(values, ops, input_dims, pricer: _Pricer, memory_limit_bytes, merge
                                        spec=pspec(c.out_dims)))
         lc, pos = tie(("op", op.index))
         node_of[("op", op.index)] = len(nodes)
-        nodes.append(Node(op.name, strategies, layer_class=lc, position=pos))
+        leader = nodes[node_of[op.follows]].name if op.follows is not None else None
+        nodes.append(Node(op.name, strategies, follows=leader, layer_class=lc, position=pos))
         node_list.append(("op", op.index))
 
     def out_dims_of(key):
@@ -497,8 +627,7 @@ def _problem(values, ops, input_dims, pricer: _Pricer, memory_limit_bytes, merge
             src = node_of[key]
             srcs = out_dims_of(key)
             srcs = srcs if key[0] == "input" else [c.out_dims for c in srcs]
-            m = np.array([[pricer.reshard(v.shape, v.dtype, s, c.in_dims[slot])[0] for c in op.candidates]
-                          for s in srcs])
+            m = pricer.matrix(v.shape, v.dtype, srcs, [c.in_dims[slot] for c in op.candidates])
             mats[(src, dst)] = mats[(src, dst)] + m if (src, dst) in mats else m
     edges = [Edge(nodes[s].name, nodes[d].name, m) for (s, d), m in mats.items()]
     return Problem(nodes, edges, memory_limit_bytes=memory_limit_bytes), node_list
