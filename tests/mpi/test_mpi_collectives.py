@@ -107,3 +107,29 @@ def test_local_ops_between_collectives_and_grad():
         return sl.value_and_grad(loss)(w, sl.device_put(x, sl.NamedSharding(mesh, P("x", "y"))))
 
     assert_same(program, exact=False)
+
+
+@pytest.mark.parametrize("case", ["all_gather", "psum", "all_to_all"])
+def test_direct_mpi_forms_need_no_general_path(case, monkeypatch):
+    """all_gather of a value with one device per rank, psum, and a tiled all_to_all over one
+    split axis run as MPI Allgather / Allreduce / Alltoall, not through the general path."""
+    from shardlab._src.backends.mpi import collectives as mc
+    general = []
+    monkeypatch.setattr(mc, "run_collective", lambda *a: general.append(a[0].name) or orig(*a))
+    orig = mc.dispatch.run_collective
+    ranks = sl.process_count()
+    mesh = sl.make_mesh((2, 4), ("x", "y"))
+    if case == "all_gather":  # P("x"): invariant along y, so each rank's block is one device
+        f = lambda a: lax.all_gather(a, "x", axis=0, tiled=True)  # noqa: E731
+        assert_same(lambda: _smap(mesh, f, P("x"), P(), _input(mesh, P("x"))))
+        one = sl.make_mesh((ranks,), ("r",), devices=sl.devices()[:ranks])
+        assert_same(lambda: _smap(one, lambda a: lax.all_gather(a, "r", tiled=True), P("r"), P(),
+                                  _input(one, P("r"), shape=(4 * ranks, 3))))
+    elif case == "psum":
+        assert_same(lambda: _smap(mesh, lambda a: lax.psum(a, ("x", "y")), P("x", "y"), P(),
+                                  _input(mesh, P("x", "y"))))
+    else:
+        for concat in (0, 1):
+            assert_same(lambda: _smap(mesh, lambda a: lax.all_to_all(a, "x", 1, concat, tiled=True),
+                                      P("x", "y"), P("x", "y"), _input(mesh, P("x", "y"), shape=(8, 32))))
+    assert general == []

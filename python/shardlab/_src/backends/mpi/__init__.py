@@ -6,4 +6,4 @@ Launched by mpirun with more than one rank, importing shardlab initializes it (u
 SHARDLAB_MPI=0); ``shardlab.distributed.initialize()`` does so explicitly.
 """
 
-from . import runtime, placement, storage, dispatch  # noqa: F401
+from . import runtime, placement, storage, dispatch, collectives  # noqa: F401

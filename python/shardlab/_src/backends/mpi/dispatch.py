@@ -6,7 +6,7 @@
 - a *collective* over mesh axes that are all inside the rank's block runs locally the same
   way; otherwise the ranks along the split axes exchange blocks (MPI Allgather on their
   sub-communicator), the core's collective runs on the group's devices, and each rank keeps
-  its block; psum runs as a local reduction plus MPI Allreduce;
+  its block; psum, all_gather and all_to_all have direct MPI forms (``mpi/collectives.py``);
 - anything else (shard_map's entry and exit layouts) runs on the gathered global storage.
 
 Outputs are RankStorage of the global shape the shape rule gives, so shape rules and ledger
@@ -19,10 +19,6 @@ import zlib
 
 import numpy as np
 
-import shardlab._core as _core
-
-from ...kernels.native import narrow, wide
-from ...primitives import collectives as col
 from ...primitives.primitive import REGISTRY
 from .placement import placement
 from .runtime import STATE
@@ -116,36 +112,11 @@ def run_collective(prim, p, storages, mesh, params):
     return [RankStorage(shape, dtype, _kept(p, o, dims), p) for (shape, dtype), o in zip(avals, outs)]
 
 
-_MPI_OPS = {"sum": "SUM", "mean": "SUM", "max": "MAX", "min": "MIN"}
-
-
-def run_psum(prim, p, storages, mesh, params):
-    """psum / pmean / pmax / pmin: the core reduces this rank's devices, MPI Allreduce the ranks."""
-    axes, reduction = params["axes"], params["reduction"]
-    dims = p.split_axes(axes)
-    x = block_of(p, storages[0])
-    if not dims or not isinstance(x, np.ndarray) or x.dtype.kind == "b":
-        return run_collective(prim, p, storages, mesh, params)
-    if STATE.check_programs:
-        check_same_program(p, prim, storages, params)
-    (shape, dtype), = prim.shape_rule(storages, mesh, **params)
-    w = wide(x.dtype)
-    if (reduction == "mean" and x.dtype.kind in "iu") or w.itemsize < 4:
-        w = np.dtype(np.float32)  # MPI reduces no bfloat16; a mean of integers is a float, as JAX's
-    local = _core.all_reduce(p.block_mesh._core, x.astype(w, copy=False), axes,
-                             "sum" if reduction == "mean" else reduction)
-    local = np.ascontiguousarray(local)
-    p.sub(dims).Allreduce(STATE.MPI.IN_PLACE, local, op=getattr(STATE.MPI, _MPI_OPS[reduction]))
-    if reduction == "mean":
-        local /= np.asarray(col.group_size(mesh, axes), local.dtype)
-    return [_own(p, shape, dtype, narrow(local, dtype))]
-
-
 def _bytes(a: np.ndarray):
     return [a.reshape(-1).view(np.uint8), STATE.MPI.BYTE]
 
 
-_SPECIAL = {col.PSUM: run_psum}
+_SPECIAL: dict = {}  # primitive -> its MPI implementation (mpi/collectives.py fills it)
 
 
 def _impl_for(prim):

@@ -1,0 +1,113 @@
+"""The collectives with a direct MPI form, on the ranks along the split axes:
+
+- psum / pmean / pmax / pmin: the core reduces this rank's devices, MPI Allreduce the ranks;
+- all_gather (tiled, along the first local dim, of a value with one device per rank): MPI
+  Allgather straight into the output;
+- all_to_all (tiled, over one split axis): each rank sends every other rank the chunks of its
+  devices (MPI Alltoall), then puts the received chunks in place (one copy).
+
+Other cases take the general path of ``dispatch.run_collective``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import shardlab._core as _core
+
+from ...kernels.native import narrow, wide
+from ...primitives import collectives as col
+from . import dispatch
+from .dispatch import _bytes, _own, block_of, check_same_program, run_collective
+from .runtime import STATE
+
+_MPI_OPS = {"sum": "SUM", "mean": "SUM", "max": "MAX", "min": "MIN"}
+
+
+def run_psum(prim, p, storages, mesh, params):
+    """psum / pmean / pmax / pmin: the core reduces this rank's devices, MPI Allreduce the ranks."""
+    axes, reduction = params["axes"], params["reduction"]
+    dims = p.split_axes(axes)
+    x = block_of(p, storages[0])
+    if not dims or not isinstance(x, np.ndarray) or x.dtype.kind == "b":
+        return run_collective(prim, p, storages, mesh, params)
+    if STATE.check_programs:
+        check_same_program(p, prim, storages, params)
+    (shape, dtype), = prim.shape_rule(storages, mesh, **params)
+    w = wide(x.dtype)
+    if (reduction == "mean" and x.dtype.kind in "iu") or w.itemsize < 4:
+        w = np.dtype(np.float32)  # MPI reduces no bfloat16; a mean of integers is a float, as JAX's
+    local = _core.all_reduce(p.block_mesh._core, x.astype(w, copy=False), axes,
+                             "sum" if reduction == "mean" else reduction)
+    local = np.ascontiguousarray(local)
+    p.sub(dims).Allreduce(STATE.MPI.IN_PLACE, local, op=getattr(STATE.MPI, _MPI_OPS[reduction]))
+    if reduction == "mean":
+        local /= np.asarray(col.group_size(mesh, axes), local.dtype)
+    return [_own(p, shape, dtype, narrow(local, dtype))]
+
+
+
+def run_all_gather(prim, p, storages, mesh, params):
+    axes, axis, tiled = params["axes"], params["axis"], params["tiled"]
+    dims = p.split_axes(axes)
+    x = block_of(p, storages[0])
+    if not (dims and tiled and axis == 0 and isinstance(x, np.ndarray) and x.ndim > p.k
+            and all(d == 1 for d in x.shape[:p.k]) and all(storages[0].shape[j] != 1 for j in dims)):
+        return run_collective(prim, p, storages, mesh, params)
+    if STATE.check_programs:
+        check_same_program(p, prim, storages, params)
+    (shape, dtype), = prim.shape_rule(storages, mesh, **params)
+    x = np.ascontiguousarray(x)
+    comm = p.sub(dims)
+    # one device per rank along the axes: rank order is device order, and blocks of the first
+    # local dim side by side are the tiled gather along it
+    out = np.empty((comm.Get_size(),) + x.shape, x.dtype)
+    comm.Allgather(_bytes(x), _bytes(out))
+    return [_own(p, shape, dtype, out.reshape(p.block_shape(shape)))]
+
+
+def run_all_to_all(prim, p, storages, mesh, params):
+    axes, split, concat, tiled = params["axes"], params["split"], params["concat"], params["tiled"]
+    dims = p.split_axes(axes)
+    x = block_of(p, storages[0])
+    if not (tiled and len(axes) == 1 and len(dims) == 1 and isinstance(x, np.ndarray)
+            and storages[0].shape[dims[0]] != 1):
+        return run_collective(prim, p, storages, mesh, params)
+    if STATE.check_programs:
+        check_same_program(p, prim, storages, params)
+    (shape, dtype), = prim.shape_rule(storages, mesh, **params)
+    k, j = p.k, dims[0]
+    rank = x.ndim - k
+    s, c = k + split % rank, k + concat % rank
+    r, b = p.grid[j], p.block[j]
+    n = r * b
+    size = x.shape[s] // n  # one chunk
+    # send[q]: this rank's devices' chunks for rank q's devices (b chunks along the split dim)
+    parts = x.reshape(x.shape[:s] + (r, b * size) + x.shape[s + 1:])
+    send = np.ascontiguousarray(np.moveaxis(parts, s, 0))
+    recv = np.empty_like(send)
+    p.sub(dims).Alltoall(_bytes(send), _bytes(recv))
+    # recv: (source rank, mesh dims with the source devices at j, local dims with the split dim
+    # holding this rank's b destination devices' chunks); output: destination devices at mesh
+    # dim j, the n sources (rank-major) concatenated in front of the concat dim's own extent
+    v = recv.reshape(recv.shape[:1 + s] + (b, size) + recv.shape[2 + s:])  # split dim -> (b_dst, size)
+    names = ["q"] + [f"m{i}" for i in range(k)] + [f"l{i}" for i in range(k, x.ndim)]
+    names[1 + s:2 + s] = ["dst", "chunk"]
+    want = []
+    for i in range(k):
+        want.append("dst" if i == j else f"m{i}")
+    for i in range(k, x.ndim):
+        if i == s and i == c:
+            want += ["q", f"m{j}", "chunk"]
+        elif i == s:
+            want.append("chunk")
+        elif i == c:
+            want += ["q", f"m{j}", f"l{i}"]
+        else:
+            want.append(f"l{i}")
+    v = v.transpose([names.index(w) for w in want])
+    out = np.ascontiguousarray(v).reshape(p.block_shape(shape))
+    return [_own(p, shape, dtype, out)]
+
+
+dispatch._SPECIAL.update({col.PSUM: run_psum, col.ALL_GATHER: run_all_gather, col.ALL_TO_ALL: run_all_to_all})
