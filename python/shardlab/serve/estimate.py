@@ -83,6 +83,14 @@ class StepTime:
         return self.tokens / self.seconds if self.seconds else math.inf
 
 
+@dataclasses.dataclass(frozen=True)
+class _PriceMesh:
+    """The mesh shape ``cost.price_event`` needs for a collective (default physical links)."""
+
+    shape: dict
+    physical_axes: object = None
+
+
 class StepModel:
     """Step-time pieces of ``cfg`` on ``chips`` of ``hardware`` under a layout.
 
@@ -97,10 +105,14 @@ class StepModel:
             shrinking the KV heads).
         kv_bytes_per_token: override of ``kv_cache_bytes(cfg, 1).total`` in the KV dtype.
         comm: price the layout's collectives (False: the book's equation (1) as printed).
+        prices: the price list every piece is priced with (``shardlab.cost.price_list``):
+            ``"ideal"`` (default: the peaks, the book's equation) or None for what the chip
+            reaches (its own list), the same per-chip figures ``train.estimate`` uses.
     """
 
     def __init__(self, cfg: ModelConfig | None, hardware, mesh, dtypes=None, *, strategy: str = "megatron",
-                 params: float | None = None, kv_bytes_per_token: float | None = None, comm: bool = True):
+                 params: float | None = None, kv_bytes_per_token: float | None = None, comm: bool = True,
+                 prices="ideal"):
         self.cfg = cfg
         self.hw = hardware_presets.get(hardware)
         if self.hw is None:
@@ -122,9 +134,17 @@ class StepModel:
         self.param_bytes = self.params * dtype_bytes(self.dtypes["params"], "estimate")
         self.kv_bytes_per_token = float(kv_bytes_per_token if kv_bytes_per_token is not None
                                         else kv_cache_bytes(cfg, 1, self.dtypes["kv"]).total)
+        self.prices = cost.price_list(self.hw) if prices is None else cost.price_list(prices)
         self.peak, _ = cost.peak_flops(self.hw, self.dtypes["compute"])
-        self.hbm_bw = self.chips * self.hw.hbm_bandwidth
-        self.flops = self.chips * self.peak
+        # one chip's rates through the one pricing function: the seconds of 1 byte of memory-bound
+        # work and of 1 FLOP of matmul, without the per-kernel fixed cost (a step runs many kernels)
+        unit = self.prices.kernel_overhead
+        per_byte = (cost.price_event({"op": "elementwise", "hbm_bytes": 1e12}, self.hw, self.prices) - unit) / 1e12
+        per_flop = (cost.price_event({"op": "matmul", "flops": 1e15, "dtype": self.dtypes["compute"]}, self.hw,
+                                     self.prices) - unit) / 1e15
+        self.hbm_bw = self.chips / per_byte
+        self.flops = self.chips / per_flop
+        self._price_mesh = _PriceMesh(self.mesh_shape)
         self.hbm_bytes = self.chips * self.hw.hbm_capacity
         self._comm: dict = {}
 
@@ -139,9 +159,9 @@ class StepModel:
             t = 0.0
             for (op, axes), r in rows.items():
                 n, v = r["group_size"], r["bytes_each"]
-                nbytes = {"all_gather": n * v, "all_to_all": n * v}.get(op, v)
-                t += r["calls"] * cost.collective_time(op, nbytes, axes=axes, mesh_shape=self.mesh_shape,
-                                                       hardware=self.hw).seconds
+                event = {"op": op, "axes": tuple(axes) if not isinstance(axes, str) else (axes,), "group_size": n,
+                         "bytes_in": v, "bytes_out": n * v if op == "all_gather" else v}
+                t += r["calls"] * cost.price_event(event, self.hw, self.prices, mesh=self._price_mesh)
             self._comm[batch_tokens] = t
         return self._comm[batch_tokens]
 

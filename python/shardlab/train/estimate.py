@@ -37,8 +37,8 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import html
-import math
 
 import numpy as np
 
@@ -46,7 +46,7 @@ import shardlab as sl
 import shardlab.hardware as hw_mod
 from shardlab import units
 from shardlab.cost import formulas, price_event, price_list
-from shardlab.models import flops_per_token, param_axes, training_memory
+from shardlab.models import flops_per_token, param_axes, remat_policy, training_memory
 
 from . import pipeline as _pp
 from . import strategy as _strategy
@@ -209,7 +209,7 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
              precision: str = "mixed", optimizer: str = "adamw", prices=None, pipeline: int = 1,
              virtual_stages: int = 1, schedule: str | None = None, async_tp: bool = False,
              dp_overlap: bool = True, attention: str = "flash", dropout: bool = False,
-             pipeline_link: str | None = None) -> Estimate:
+             pipeline_link: str | None = None, elementwise_scale: float = 1.0) -> Estimate:
     """Runs one training step of ``cfg`` shape-only and prices it on ``hardware``.
 
     Args:
@@ -222,7 +222,8 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
             the sequences, the tokens are split instead (each sequence cut into
             :func:`sequence_chunks` pieces, as context parallelism does); attention is then
             priced over whole sequences, the K/V exchange of ring attention is not counted.
-        remat: None, "dots" or "full" (activation checkpointing of each layer).
+        remat: a recompute policy (``shardlab.models.remat_policy``: None / "none", "full",
+            "selective", "dots", "ffw_outputs" or a set of checkpoint names).
         microbatches: gradient accumulation steps (pipeline microbatches with ``pipeline > 1``).
         precision: "mixed" (bf16 params, fp32 master and moments) or "fp32".
         optimizer: "adamw" or "sgd".
@@ -240,6 +241,8 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
         dropout: dropout masks on the residual adds (and the scores when unfused).
         pipeline_link: the link the stage-to-stage sends use ("nvlink", "ib", "dcn"...; default
             the slowest data link of the hardware: InfiniBand on GPUs, ICI on TPUs).
+        elementwise_scale: a what-if on the memory-bound bytes of the layers (norms, residual
+            adds, activation, rotary, scores): 0 leaves them out, 2 doubles them (unfused kernels).
 
     Returns:
         An :class:`Estimate`.
@@ -251,6 +254,8 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
     for name, v in (("batch", batch), ("seq", seq), ("microbatches", microbatches), ("pipeline", pipeline),
                     ("virtual_stages", virtual_stages)):
         _check(op, name, v)
+    if isinstance(elementwise_scale, bool) or not isinstance(elementwise_scale, (int, float)) or elementwise_scale < 0:
+        raise ValueError(f"[{op}] elementwise_scale={elementwise_scale!r} must be a number >= 0")
     if attention not in ("flash", "unfused"):
         raise ValueError(f"[{op}] attention={attention!r}: use 'flash' or 'unfused'")
     sched = schedule or ("interleaved-1f1b" if virtual_stages > 1 else "1f1b")
@@ -356,9 +361,10 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
     tp = Y if s.model else 1
     ew_fwd = formulas.layer_elementwise_bytes(
         cfg.d_model, cfg.ffw_dim, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, tp=tp,
-        sequence_parallel=s.sequence_parallel, gated=cfg.gated_mlp, rotary=cfg.positions == "rope",
-        biases=cfg.mlp_bias, dropout=dropout, attention=attention, seq=seq) * tokens_dev
-    rec_frac = {"full": 1.0, "dots": 0.5}.get(remat, 0.0) if remat else 0.0
+        sequence_parallel=s.sequence_parallel, gated=cfg.gated_mlp, rotary=cfg.positions == "rotary",
+        biases=cfg.mlp_bias, dropout=dropout, attention=attention, seq=seq) * tokens_dev * elementwise_scale
+    policy = remat_policy(remat)
+    rec_frac = sum(w for name, w in _EW_SHARE.items() if policy.checkpointed and policy.recomputes(name))
     ew = {"forward": price_ew(ew_fwd, hw, p_list, 8),
           "recompute": price_ew(ew_fwd * rec_frac, hw, p_list, 8) if rec_frac else 0.0,
           "backward": price_ew(ew_fwd * formulas.BACKWARD_ELEMENTWISE, hw, p_list, 12)}
@@ -374,7 +380,7 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
     C = s.context_size(m)
     sizes = {a: n for a, n in m.shape.items() if a != s.context} or {s.context: 1}
     tm = training_memory(cfg.replace(num_layers=layers_dev) if piped else cfg, _memory_name(s), sizes,
-                         batch=X, optimizer=optimizer, precision=precision, remat=_TM_REMAT.get(remat, remat),
+                         batch=X, optimizer=optimizer, precision=precision, remat=remat,
                          context=run_batch * seq // (X * C * run_mb), tp_axis=s.model)
     act = float(tm.parts["activations"])
     if piped:  # 1F1B keeps up to p microbatches in flight on the first stage
@@ -523,21 +529,27 @@ def _send_seconds(cfg, mb_rows: int, seq: int, tp: int, sp: bool, hw, prices, li
     return t
 
 
-def _clock(sched: str, p: int, m: int, v: int, fwd, bwd, send) -> float:
-    """The schedule's step time; past ~3p microbatches each adds the same time, so long runs are
-    clocked at 2p and 3p microbatches and extended linearly."""
-    def run(mm):
-        build = _pp.SCHEDULES[sched]
-        sc = build(p, mm, v) if sched == "interleaved-1f1b" else build(p, mm)
-        return _pp.clock(sc, _pp.Durations(forward=list(fwd), backward=list(bwd), send=send), check=False).step_time
+@functools.lru_cache(maxsize=128)
+def _built(sched: str, p: int, m: int, v: int):
+    build = _pp.SCHEDULES[sched]
+    return build(p, m, v) if sched == "interleaved-1f1b" else build(p, m)
 
-    if m <= 3 * p:
+
+def _clock(sched: str, p: int, m: int, v: int, fwd, bwd, send, *, exact: bool = False) -> float:
+    """The schedule's step time; past ~3p microbatches each adds the same time, so unless
+    ``exact`` long runs are clocked at 2p and 3p microbatches and extended linearly."""
+    def run(mm):
+        return _pp.clock(_built(sched, p, mm, v), _pp.Durations(forward=list(fwd), backward=list(bwd), send=send),
+                         check=False).step_time
+
+    if exact or m <= 3 * p:
         return run(m)
     t2, t3 = run(2 * p), run(3 * p)
     return t2 + (m - 2 * p) * (t3 - t2) / p
 
 
-_TM_REMAT = {"dots": "attention"}
+# the layer's memory-bound work by the checkpoint name whose recompute re-runs it
+_EW_SHARE = {"attn_norm": 0.25, "mlp_norm": 0.25, "mlp_act": 0.4, "attn_out": 0.1}
 
 
 def sequence_chunks(batch: int, seq: int, X: int, seq_split: int = 1, microbatches: int = 1) -> int:

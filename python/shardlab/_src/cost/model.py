@@ -29,7 +29,7 @@ from .compute import (ComputeTime, MatmulCost, attention_flops, compute_time, cr
                       hbm_load_time, ici_critical_intensity, matmul_flops, matmul_time, peak_flops)
 from .events import event_cost, event_seconds
 from .layout import ShardBytes, itemsize, shard_bytes
-from .prices import IDEAL, PRICE_LISTS, PriceList, price_list
+from .prices import IDEAL, MAMF, PRICE_LISTS, PriceList, price_list
 from .pricing import memory_seconds, price_event
 from .roofline import Roofline, roofline
 
@@ -64,6 +64,7 @@ __all__ = [
     "PriceList",
     "IDEAL",
     "PRICE_LISTS",
+    "MAMF",
     "price_list",
     "price_event",
     "memory_seconds",

@@ -9,7 +9,7 @@ Example:
     >>> from shardlab import cost
     >>> gemm = {"op": "matmul", "flops": 2 * 4096**3, "hbm_bytes": 3 * 2 * 4096**2, "dtype": "bfloat16"}
     >>> round(cost.price_event(gemm, "h100", "ideal") * 1e6, 1), round(cost.price_event(gemm, "h100") * 1e6, 1)
-    (139.0, 178.8)
+    (139.0, 220.5)
 """
 
 from __future__ import annotations
@@ -119,7 +119,8 @@ def _collective_seconds(event, op, axes, mesh, hw, p: PriceList) -> float:
         c = collective_time(op, v, axes=axes, mesh_shape=shape, hardware=hw, physical_axes=physical,
                             perm=list(perm) if perm else None)
         eff = min((p.collective(link.link) for link in c.links), default=1.0)
-        hit = max(c.latency_seconds, c.bandwidth_seconds / eff) + p.collective_overhead
+        t_bw = c.bandwidth_seconds / eff
+        hit = max(c.latency_seconds, t_bw) + p.collective_overhead
         if len(_CACHE) > 100_000:
             _CACHE.clear()
         _CACHE[key] = hit

@@ -14,9 +14,12 @@ sequence length 4096, AdamW, gradient clipping (max_norm 1.0), FSDP over all 64 
 precision), the LLaMA-2 tokenizer (32,000 tokens); ``torchtitan/models/llama``: 13B = dim 5120,
 40 layers, 40 heads, SwiGLU hidden 13,824 (``multiple_of`` 256); 70B = dim 8192, 80 layers, 64
 heads, 8 KV heads, hidden 28,672 (``ffn_dim_multiplier`` 1.3, ``multiple_of`` 4096); RMSNorm,
-rotary, untied output, no biases. Activation checkpointing: "no", "selective op" (saves matmul
-outputs, recomputes the rest -- shardlab's ``remat="dots"``), "full"; the "selective layer"
-rows (every other layer checkpointed) and the OOM rows are listed but not estimated.
+rotary, untied output, no biases. Activation checkpointing: "no", "selective op" (torchtitan's
+op-level policy saves the matmul and attention outputs but recomputes every other matmul: here
+the checkpoint names ``{"qkv", "attn_out", "mlp_down"}`` are kept, so the output projection and
+the MLP's input matmul -- about half the layer's matmul FLOPs -- are recomputed), "full"; the
+"selective layer" rows (every other layer checkpointed) and the OOM rows are listed but not
+estimated.
 
 Example:
     >>> from shardlab.train.data.torchtitan_a100 import ROWS
@@ -31,7 +34,7 @@ VOCAB = 32000
 GPUS = 64
 MODELS = {"13B": {"d_model": 5120, "num_layers": 40, "num_heads": 40, "num_kv_heads": 40, "ffw_dim": 13824},
           "70B": {"d_model": 8192, "num_layers": 80, "num_heads": 64, "num_kv_heads": 8, "ffw_dim": 28672}}
-_REMAT = {"no": "none", "selective op": "dots", "full": "full"}
+_REMAT = {"no": "none", "selective op": frozenset({"qkv", "attn_out", "mlp_down"}), "full": "full"}
 
 # model, local batch, activation checkpointing, WPS per GPU, MFU % (None: OOM)
 _TABLE = [("13B", 2, "no", 2162, 61.1), ("13B", 2, "selective layer", 1914, 54.1),

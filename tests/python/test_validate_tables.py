@@ -1,0 +1,62 @@
+"""The published tables of train/data and train.validate's estimate of their rows."""
+
+import pytest
+
+from shardlab.models import param_count
+from shardlab.train import validate
+from shardlab.train.data import maxtext_tpu as M
+from shardlab.train.data import torchtitan_a100 as T
+
+
+def test_maxtext_tables_are_consistent_with_their_own_flop_count():
+    assert len(M.V5P) == 16 and len(M.V5E) == 24
+    for row in M.V5P + M.V5E:
+        peak = 459e12 if row["hardware"] == "tpu-v5p" else 197e12
+        # the MFU column is the TFLOP/s column over the chip's bf16 peak
+        assert 100 * row["tflops_per_chip"] * 1e12 / peak == pytest.approx(row["mfu_pct"], abs=0.6)
+        assert row["ici_fsdp"] * row["ici_tensor"] == row["chips_per_slice"]
+    for scale in (16, 32, 64, 128, 256, 512, 1024):       # the scale names the size in billions
+        assert M.params(scale) / 1e9 == pytest.approx(scale, rel=0.04)
+        assert param_count(validate.maxtext_config({"scale": scale})).total == M.params(scale)
+
+
+def test_torchtitan_table_is_consistent_with_its_mfu():
+    for r in T.ROWS:
+        if r["wps"] is None:
+            continue
+        d = T.MODELS[r["model"]]
+        n = param_count(validate.torchtitan_config(r)).total
+        # torchtitan's count: 6 N + 12 l h q t FLOPs per token, over the A100's 312 TFLOP/s
+        per_token = 6 * n + 12 * d["num_layers"] * d["num_heads"] * (d["d_model"] // d["num_heads"]) * T.SEQ_LEN
+        assert 100 * per_token * r["wps"] / 312e12 == pytest.approx(r["mfu_pct"], abs=1.5)
+    assert [r["estimable"] for r in T.ROWS] == [True, False, True, False, False, True, True]
+
+
+def test_a_row_is_estimated_and_compared():
+    r = validate.estimate_row(validate.table("maxtext-v5p")[0])
+    assert r.measured_seconds == pytest.approx(M.maxtext_flops(r.row) / 328e12)
+    assert r.error == pytest.approx(r.estimated_seconds / r.measured_seconds - 1)
+    assert abs(r.error) < 0.1 and r.label == "32B 1x64 chips" and r.estimate.chips == 64
+    t = validate.estimate_row(validate.table("torchtitan-a100")[0])
+    assert t.measured_seconds == pytest.approx(2 * 4096 / 2162) and t.estimate.strategy == "fsdp"
+
+
+def test_validate_reports_every_row():
+    out = validate.validate("maxtext-v5e", rows=validate.table("maxtext-v5e")[:4], show=False)
+    assert len(out["rows"]) == 4 and "mean |error|" in out["text"] and "16B 1x256 chips" in out["text"]
+    assert out["mean_abs_error"] < 0.08 and out["max_abs_error"] < 0.12
+
+
+def test_fit_reports_the_held_out_rows():
+    res = validate.fit("maxtext-v5e", [0, 1], grid=[0.8, 0.88])
+    assert res["efficiency"] in (0.8, 0.88) and len(res["held_out"]) == 22
+    assert res["held_out_mean_abs_error"] < 0.12
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="'cerebras' is not a table; use one of megatron, maxtext-v5p"):
+        validate.table("cerebras")
+    with pytest.raises(TypeError, match=r"a row is a dict from validate.table\(name\)"):
+        validate.estimate_row({"scale": 32})
+    with pytest.raises(ValueError, match="not a power of 2"):
+        M.model_dims(24)
