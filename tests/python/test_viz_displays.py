@@ -180,12 +180,14 @@ def test_views_are_registered_by_class_not_by_name():
         sl.views.register_view("Mesh", viz.mesh_view)
 
 
-def test_export_svg_png_csv_json_trace(objects, tmp_path):
-    v = objects["hardware_tpu"].__class__  # noqa: F841  (the class is Viewable)
+def test_export_svg_csv_json_trace(objects, tmp_path, monkeypatch):
+    monkeypatch.setattr(viz.view, "_browser", lambda: None)  # the SVG's size estimated, not measured
     view = sl.views.view_of(objects["roofline"])
     view.save(str(tmp_path / "r.svg"))
     svg = (tmp_path / "r.svg").read_text()
     assert svg.startswith("<svg") and "<foreignObject" in svg and "Roofline on tpu-v5e" in svg
+    w, h = (float(x) for x in re.search(r'width="([\d.]+)" height="([\d.]+)"', svg).groups())
+    assert 300 < w < 1200 and 200 < h < 1200, (w, h)
     objects["training_memory"].save(str(tmp_path / "m.html"))
     assert "training_memory" in (tmp_path / "m.html").read_text()
     with pytest.raises(ValueError, match=r"\[View.save\] cannot save .*\.bmp"):

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import numbers
 
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
@@ -126,15 +127,14 @@ class Report(Displayed):
         w1 = max(len(v) for _, v, _ in vals)
         lines = [self.title] + [f"  {k:<{w0}}  {v:>{w1}}" + (f"  {s}" if s else "") for k, v, s in vals]
         lines += [f"  formula: {self.formula}"] * bool(self.formula) + [f"  note: {n}" for n in self.notes]
-        t = Table(title=Text(self.title, style="bold"), title_justify="left", show_header=False,
-                  caption=Text("\n".join(notes)) if notes else None, caption_justify="left",
-                  min_width=min(120, len(self.title)))
+        t = Table(show_header=False)
         t.add_column(no_wrap=True)
         t.add_column(justify="right", no_wrap=True)
         t.add_column(justify="right", no_wrap=True)
         for k, v, s in vals:
-            t.add_row(Text(k), Text(v), Text(s), style="bold" if k == "total" else None)
-        return View(html, "\n".join(lines), t, self.as_dict())
+            t.add_row(Text(k), Text(v), Text(s), style="bold" if k == "total" else None, end_section=k == "total")
+        rich = Group(Text(self.title, style="bold"), t, *[Text(n, style="dim") for n in notes])
+        return View(html, "\n".join(lines), rich, self.as_dict())
 
     def __repr__(self):
         return f"<{type(self).__name__} {self.title}: total {_fmt(self.total, self.unit)}>"

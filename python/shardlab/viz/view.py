@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 
-from rich.console import Console
+from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
@@ -190,14 +190,13 @@ def kv_view(kind: str, title: str, rows, *, sub: str = "", notes=(), before_html
     body += "".join(f'<div class="sl-note">{esc(n)}</div>' for n in notes) + after_html
     html = figure_html(kind, esc(title), body, esc(sub))
     caption = "\n".join([sub] * bool(sub) + [f"note: {n}" for n in notes]) or None
-    t = Table(title=Text(title, style="bold"), title_justify="left", show_header=False,
-              caption=Text(caption) if caption else None, caption_justify="left",
-              min_width=min(120, max([len(title)] + [len(x) for x in (caption or "").splitlines()])))
+    t = Table(show_header=False)
     t.add_column(no_wrap=True)
     t.add_column(justify="right", no_wrap=True)
     for k, v in rows:
         t.add_row(Text(k), Text(v))
-    return View(html, text, t, data)
+    parts = ([Text(title, style="bold")] if title else []) + [t] + ([Text(caption, style="dim")] if caption else [])
+    return View(html, text, Group(*parts), data)
 
 
 def grid_view(kind: str, title: str, head, rows, *, numeric=(), sub: str = "", notes=(), row_classes=None,
@@ -218,17 +217,17 @@ def grid_view(kind: str, title: str, head, rows, *, numeric=(), sub: str = "", n
                                     row_classes=classes)
     body += "".join(f'<div class="sl-note">{esc(n)}</div>' for n in notes) + after_html
     html = figure_html(kind, esc(title), body, esc(sub))
-    t = Table(title=Text(title, style="bold"), title_justify="left", caption=Text(sub) if sub else None,
-              caption_justify="left")
+    t = Table()
     for i, h in enumerate(head):
         t.add_column(Text(str(h)), justify="right" if i in numeric else "left", no_wrap=True)
     for r, c in zip(rows, classes):
         style = {"sl-chosen": "bold green", "sl-total": "bold", "sl-section": "bold"}.get(c)
         t.add_row(*[Text(x) for x in r], style=style)
-    text = _plain(t, width=160)
+    text = "\n".join([title] * bool(title) + [_plain(t, width=160)] + [sub] * bool(sub))
     if notes:
         text += "\n" + "\n".join(f"note: {n}" for n in notes)
-    return View(html, text, t, data)
+    parts = ([Text(title, style="bold")] if title else []) + [t] + ([Text(sub, style="dim")] if sub else [])
+    return View(html, text, Group(*parts), data)
 
 
 class View:
@@ -367,15 +366,16 @@ def _measure(view: View, dark: bool) -> tuple[int, int]:
 
 
 def _estimate_size(view: View) -> tuple[int, int]:
-    """Width and height (px) of a view without a browser: its pictures' sizes, its text's."""
+    """Width and height (px) of a view without a browser: its pictures' sizes, its text's (on the
+    generous side: a clipped picture is worse than a margin)."""
     sizes = [(float(w), float(h)) for w, h in re.findall(r'<svg[^>]*?width="([\d.]+)"[^>]*?height="([\d.]+)"',
                                                             view.html)]
     lines = view.text.splitlines() or [""]
-    w = max([7.3 * max(len(x) for x in lines) + 40] + [sw + 40 for sw, _ in sizes] +
-            [float(view.data.get("width", 0)) + 80])
-    h = 40 + 21 * (view.html.count("<tr") + view.html.count('class="sl-note"') + view.html.count("sl-sub"))
-    h += sum(sh for _, sh in sizes) + float(view.data.get("height", 0) or 0)
-    return math.ceil(min(w, 4000)), math.ceil(max(h, 20 * len(lines) if not sizes else h))
+    w = max([10.5 * len(lines[0]) + 40, 7.5 * max(len(x) for x in lines) + 40]
+            + [sw + 40 for sw, _ in sizes] + [float(view.data.get("width", 0) or 0) + 80])
+    h = 50 + 25 * view.html.count("<tr") + 22 * (view.html.count('class="sl-note"') + view.html.count("sl-sub"))
+    h += sum(sh for _, sh in sizes) + float(view.data.get("height", 0) or 0) + 24 * view.html.count("<li")
+    return math.ceil(min(w, 4000)), math.ceil(h)
 
 
 class Displayed:
