@@ -30,6 +30,12 @@ def test_deeper_models_run_two_layers_and_count_the_last_for_the_rest():
     assert f[6] - f[4] == pytest.approx(f[4] - f[2], rel=1e-9)
     p = {L: es[L].memory["params"] for L in es}
     assert p[6] - p[4] == p[4] - p[2] > 0
+    # the same step with every layer executed
+    full = _est(CFG.replace(num_layers=6), execute_layers=6)
+    assert full.layers_executed == 6 and full.step_seconds == pytest.approx(es[6].step_seconds, rel=1e-9)
+    assert full.memory == es[6].memory and full.comm_seconds == pytest.approx(es[6].comm_seconds, rel=1e-9)
+    with pytest.raises(ValueError, match="execute_layers=7"):
+        _est(CFG.replace(num_layers=6), execute_layers=7)
 
 
 def test_tensor_parallel_collectives_are_exposed_unless_async():

@@ -209,7 +209,8 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
              precision: str = "mixed", optimizer: str = "adamw", prices=None, pipeline: int = 1,
              virtual_stages: int = 1, schedule: str | None = None, async_tp: bool = False,
              dp_overlap: bool = True, attention: str = "flash", dropout: bool = False,
-             pipeline_link: str | None = None, elementwise_scale: float = 1.0) -> Estimate:
+             pipeline_link: str | None = None, elementwise_scale: float = 1.0,
+             execute_layers: int | None = None) -> Estimate:
     """Runs one training step of ``cfg`` shape-only and prices it on ``hardware``.
 
     Args:
@@ -241,6 +242,8 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
         dropout: dropout masks on the residual adds (and the scores when unfused).
         pipeline_link: the link the stage-to-stage sends use ("nvlink", "ib", "dcn"...; default
             the slowest data link of the hardware: InfiniBand on GPUs, ICI on TPUs).
+        execute_layers: layers to execute shape-only (default 2 of a dense model whose layers
+            are alike, the last counted for the rest; ``cfg.num_layers`` executes them all).
         elementwise_scale: a what-if on the memory-bound bytes of the layers (norms, residual
             adds, activation, rotary, scores): 0 leaves them out, 2 doubles them (unfused kernels).
 
@@ -282,6 +285,12 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
     s.validate(cfg, m, rows, cols)
     uniform = len({cfg.is_moe_layer(i) for i in range(L)}) == 1 if hasattr(cfg, "is_moe_layer") else True
     n_run = min(L, 2) if uniform else L
+    if execute_layers is not None:
+        _check(op, "execute_layers", execute_layers)
+        if execute_layers > L or (not uniform and execute_layers != L) or (pipeline > 1 and execute_layers != n_run):
+            raise ValueError(f"[{op}] execute_layers={execute_layers}: use 1..{L} layers of a model whose layers "
+                             f"are alike ({L} otherwise; the default without a pipeline)")
+        n_run = execute_layers
     cfg_run = cfg.replace(num_layers=n_run) if n_run != L else cfg
     t = Trainer(cfg_run, s, m, optimizer=optimizer, precision=precision, remat=remat, microbatches=run_mb)
     params = _param_structs(cfg_run, t, t.dtype, t.param_spec)
