@@ -37,5 +37,11 @@ def test_docs_site_builds_strict(tmp_path):
     config = (site / "assets" / "mathjax" / "config.js").read_text(encoding="utf-8")
     assert '["$", "$"]' in config and "jp-CodeCell" in config
     assert "tex2jax_ignore" in (site / "cost_model" / "index.html").read_text(encoding="utf-8")
+    # the Pictures page shows every kind of picture, drawn at build time
+    sys.path.insert(0, str(ROOT / "docs" / "hooks"))
+    import pictures
+    shown = set(re.findall(r'data-picture="([\w-]+)"', viz_page))
+    assert shown == set(pictures.PICTURES)
+    assert viz_page.count("<svg") >= len(pictures.PICTURES) - 6   # the object displays are tables
     # wide pictures and tables scroll
     assert "overflow-x" in (site / "stylesheets" / "shardlab.css").read_text(encoding="utf-8")

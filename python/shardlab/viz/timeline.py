@@ -46,7 +46,7 @@ __all__ = ["timeline", "schedule_events", "chrome_trace"]
 
 _COMPUTE = {"matmul", "einsum", "attention", "attention_vjp", "elementwise", "compute"}
 _GRAD_REDUCTIONS = {"psum", "psum_scatter", "reduce_scatter", "all_reduce", "pmean"}
-_W = 900
+_W = 820
 _ZOOMS = (1, 4, 16)
 _COLLAPSE_AT = 64  # ledgers longer than this collapse by (phase, label) unless told otherwise
 
