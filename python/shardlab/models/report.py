@@ -107,8 +107,9 @@ class Report(Displayed):
         top = max((v for *_, v in parts if isinstance(v, numbers.Real)), default=0)
         rows, classes = [], []
         for k, v, share, x in parts:
-            w = round(160 * x / top) if isinstance(x, numbers.Real) and top > 0 and len(parts) > 1 else 0
-            bar = f'<span class="sl-bar" style="width:{max(w, 1)}px;background:#6f8fd0"></span>' if w or top else ""
+            drawn = isinstance(x, numbers.Real) and x > 0 and top > 0 and len(parts) > 1
+            bar = (f'<span class="sl-bar" style="width:{max(round(160 * x / top), 1)}px;background:#6f8fd0"></span>'
+                   if drawn else "")
             rows.append([esc(k), esc(v), esc(share), bar])
             classes.append("")
         rows.append(["total", esc(total), "", ""])

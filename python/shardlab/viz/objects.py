@@ -162,7 +162,7 @@ views.register_view(cost.CollectiveCost, collective_cost_view)
 # -- AxisSchedule ------------------------------------------------------------------------------
 def axis_schedule_text(s) -> str:
     """One axis's schedule: steps, busiest link, total link bytes."""
-    return (f"AxisSchedule {s.op} on a {s.size}-device {s.topology}, V = {units.fmt_bytes(s.bytes)}: "
+    return (f"AxisSchedule {s.op} on {s.size} devices ({s.topology}), V = {units.fmt_bytes(s.bytes)}: "
             f"{units.plural(s.steps, 'step')}, busiest link {units.fmt_bytes(s.max_link_bytes)}, "
             f"all links {units.fmt_bytes(s.total_link_bytes)}")
 
@@ -173,6 +173,7 @@ def axis_schedule_view(s) -> View:
                        [[str(i + 1), esc(units.fmt_bytes(b))] for i, b in enumerate(s.step_max_bytes)],
                        numeric=(0, 1))
     text = axis_schedule_text(s)
+    steps = '<div class="sl-note">the busiest link in each step (the steps run one after another):</div>' + steps
     return View(figure_html("axis_schedule", esc(text), link_traffic(s).html + steps), text, Text(text))
 
 

@@ -277,7 +277,7 @@ class _Null:
 def sharded_array_view(arr) -> View:
     """A ShardedArray as Jupyter shows it (``_repr_html_``): its repr above its sharding picture."""
     pic = sharding(arr)
-    head = f'<div class="sl-view"><code style="white-space:pre">{esc(repr(arr))}</code></div>'
+    head = f'<div class="sl-view"><code style="white-space:pre-wrap">{esc(repr(arr))}</code></div>'
     return View(head + pic.html, f"{arr!r}\n{pic.text}", pic.renderable, pic.data)
 
 

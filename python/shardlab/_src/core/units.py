@@ -171,19 +171,20 @@ def fmt_flop_rate(flops_per_second) -> str:
 
 
 def fmt_count(n, unit: str = "") -> str:
-    """A plain count (devices, hops, FLOPs per byte): exact below 1000, else 3 digits + k/M/G.
+    """A plain count (devices, tokens, FLOP per byte): a whole number below a million exactly
+    (``4,096``), anything else with 3 significant digits and k/M/G/T.
 
     Example:
-        >>> fmt_count(7), fmt_count(240.5, "FLOP/B"), fmt_count(123456)
-        ('7', '240 FLOP/B', '123k')
+        >>> fmt_count(7), fmt_count(240.5, "FLOP/B"), fmt_count(4096), fmt_count(1234567), fmt_count(1140.6)
+        ('7', '240 FLOP/B', '4,096', '1.23M', '1.14k')
     """
     if _missing(n):
         return MISSING
     v = _check("fmt_count", n)
     if math.isinf(v):
         return "∞" + (f" {unit}" if unit else "")
-    if abs(v) < 999.5 and v == int(v):
-        text = str(int(v))
+    if abs(v) < 1e6 and v == int(v):
+        text = f"{int(v):,}"
     elif abs(v) < 999.5:
         text = sig3(v) if abs(v) >= 0.01 else _small(v)
     else:
