@@ -15,6 +15,7 @@ from .ilp import SolverTimeLimitWarning, solve
 from .stages import Stage, StagePlan, brute_force_stages, plan_stages, submesh_choices
 from .trace import Program, UntraceableError, trace_program
 from .plan import Collective, ShardingPlan, autoshard
+from .explain import Comparison, Explanation, compare, explain
 from . import examples
 
 __all__ = [
@@ -22,4 +23,5 @@ __all__ = [
     "Solution", "solve", "SolverTimeLimitWarning", "brute_force", "greedy",
     "Stage", "StagePlan", "plan_stages", "brute_force_stages", "submesh_choices",
     "Program", "UntraceableError", "trace_program", "Collective", "ShardingPlan", "autoshard", "examples",
+    "Explanation", "explain", "Comparison", "compare",
 ]

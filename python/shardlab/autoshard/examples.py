@@ -19,8 +19,9 @@ import numpy as np
 
 import shardlab as sl
 import shardlab.numpy as jnp
+from shardlab.sharding import PartitionSpec as P
 
-__all__ = ["init", "abstract", "block", "forward", "loss", "train_step", "mlp_step", "LEARNING_RATE"]
+__all__ = ["init", "abstract", "block", "forward", "loss", "train_step", "mlp_step", "strategies", "LEARNING_RATE"]
 
 LEARNING_RATE = 0.1
 
@@ -99,3 +100,21 @@ def mlp_step(params, x):
 
     value, grads = sl.value_and_grad(f)(params, x)
     return value, [(w - LEARNING_RATE * gw, v - LEARNING_RATE * gv) for (w, v), (gw, gv) in zip(params, grads)]
+
+
+def strategies(params, data: str = "x", model: str = "y") -> dict:
+    """The hand-written strategies of ``shardlab.train.strategy`` for `train_step`'s arguments
+    on a mesh with a `data` and a `model` axis, as ``{name: (param specs, batch spec)}``
+    (`autoshard`'s ``in_specs``): data parallelism over both axes (``dp``), FSDP over both
+    (``fsdp``), Megatron tensor parallelism over both (``tp``), and FSDP over `data` with
+    Megatron over `model` (``fsdp_tp``, the book's part-5 plan)."""
+    both = (data, model)
+    per = {
+        "dp": dict(wq=P(), wk=P(), wv=P(), wo=P(), w1=P(), w2=P()),
+        "fsdp": dict(wq=P(both), wk=P(both), wv=P(both), wo=P(None, None, both), w1=P(both), w2=P(None, both)),
+        "tp": dict(wq=P(None, both), wk=P(None, both), wv=P(None, both), wo=P(both), w1=P(None, both), w2=P(both)),
+        "fsdp_tp": dict(wq=P(data, model), wk=P(data, model), wv=P(data, model), wo=P(model, None, data),
+                        w1=P(data, model), w2=P(model, data)),
+    }
+    batch = {"dp": P(both), "fsdp": P(both), "tp": P(), "fsdp_tp": P(data)}
+    return {name: ([dict(spec) for _ in params], batch[name]) for name, spec in per.items()}

@@ -88,10 +88,10 @@ def solve(problem: Problem, *, shrink: bool = True, time_limit_s: float | None =
         h.setOptionValue("threads", int(threads))
     if time_limit_s is not None:
         h.setOptionValue("time_limit", float(time_limit_s))
-    first_col = _build(h, highspy, red, problem.memory_limit_bytes)
+    first_col, groups = _build(h, highspy, red, problem.memory_limit_bytes)
     start = greedy(problem)
     if warm_start:
-        _set_start(h, highspy, red, first_col, start)
+        _set_start(h, highspy, red, first_col, groups, start)
     h.run()
     status = h.getModelStatus()
     info = h.getInfo()
@@ -127,8 +127,9 @@ def solve(problem: Problem, *, shrink: bool = True, time_limit_s: float | None =
     return sol
 
 
-def _build(h, highspy, red: Reduced, memory_limit: float | None) -> list[int]:
-    """Add rows and columns of the ILP to ``h``; return the first column of each variable."""
+def _build(h, highspy, red: Reduced, memory_limit: float | None) -> tuple[list[int], list]:
+    """Add rows and columns of the ILP to ``h``; return the first column of each variable and
+    each edge's (row groups, column groups, number of column groups)."""
     costs = np.concatenate(red.cost + [m.ravel() for m in red.edges.values()])
     scale = float(np.max(np.abs(costs))) if costs.size and np.max(np.abs(costs)) > 0 else 1.0
     rows_lo, rows_hi = [], []
@@ -150,19 +151,28 @@ def _build(h, highspy, red: Reduced, memory_limit: float | None) -> list[int]:
             col_cost.append(c[j] / scale)
             col_hi.append(1.0)
     n_binary = len(col_cost)
-    # edges: e[i, j] with marginal rows
+    # edges: e[g, h] over groups of equal rows g (choices of a) and equal columns h (choices of
+    # b) of the matrix, with marginal rows sum_h e[g, h] = sum_{i in g} s_a[i] (and the same for
+    # b). The group sums of a one-hot vector are a one-hot vector, so e is still the product
+    # exactly; a consumer whose cost depends only on its producer's output layout (not on which
+    # of the candidates that give it) gets a matrix of layouts x layouts instead of choices x choices.
+    groups = []
     for (a, b), m in red.edges.items():
-        na, nb = m.shape
+        small_r, gr = np.unique(m, axis=0, return_inverse=True)
+        small, gc = np.unique(small_r, axis=1, return_inverse=True)
+        gr, gc = np.asarray(gr).ravel(), np.asarray(gc).ravel()
+        groups.append((gr, gc, small.shape[1]))
+        na, nb = small.shape
         rows_a = [new_row(0.0, 0.0) for _ in range(na)]
         rows_b = [new_row(0.0, 0.0) for _ in range(nb)]
-        for i in range(na):
-            trip_r.append(rows_a[i]), trip_c.append(first_col[a] + i), trip_v.append(-1.0)
-        for j in range(nb):
-            trip_r.append(rows_b[j]), trip_c.append(first_col[b] + j), trip_v.append(-1.0)
+        for i, g in enumerate(gr):
+            trip_r.append(rows_a[g]), trip_c.append(first_col[a] + i), trip_v.append(-1.0)
+        for j, g in enumerate(gc):
+            trip_r.append(rows_b[g]), trip_c.append(first_col[b] + j), trip_v.append(-1.0)
         for i in range(na):
             for j in range(nb):
                 col = len(col_cost)
-                col_cost.append(m[i, j] / scale)
+                col_cost.append(small[i, j] / scale)
                 col_hi.append(1.0)
                 trip_r.append(rows_a[i]), trip_c.append(col), trip_v.append(1.0)
                 trip_r.append(rows_b[j]), trip_c.append(col), trip_v.append(1.0)
@@ -191,10 +201,10 @@ def _build(h, highspy, red: Reduced, memory_limit: float | None) -> list[int]:
               len(order), starts, np.array(trip_r, np.int32)[order], np.array(trip_v, float)[order])
     h.changeColsIntegrality(n_binary, np.arange(n_binary, dtype=np.int32),
                             np.full(n_binary, highspy.HighsVarType.kInteger, dtype=np.uint8))
-    return first_col
+    return first_col, groups
 
 
-def _set_start(h, highspy, red: Reduced, first_col: list[int], start: Solution) -> None:
+def _set_start(h, highspy, red: Reduced, first_col: list[int], groups: list, start: Solution) -> None:
     """Give HiGHS a plan (in node terms) as its first incumbent, when the reduced variables can
     express it (shrinking may have removed the choices it uses)."""
     p = red.problem
@@ -211,9 +221,9 @@ def _set_start(h, highspy, red: Reduced, first_col: list[int], start: Solution) 
     for k, j in enumerate(x):
         col[first_col[k] + j] = 1.0
     at = first_col[-1] + len(red.cost[-1])  # the edge columns follow, in red.edges order
-    for (a, b), m in red.edges.items():
-        col[at + x[a] * m.shape[1] + x[b]] = 1.0
-        at += m.size
+    for (a, b), (gr, gc, nb) in zip(red.edges, groups):
+        col[at + gr[x[a]] * nb + gc[x[b]]] = 1.0
+        at += (int(gr.max()) + 1) * nb
     sol = highspy.HighsSolution()
     sol.col_value = col.tolist()
     h.setSolution(sol)

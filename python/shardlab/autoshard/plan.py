@@ -220,7 +220,7 @@ def _fmt_s(s: float) -> str:
 
 
 def autoshard(f, *args, mesh, memory_limit_bytes: float | None = None, time_limit_s: float | None = 60.0,
-              merge_layers: bool = True, shrink: bool = True) -> ShardingPlan:
+              merge_layers: bool = True, shrink: bool = True, follow: bool = True, in_specs=None) -> ShardingPlan:
     """Finds the fastest sharding of `f(*args)` on `mesh` under a per-device memory limit.
 
     Traces `f` (see `trace_program`), solves the intra-op problem with HiGHS (`solve`) and
@@ -235,8 +235,11 @@ def autoshard(f, *args, mesh, memory_limit_bytes: float | None = None, time_limi
         time_limit_s: the solver's limit; past it the best plan found, with a warning.
         merge_layers: tie repeated layers to one decision (exact for identical blocks).
         shrink: the solver's exact shrinking passes.
+        follow: ops other than contractions take their operand's layouts (Alpa's follow nodes).
+        in_specs: fix some arguments' layouts (a hand-written strategy; see `trace_program`).
     """
-    program = trace_program(f, *args, mesh=mesh, memory_limit_bytes=memory_limit_bytes, merge_layers=merge_layers)
+    program = trace_program(f, *args, mesh=mesh, memory_limit_bytes=memory_limit_bytes, merge_layers=merge_layers,
+                            follow=follow, in_specs=in_specs)
     program.fun = f
     solution = solve(program.problem, shrink=shrink, time_limit_s=time_limit_s)
     return ShardingPlan(program, solution)

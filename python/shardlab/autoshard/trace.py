@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import math
+import time
 from typing import Any
 
 import numpy as np
@@ -374,8 +375,32 @@ def _record(f, args):
     return lowered, name
 
 
+def _fixed_layouts(in_specs, args, values, inputs) -> dict:
+    """``{input value: dims}`` from `in_specs`: a pytree like `args` of PartitionSpecs (None:
+    free), or a dict ``{argument path: PartitionSpec}`` (paths as ``ShardingPlan.specs`` names)."""
+    if in_specs is None:
+        return {}
+    by_name = {values[i].name: i for i in inputs}
+    if isinstance(in_specs, dict) and all(isinstance(k, str) and k in by_name for k in in_specs):
+        pairs = [(by_name[k], v) for k, v in in_specs.items()]
+    else:
+        leaves = tree_util.tree_leaves(in_specs, is_leaf=lambda x: x is None or isinstance(x, sl.PartitionSpec))
+        if len(leaves) != len(inputs):
+            raise ValueError(f"[autoshard] in_specs has {len(leaves)} leaves, the arguments {len(inputs)}: give a "
+                             f"PartitionSpec or None per array, or a dict {{path: spec}} with paths such as "
+                             f"{list(by_name)[:3]}")
+        pairs = list(zip(inputs, leaves))
+    out = {}
+    for i, spec in pairs:
+        if spec is not None:
+            v = values[i]
+            dims = dims_of(spec, len(v.shape))
+            out[i] = dims
+    return out
+
+
 def trace_program(f, *args, mesh, memory_limit_bytes: float | None = None, merge_layers: bool = True,
-                  follow: bool = True) -> Program:
+                  follow: bool = True, in_specs=None) -> Program:
     """Traces `f(*args)` and builds the intra-op Problem on `mesh` (see the module docstring).
 
     Args:
@@ -386,12 +411,12 @@ def trace_program(f, *args, mesh, memory_limit_bytes: float | None = None, merge
         merge_layers: tie structurally identical ops (repeated layers) to one decision.
         follow: an op that is not a contraction takes its operand's layout (Alpa's follow
             nodes; False gives every op every layout of its own).
+        in_specs: layouts to impose on arguments (a hand-written strategy): a pytree like
+            `args` of PartitionSpecs or None (free), or ``{argument path: PartitionSpec}``.
 
     Raises:
         UntraceableError: `f` uses a primitive or construct autoshard cannot shard (named).
     """
-    import time  # noqa: PLC0415  (kept local: only the trace timing uses it)
-
     _check_mesh(mesh)
     t0 = time.perf_counter()
     lowered, name = _record(f, args)
@@ -473,6 +498,13 @@ def trace_program(f, *args, mesh, memory_limit_bytes: float | None = None, merge
     pricer = _Pricer(mesh)
     mshape = pricer.shape
     input_dims = {v.index: tensor_dims(v.shape, mshape) for v in values if v.kind in ("input", "const") and v.consumers}
+    for i, dims in _fixed_layouts(in_specs, args, values, inputs).items():
+        if i in input_dims:
+            if dims not in input_dims[i]:
+                v = values[i]
+                raise ValueError(f"[autoshard] in_specs gives {v.name} {pspec(dims)}, which cannot shard its shape "
+                                 f"{v.shape} on the mesh {mshape}")
+            input_dims[i] = [dims]
     for op in ops_live:
         op.candidates, op.follows = _follow(op, values, ops, input_dims, pricer) if follow else ([], None)
         if not op.candidates:

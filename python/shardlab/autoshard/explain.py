@@ -1,0 +1,225 @@
+"""Why a plan: each argument's chosen layout against its alternatives, and the plan against
+hand-written strategies on the same mesh, each executed.
+
+`explain(plan)` prices, for every argument (parameter or batch), every other layout it could
+take: the plan with that argument — and everything tied to it (the same parameter in the other
+repeated blocks, the ops that follow it) — switched, everything else kept. The table lists the
+chosen layout, the plan's seconds, and the cheapest rejected layouts with their seconds, their
+extra seconds and memory, and whether they fit the memory limit.
+
+`compare(f, *args, mesh=..., strategies=...)` plans `f` once freely and once per hand-written
+strategy (the arguments' layouts imposed, the rest chosen by the same solver, as XLA's
+propagation would), runs each plan on the virtual devices when the mesh is concrete (outputs
+checked against the unsharded program, ledger against the prediction), and returns a table and
+a picture.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+
+import numpy as np
+
+from .plan import ShardingPlan, autoshard
+from .specs import pspec
+
+__all__ = ["Alternative", "ParamExplanation", "Explanation", "explain", "Comparison", "compare"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Alternative:
+    spec: object
+    seconds: float
+    memory_bytes: float
+    fits: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamExplanation:
+    name: str
+    shape: tuple
+    chosen: object
+    seconds: float
+    memory_bytes: float
+    rejected: tuple  # Alternatives, cheapest first
+
+
+def _fmt_s(s: float) -> str:
+    for unit, k in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if abs(s) >= k:
+            return f"{s / k:.4g} {unit}"
+    return f"{s * 1e9:.4g} ns"
+
+
+class Explanation:
+    """Rows of `ParamExplanation`; ``table()`` (text), rich and HTML displays."""
+
+    def __init__(self, plan: ShardingPlan, rows: list):
+        self.plan = plan
+        self.rows = rows
+
+    def _cells(self, top: int):
+        for r in self.rows:
+            alts = "; ".join(f"{a.spec} {_fmt_s(a.seconds)} (+{_fmt_s(a.seconds - r.seconds)}"
+                             f"{'' if a.fits else ', over memory'})" for a in r.rejected[:top])
+            yield r.name, "x".join(map(str, r.shape)), str(r.chosen), _fmt_s(r.seconds), alts or "-"
+
+    def table(self, top: int = 2) -> str:
+        head = ("argument", "shape", "chosen", "plan", "cheapest rejected (plan with it)")
+        rows = [head] + list(self._cells(top))
+        w = [max(len(r[i]) for r in rows) for i in range(4)]
+        return "\n".join("  ".join(c.ljust(w[i]) if i < 4 else c for i, c in enumerate(r)) for r in rows)
+
+    def __rich__(self):
+        from rich.table import Table  # noqa: PLC0415  (rich is optional for display)
+
+        t = Table(title=f"autoshard: why each layout ({self.plan.program.fun_name})")
+        for h in ("argument", "shape", "chosen", "plan", "cheapest rejected (plan with it)"):
+            t.add_column(h)
+        for c in self._cells(3):
+            t.add_row(*c)
+        return t
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{h}</th>" for h in ("argument", "shape", "chosen", "plan", "cheapest rejected"))
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>" for cells in self._cells(3))
+        return f"<table><tr>{head}</tr>{body}</table>"
+
+    def __repr__(self):
+        return self.table()
+
+
+def explain(plan: ShardingPlan) -> Explanation:
+    """For each argument of `plan`, the chosen layout and every rejected one, priced (see the
+    module docstring)."""
+    prog, prob = plan.program, plan.program.problem
+    base = np.array(plan.choice)
+    classes = prob.tie_classes
+    group_of = {}
+    for c in classes:
+        for n in c:
+            group_of[n] = c
+    total = prob.breakdown(base)
+    limit = prob.memory_limit_bytes
+    rows = []
+    for node, (kind, i) in enumerate(prog.nodes):
+        if kind != "input" or i not in prog.inputs:
+            continue
+        v = prog.values[i]
+        group = group_of.get(node, [node])
+        alts = []
+        for j, dims in enumerate(prog.input_dims[i]):
+            if j == base[node]:
+                continue
+            x = base.copy()
+            for n in group:
+                x[n] = j
+            b = prob.breakdown(x)
+            alts.append(Alternative(pspec(dims), b["total_s"], b["memory_bytes"],
+                                    limit is None or b["memory_bytes"] <= limit * (1 + 1e-9)))
+        alts.sort(key=lambda a: (not a.fits, a.seconds))
+        rows.append(ParamExplanation(v.name, v.shape, plan.specs[v.name], total["total_s"], total["memory_bytes"],
+                                     tuple(alts)))
+    return Explanation(plan, rows)
+
+
+@dataclasses.dataclass
+class _Row:
+    name: str
+    plan: ShardingPlan | None
+    error: str = ""
+    ran: bool = False
+    max_rel_err: float | None = None
+    ledger_bytes: float | None = None
+
+
+class Comparison:
+    """The free plan against hand-written strategies: ``rows`` (name, plan, whether it ran and
+    matched), ``table()``, rich and HTML displays, and ``plot()`` (matplotlib)."""
+
+    def __init__(self, rows: list):
+        self.rows = rows
+
+    def best(self) -> _Row:
+        ok = [r for r in self.rows if r.plan is not None]
+        return min(ok, key=lambda r: r.plan.estimate_s)
+
+    def _cells(self):
+        for r in self.rows:
+            if r.plan is None:
+                yield r.name, "-", "-", "-", "-", "-", r.error
+                continue
+            s = r.plan.solution
+            ran = ("ran, outputs and ledger match" if r.ran else "planned only (abstract mesh)")
+            yield (r.name, _fmt_s(r.plan.estimate_s), _fmt_s(s.compute_s), _fmt_s(s.comm_s + s.reshard_s),
+                   f"{s.memory_bytes / 2**20:.4g} MiB", f"{sum(c.bytes_sent for c in r.plan.collectives) / 2**20:.4g} MiB",
+                   ran)
+
+    _HEAD = ("strategy", "step (est.)", "compute", "comm + reshard", "memory/device", "sent/device", "run")
+
+    def table(self) -> str:
+        rows = [self._HEAD] + list(self._cells())
+        w = [max(len(r[i]) for r in rows) for i in range(len(self._HEAD))]
+        return "\n".join("  ".join(c.ljust(w[i]) for i, c in enumerate(r)) for r in rows)
+
+    def __rich__(self):
+        from rich.table import Table  # noqa: PLC0415  (rich is optional for display)
+
+        t = Table(title="autoshard against hand-written strategies")
+        for h in self._HEAD:
+            t.add_column(h)
+        for c in self._cells():
+            t.add_row(*c)
+        return t
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{h}</th>" for h in self._HEAD)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>" for cells in self._cells())
+        return f"<table><tr>{head}</tr>{body}</table>"
+
+    def __repr__(self):
+        return self.table()
+
+    def plot(self, ax=None):
+        """Stacked bars of each plan's estimated seconds (compute, communication, resharding)
+        with its memory per device written on top; returns the Axes."""
+        import matplotlib.pyplot as plt  # noqa: PLC0415  (matplotlib is optional)
+
+        rows = [r for r in self.rows if r.plan is not None]
+        if ax is None:
+            _, ax = plt.subplots(figsize=(1.6 * len(rows) + 2, 3.2))
+        names = [r.name for r in rows]
+        comp = np.array([r.plan.solution.compute_s for r in rows]) * 1e3
+        comm = np.array([r.plan.solution.comm_s for r in rows]) * 1e3
+        resh = np.array([r.plan.solution.reshard_s for r in rows]) * 1e3
+        ax.bar(names, comp, label="compute")
+        ax.bar(names, comm, bottom=comp, label="collectives of ops")
+        ax.bar(names, resh, bottom=comp + comm, label="resharding")
+        for k, r in enumerate(rows):
+            ax.text(k, comp[k] + comm[k] + resh[k], f"{r.plan.solution.memory_bytes / 2**20:.3g} MiB",
+                    ha="center", va="bottom", fontsize=8)
+        ax.set_ylabel("estimated step (ms)")
+        ax.set_title(f"plans on mesh {dict(rows[0].plan.mesh.shape)} ({rows[0].plan.mesh.hardware.name})")
+        ax.legend(fontsize=8)
+        return ax
+
+
+def compare(f, *args, mesh, strategies: dict, memory_limit_bytes=None, run: bool = True, rtol: float = 1e-4,
+            **kwargs) -> Comparison:
+    """The free plan of `f` and one plan per hand-written strategy (``{name: in_specs}``, as
+    `autoshard`'s ``in_specs``), each run and checked when `run` and the mesh is concrete."""
+    rows = []
+    for name, specs in [("autoshard", None)] + list(strategies.items()):
+        try:
+            plan = autoshard(f, *args, mesh=mesh, memory_limit_bytes=memory_limit_bytes, in_specs=specs, **kwargs)
+        except ValueError as err:  # a strategy that does not fit or cannot shard these shapes
+            rows.append(_Row(name, None, error=str(err).split("\n")[0][:160]))
+            continue
+        row = _Row(name, plan)
+        if run and not getattr(mesh, "abstract", False):
+            res = plan.check(*args, rtol=rtol)
+            row.ran, row.max_rel_err = True, res["max_rel_err"]
+            row.ledger_bytes = sum(e["bytes_sent"] for e in res["ledger"].events if e["axes"])
+        rows.append(row)
+    return Comparison(rows)
