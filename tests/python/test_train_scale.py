@@ -89,12 +89,13 @@ SMALL = ModelConfig(num_layers=2, d_model=1024, ffw_dim=4096, num_heads=16, voca
 
 
 def test_search_keeps_the_fastest_plan_that_fits():
-    r = train.search(SMALL, "tpu-v5p", chips=16, batch=16, seq=2048)
+    r = train.search(SMALL, "tpu-v5p", chips=16, batch=16, seq=2048, strategies=("dp", "fsdp", "tp", "fsdp_tp"))
     table, best = r["table"], r["best"]
     assert {e.strategy for e in table} == {"dp", "fsdp", "tp", "fsdp_tp"}
-    assert {tuple(e.mesh.values()) for e in table if e.strategy == "fsdp_tp"} == {(8, 2), (4, 4), (2, 8)}
+    # the v5p torus has 3 axes: the model axis takes 2, 4 or 8 chips, the data the other two axes
+    assert {tuple(e.mesh.values()) for e in table if e.strategy == "fsdp_tp"} == {(4, 2, 2), (2, 2, 4), (2, 8)}
     assert best.fits and best.step_seconds == min(e.step_seconds for e in table if e.fits)
-    assert r["x_opt"] == train.x_opt(16 * 2048, 4096, 16)
+    assert r["x_opt"] == train.x_opt(16 * 2048, 4096, 16, 2, 1)   # M_X = 2 data axes, M_Y = 1
     # 8 heads cannot be split 16 ways: tensor parallelism alone is skipped, and says why
     r8 = train.search(SMALL.replace(num_heads=8, head_dim=128), "tpu-v5p", chips=16, batch=16, seq=2048,
                       strategies=("tp", "fsdp"))

@@ -25,11 +25,11 @@ from .kv_cache import kv_cache_bytes
 from .memory import PRECISIONS, STRATEGIES, strategy_name, training_memory
 from .params import ParamCount, param_count
 from .remat import CHECKPOINT_NAMES, RematPolicy, remat_policy
-from .perf import mfu, moe_compute_bound_batch, peak_flops, step_time_lower_bound
+from .perf import get_hardware, mfu, moe_compute_bound_batch, peak_flops, step_time_lower_bound
 from .report import Report
 
 __all__ = [
-    "attention_crossover", "CHECKPOINT_NAMES", "config_from_hf", "expert_parallel", "LOGICAL_AXES", "param_axes", "flops_per_token", "FlopsPerToken", "kv_cache_bytes",
+    "attention_crossover", "CHECKPOINT_NAMES", "config_from_hf", "expert_parallel", "LOGICAL_AXES", "param_axes", "flops_per_token", "FlopsPerToken", "get_hardware", "kv_cache_bytes",
     "mfu", "ModelConfig", "moe_compute_bound_batch", "param_count", "ParamCount", "peak_flops",
     "PRECISIONS", "presets", "RematPolicy", "remat_policy", "Report", "step_time_lower_bound", "STRATEGIES", "strategy_name", "SUPPORTED_MODEL_TYPES",
     "training_memory", "transformer",

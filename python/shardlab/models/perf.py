@@ -21,7 +21,28 @@ from .flops import flops_per_token
 from .params import param_count
 from .report import Report
 
-__all__ = ["mfu", "step_time_lower_bound", "moe_compute_bound_batch", "peak_flops"]
+__all__ = ["mfu", "step_time_lower_bound", "moe_compute_bound_batch", "peak_flops", "get_hardware"]
+
+
+def get_hardware(hardware, op: str = "hardware"):
+    """The :class:`~shardlab.hardware.Hardware` of a preset name or a Hardware; for a chip without
+    a preset the error says how to build one.
+
+    Example:
+        >>> get_hardware("v5p").name
+        'tpu-v5p'
+    """
+    if hardware is None:
+        raise ValueError(f"[{op}] hardware is required: a preset ({', '.join(_hw.names())}) or a "
+                         f"shardlab.hardware.Hardware")
+    try:
+        return _hw.get(hardware)
+    except ValueError as err:
+        raise ValueError(f"[{op}] {err}. For another chip build one with the figures of its data sheet: "
+                         f"shardlab.hardware.Hardware(name='my-chip', family='gpu', peak_flops={{'bfloat16': 1e15}}, "
+                         f"hbm_capacity=80e9, hbm_bandwidth=3e12, node_size=8, nvlink_link_bandwidth=25e9, "
+                         f"nvlink_links=18, ib_bandwidth=50e9), or change a preset: "
+                         f"shardlab.hardware.get('h100').replace(hbm_capacity=96e9)") from None
 
 
 def peak_flops(hardware, dtype="bfloat16", op: str = "peak_flops") -> tuple[float, str]:
@@ -30,10 +51,7 @@ def peak_flops(hardware, dtype="bfloat16", op: str = "peak_flops") -> tuple[floa
         if hardware <= 0:
             raise ValueError(f"[{op}] hardware peak {hardware} FLOP/s must be > 0")
         return float(hardware), units.fmt_flop_rate(hardware)
-    hw = _hw.get(hardware)
-    if hw is None:
-        raise ValueError(f"[{op}] hardware is required: a preset ({', '.join(_hw.names())}) "
-                         f"or a peak FLOP/s number")
+    hw = get_hardware(hardware, op)
     peak, _note = _cost.peak_flops(hw, dtype)
     return peak, f"{hw.name} {dtype}"
 
@@ -81,9 +99,13 @@ def mfu(cfg, tokens_per_s: float, hardware, chips: int, *, context: int | None =
 
 def step_time_lower_bound(cfg: ModelConfig, batch_tokens: int, hardware, chips: int, *,
                           context: int | None = None, dtype="bfloat16", param_dtype="bfloat16",
-                          training: bool = True) -> Report:
+                          training: bool = True, include_attention: bool = True, remat=None) -> Report:
     """The fastest a step can be: compute at peak, or reading each chip's weight shard from HBM
     (once forward, once more backward), whichever is longer. Communication is not counted.
+
+    ``include_attention=False`` counts the matmuls only: the book's ``6·P·B / (N·C)`` (part 5,
+    question 3: 6 x 3e6 x 13e9 / (4096 x 4.6e14) = 120 ms, "300 ms" at 40% MFU). ``remat`` adds
+    the recompute of a policy (``shardlab.models.remat``).
 
     Returns:
         A Report in seconds with ``compute`` and ``hbm`` in ``extra`` and ``.total`` the max;
@@ -101,15 +123,17 @@ def step_time_lower_bound(cfg: ModelConfig, batch_tokens: int, hardware, chips: 
     if batch_tokens < 1 or chips < 1:
         raise ValueError(f"[{op}] batch_tokens {batch_tokens} and chips {chips} must be >= 1")
     T = context or cfg.max_seq_len
-    f = flops_per_token(cfg, T, causal=True, training=training)
+    f = flops_per_token(cfg, T, causal=True, training=training, remat=remat)
     peak, label = peak_flops(hardware, dtype, op)
-    t_compute = f.total * batch_tokens / (chips * peak)
-    hw = _hw.get(hardware) if not isinstance(hardware, (int, float)) else None
+    per_token = f.total if include_attention else f.total - f.attention
+    t_compute = per_token * batch_tokens / (chips * peak)
+    hw = get_hardware(hardware, op) if not isinstance(hardware, (int, float)) else None
     weights = param_count(cfg).total * dtype_bytes(param_dtype, op) / chips
     t_hbm = (2 if training else 1) * weights / hw.hbm_bandwidth if hw is not None else 0.0
     return Report(f"{op}({cfg.name or 'model'}, {batch_tokens} tokens, {chips} x {label})", {},
                   unit="s", total=max(t_compute, t_hbm),
-                  formula="max(flops_per_token x tokens / (chips x peak), reads x weights/chip / HBM BW)",
+                  formula=(f"max(flops_per_token ({'matmul + attention' if include_attention else 'matmul'}) x tokens "
+                           f"/ (chips x peak), reads x weights/chip / HBM BW)"),
                   extra={"compute": t_compute, "hbm": t_hbm,
                          "bound": "compute" if t_compute >= t_hbm else "memory"}, extra_units={"compute": "s", "hbm": "s"})
 

@@ -22,11 +22,12 @@ from . import strategy as strategies
 from . import validate
 from .estimate import Estimate, estimate, sequence_chunks
 from .hierarchical import Hierarchical, hierarchical
-from .search import search, x_opt
+from .rooflines import critical_intensity, crossover_batches, dp_min_batch_per_chip, fsdp_tp_min_batch_per_chip, max_tensor_parallelism, x_opt
+from .search import SearchResult, search
 from .optim import SGD, AdamW, get_optimizer
 from .step import Trainer, TrainState, reference_step, tree_map
 from .strategy import Strategy
 from .validate import validate_megatron
 
-__all__ = ["AdamW", "context", "Estimate", "estimate", "Hierarchical", "hierarchical", "search", "x_opt", "get_optimizer", "pipeline", "reference_step", "sequence_chunks", "SGD", "strategies", "strategy", "Strategy",
+__all__ = ["AdamW", "context", "Estimate", "estimate", "Hierarchical", "hierarchical", "search", "SearchResult", "x_opt", "critical_intensity", "crossover_batches", "dp_min_batch_per_chip", "fsdp_tp_min_batch_per_chip", "max_tensor_parallelism", "get_optimizer", "pipeline", "reference_step", "sequence_chunks", "SGD", "strategies", "strategy", "Strategy",
            "Trainer", "TrainState", "tree_map", "validate", "validate_megatron"]

@@ -42,7 +42,7 @@ import dataclasses
 import math
 
 from shardlab import P
-from shardlab.models import param_axes
+from shardlab.models import param_axes, strategy_name
 from shardlab.models.expert_parallel import alltoall_bytes
 
 __all__ = ["Strategy", "param_sizes", "dp", "fsdp", "zero1", "zero2", "zero3", "tp", "tp_sp", "fsdp_tp", "cp", "fsdp_cp",
@@ -444,9 +444,18 @@ NAMES = tuple(_FACTORIES)
 
 
 def get(name) -> Strategy:
-    """A built-in strategy by name (a Strategy is returned as is)."""
+    """A built-in strategy by name (a Strategy is returned as is). One spelling: the parts of a
+    combined strategy are joined by ``_`` (``"fsdp_tp"``); the book's ``"fsdp+tp"`` is accepted.
+
+    Example:
+        >>> get("fsdp+tp").name, get("tp_sp").sequence_parallel
+        ('fsdp_tp', True)
+    """
     if isinstance(name, Strategy):
         return name
-    if name not in _FACTORIES:
-        raise ValueError(f"[strategy] {name!r} is not one of {', '.join(NAMES)}")
-    return _FACTORIES[name]()
+    key = strategy_name(name)
+    if key not in _FACTORIES:
+        raise ValueError(f"[strategy] {name!r} is not a strategy; use one of {', '.join(NAMES)} (a '+' may join "
+                         f"the parts: 'fsdp+tp'), or build one: train.Strategy('mine', data=('data',), "
+                         f"model='model', zero=3, sequence_parallel=True)")
+    return _FACTORIES[key]()
