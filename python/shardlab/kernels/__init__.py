@@ -1,7 +1,8 @@
-"""The two hot kernels on plain numpy arrays: GEMM and flash attention."""
+"""The two hot kernels on plain numpy arrays: GEMM (:func:`gemm`, a function) and flash attention
+(the module :mod:`shardlab.kernels.attention`, with its references)."""
 
-from . import attention, gemm  # noqa: F401
+from . import attention  # noqa: F401
+from .._src.kernels.gemm import gemm
 from .attention import flash_attention, flash_attention_backward
-from .gemm import gemm  # noqa: F811
 
 __all__ = ["flash_attention", "flash_attention_backward", "gemm"]

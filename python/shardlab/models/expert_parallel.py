@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import shardlab as sl
 from shardlab import P, lax
+from shardlab.cost import formulas
 
 from .config import ModelConfig
 from .moe import combine, dispatch, route, route_logits, routed_experts, shared_experts
@@ -91,8 +92,8 @@ def alltoall_bytes(cfg: ModelConfig, groups: int, group_tokens: int, axis_size: 
         {'capacity': 2, 'bytes_in': 1024, 'bytes_sent': 768.0}
     """
     C = groups * cfg.expert_capacity(group_tokens)
-    v = cfg.num_experts * C * cfg.d_model * dtype_bytes
-    return {"capacity": C, "bytes_in": v, "bytes_sent": v * (axis_size - 1) / axis_size}
+    b_in = cfg.num_experts * C * cfg.d_model * dtype_bytes   # the slot grid E·C·D each device puts in
+    return {"capacity": C, "bytes_in": b_in, "bytes_sent": formulas.collective_bytes("all_to_all", axis_size, b_in)[2]}
 
 
 def expert_parallel_mlp(p: dict, x, cfg: ModelConfig, axis, *, return_dropped: bool = False,

@@ -73,9 +73,9 @@ def comm_bytes(cfg: ModelConfig, strategy: str, mesh_shape: dict, batch: int, dt
     else:
         raise ValueError(f"[comm_bytes] unknown strategy {strategy!r}; use one of {', '.join(STRATEGIES)}")
     out = {}
-    for op, axes, n, v, calls in rows:
-        out[(op, axes)] = {"calls": L * calls, "group_size": n, "bytes_each": v, "bytes_in": L * calls * v,
-                           "bytes_sent": L * calls * _sent(op, n, v)}
+    for op, axes, n, each, calls in rows:   # each: the bytes one device puts into one call
+        out[(op, axes)] = {"calls": L * calls, "group_size": n, "bytes_each": each, "bytes_in": L * calls * each,
+                           "bytes_sent": L * calls * _sent(op, n, each)}
     return out
 
 
@@ -88,8 +88,8 @@ def _moe_comm_bytes(cfg: ModelConfig, s: dict, batch: int, tokens: int, b: float
     a2a = alltoall_bytes(cfg, batch / n, tokens, n, b)
     rows = [("psum", n, batch * tokens * D * b, L + (L - L_moe)), ("all_to_all", n, a2a["bytes_in"], 2 * L_moe),
             ("all_gather", n, batch / n * tokens * D * b, L_moe)]
-    return {(op, axes): {"calls": calls, "group_size": n, "bytes_each": v, "bytes_in": calls * v,
-                         "bytes_sent": calls * _sent(op, n, v)} for op, n, v, calls in rows if calls}
+    return {(op, axes): {"calls": calls, "group_size": n, "bytes_each": each, "bytes_in": calls * each,
+                         "bytes_sent": calls * _sent(op, n, each)} for op, n, each, calls in rows if calls}
 
 
 def ledger_comm_bytes(ledger) -> dict:

@@ -36,7 +36,7 @@ from .blocks import Blocks
 from .context import check_context, to_zigzag
 from .optim import get_optimizer
 
-__all__ = ["Trainer", "TrainState", "tree_map", "reference_step"]
+__all__ = ["Trainer", "TrainState", "tree_map", "reference_grads", "reference_step"]
 
 # precision -> (param and grad dtype, fp32 master copy)
 _PRECISIONS = {"fp32": (np.float32, False), "mixed": (sl.dtypes.bfloat16, True),
@@ -394,19 +394,30 @@ def _abstract(x) -> bool:
     return bool(getattr(x, "is_abstract", False))
 
 
+def reference_grads(cfg, params, tokens, targets, microbatches: int = 1, *, causal: bool = True):
+    """``(loss, grads)`` of the model library's own ``transformer.loss`` (fp32) on one device with
+    plain numpy arrays, averaged over ``microbatches`` equal slices of the batch: the ground truth
+    every strategy (:func:`reference_step`) and every pipeline schedule
+    (``pipeline.reference_step``) is compared with."""
+    tokens, targets = np.asarray(tokens), np.asarray(targets)
+    mb = tokens.shape[0] // microbatches
+    loss, grads = 0.0, None
+    for j in range(microbatches):
+        t, y = tokens[j * mb:(j + 1) * mb], targets[j * mb:(j + 1) * mb]
+        v, g = sl.value_and_grad(lambda p: transformer.loss(p, t, y, cfg, causal=causal))(params)
+        loss += float(np.asarray(v)) / microbatches
+        g = tree_map(lambda a: np.asarray(a) / np.float32(microbatches), g)
+        grads = g if grads is None else tree_map(np.add, grads, g)
+    return loss, grads
+
+
 def reference_step(cfg, params, tokens, targets, optimizer, step: int, state=None, microbatches: int = 1):
-    """The same step on one device with plain numpy arrays and the model library's own
-    ``transformer.loss`` (fp32): the ground truth every strategy is compared with."""
+    """The same step on one device with plain numpy arrays: :func:`reference_grads` and the
+    optimizer's update; the ground truth every strategy is compared with."""
     opt = get_optimizer(optimizer)
     state = state if state is not None else {n: tree_map(lambda x: np.zeros_like(x, np.float32), params)
                                              for n in opt.state_names}
-    mb = tokens.shape[0] // microbatches
-    grads = None
-    for j in range(microbatches):
-        t, y = tokens[j * mb:(j + 1) * mb], targets[j * mb:(j + 1) * mb]
-        g = sl.grad(lambda p: transformer.loss(p, t, y, cfg))(params)
-        g = tree_map(lambda a: np.asarray(a) / np.float32(microbatches), g)
-        grads = g if grads is None else tree_map(np.add, grads, g)
+    _, grads = reference_grads(cfg, params, tokens, targets, microbatches)
     names = opt.state_names
     outs = tree_map(lambda p, g, *st: opt.update(p, g, dict(zip(names, st)), step), params, grads,
                     *(state[n] for n in names))

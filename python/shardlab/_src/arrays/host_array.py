@@ -42,9 +42,14 @@ from .computed import ComputedArray
 from .index_update import IndexOps, at_property
 from .shard import Shard
 
-# [fn(np_ufunc, args, dtype, kwargs) -> ndarray]: shardlab.numpy's host ufunc (jax.numpy's dtype
-# rules), set by the ops layer (ops/numpy.py), which this layer cannot import.
-HOST_UFUNC: list = [None]
+_host_ufunc = None   # fn(np_ufunc, args, dtype, kwargs) -> ndarray: register_host_ufunc
+
+
+def register_host_ufunc(fn) -> None:
+    """``fn(np_ufunc, args, dtype, kwargs) -> ndarray`` runs numpy ufuncs on HostArrays with
+    jax.numpy's dtype rules; ``ops/numpy/elementwise.py`` registers it beside its definition."""
+    global _host_ufunc
+    _host_ufunc = fn
 
 _SCALARS = (int, float, complex, bool)
 
@@ -85,10 +90,10 @@ class HostArray(ComputedArray, np.ndarray):
             dtype = _dt.result_type(*inputs)
             res = np.matmul(*[np.asarray(_plain(v), dtype) for v in inputs])
             return as_host(_dt.canonicalize(res, "matmul"), committed=committed, device=device)
-        if method == "__call__" and HOST_UFUNC[0] is not None:
+        if method == "__call__" and _host_ufunc is not None:
             dtype = kwargs.pop("dtype", None)
             kwargs.pop("subok", None)
-            res = HOST_UFUNC[0](ufunc, [_operand(v) for v in promote_weak(inputs)], dtype, kwargs)
+            res = _host_ufunc(ufunc, [_operand(v) for v in promote_weak(inputs)], dtype, kwargs)
             weak = dtype is None and weak_result(inputs, res)
         else:
             with np.errstate(all="ignore"):

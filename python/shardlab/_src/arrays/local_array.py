@@ -7,7 +7,8 @@ is the LOCAL shape, as inside ``jax.shard_map``. numpy's ufuncs and functions wo
 
 The array type holds data and answers shape questions only. What can be *done* with it —
 ufuncs, numpy functions, methods such as ``reshape`` or ``sum`` — is registered by the ops
-layer (``register_method``, ``HANDLED``, ``UFUNC``), so this module imports nothing above it.
+layer (``register_method``, ``HANDLED``, ``register_ufunc_handler``), so this module imports
+nothing above it.
 
 Example:
     >>> import numpy as np, shardlab as sl
@@ -29,8 +30,15 @@ from .storage import AbstractStorage, is_abstract
 
 # numpy function → implementation taking LocalArrays (filled in by the ops layer).
 HANDLED: dict = {}
-# [handler(ufunc, method, inputs, kwargs)] for numpy ufuncs on LocalArrays (set by the ops layer).
-UFUNC: list = [None]
+_ufunc_handler = None   # handler(ufunc, method, inputs, kwargs): register_ufunc_handler
+
+
+def register_ufunc_handler(handler) -> None:
+    """``handler(ufunc, method, inputs, kwargs)`` runs every numpy ufunc on LocalArrays
+    (``np.exp(x)``, ``x + y``); the ops layer registers it beside its definition
+    (``ops/numpy/elementwise.py``)."""
+    global _ufunc_handler
+    _ufunc_handler = handler
 
 
 class LocalArray(np.lib.mixins.NDArrayOperatorsMixin):
@@ -54,12 +62,6 @@ class LocalArray(np.lib.mixins.NDArrayOperatorsMixin):
                                  f"{mesh.axis_names[a]!r}")
         self.storage = storage
         self.mesh = mesh
-
-    @classmethod
-    def from_storage(cls, storage, mesh) -> "LocalArray":
-        """A LocalArray after checking that `storage` is mesh-factorized for `mesh` (as the
-        constructor does)."""
-        return cls(storage, mesh)
 
     # -- shape -----------------------------------------------------------------------------
     @property
@@ -144,7 +146,7 @@ class LocalArray(np.lib.mixins.NDArrayOperatorsMixin):
 
     # -- numpy protocols (implementations registered by the ops layer) ----------------------
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        return UFUNC[0](ufunc, method, inputs, kwargs)
+        return _ufunc_handler(ufunc, method, inputs, kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
         impl = HANDLED.get(func)
@@ -182,9 +184,15 @@ def mesh_of(values):
     return mesh
 
 
-# How a global array closed over by a shard_map body becomes a per-device value (JAX: a const,
-# replicated and invariant); registered by transforms/shard_map.py, which records its gradient.
-CAPTURE: list = []
+_capture = None   # capture(x, mesh): register_capture
+
+
+def register_capture(capture) -> None:
+    """``capture(x, mesh)`` turns a global array closed over by a shard_map body into a
+    per-device value (JAX: a const, replicated and invariant); ``transforms/shard_map.py``
+    registers it beside its definition (it records the capture's gradient)."""
+    global _capture
+    _capture = capture
 
 
 def lift(x, mesh) -> LocalArray:
@@ -192,8 +200,8 @@ def lift(x, mesh) -> LocalArray:
     if isinstance(x, LocalArray):
         return x
     if hasattr(x, "sharding") and hasattr(x, "unreduced"):  # a global array closed over by a shard_map body
-        if CAPTURE:
-            return CAPTURE[0](x, mesh)
+        if _capture is not None:
+            return _capture(x, mesh)
         raise TypeError("[shard_map] a global ShardedArray was captured inside a shard_map body; "
                         "pass it as an argument with an in_spec instead")
     arr = np.asarray(x)

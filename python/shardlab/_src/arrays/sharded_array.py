@@ -32,8 +32,15 @@ from .shaped import Shaped
 from .shard import Shard
 from .storage import AbstractStorage, check_outputs, host_nbytes, is_abstract
 
-# [handler(ufunc, inputs, kwargs)] for global-view ufuncs (set by the planning layer).
-GLOBAL_UFUNC: list = [None]
+_global_ufunc = None   # handler(ufunc, inputs, kwargs): register_global_ufunc
+
+
+def register_global_ufunc(handler) -> None:
+    """``handler(ufunc, inputs, kwargs)`` runs numpy ufuncs on global ShardedArrays (JAX's
+    sharding rule for elementwise ops); ``planning/global_ops.py`` registers it beside its
+    definition."""
+    global _global_ufunc
+    _global_ufunc = handler
 
 
 class ShardedArray(ComputedArray, Shaped, np.lib.mixins.NDArrayOperatorsMixin):
@@ -50,7 +57,7 @@ class ShardedArray(ComputedArray, Shaped, np.lib.mixins.NDArrayOperatorsMixin):
     conversions, ``block_until_ready``, ``devices()``, ``global_shards``, and the methods
     (``sum``, ``reshape``, ``astype``, ``T``, ...) that call ``shardlab.numpy``. Indexing,
     iteration and ``.at[]`` are registered by the planning layer (``planning/global_index.py``),
-    arithmetic by ``GLOBAL_UFUNC``.
+    arithmetic by the handler :func:`register_global_ufunc` names.
     """
 
     __array_priority__ = 100
@@ -107,7 +114,7 @@ class ShardedArray(ComputedArray, Shaped, np.lib.mixins.NDArrayOperatorsMixin):
             return NotImplemented
         if any(type(v).__name__ == "LocalArray" and v.mesh.axis_names for v in inputs):
             return NotImplemented  # inside a shard_map body: the per-device value's ufunc captures this one
-        return GLOBAL_UFUNC[0](ufunc, inputs, kwargs)
+        return _global_ufunc(ufunc, inputs, kwargs)
 
     @property
     def is_abstract(self) -> bool:

@@ -97,5 +97,16 @@ def wanted(value) -> bool:
     return CTX.wanted is None or id(value) in CTX.wanted
 
 
-# The ledger layer registers how a mesh gets its default ledger (core cannot import it).
-LEDGER_FACTORY = [None]
+_ledger_factory = None   # the Ledger class: register_ledger_factory
+
+
+def register_ledger_factory(factory) -> None:
+    """``factory()`` makes a mesh's default ledger; ``ledger/ledger.py`` registers its
+    ``Ledger`` beside the class (core cannot import the ledger layer)."""
+    global _ledger_factory
+    _ledger_factory = factory
+
+
+def new_ledger():
+    """A new default ledger (for a mesh that records)."""
+    return _ledger_factory()

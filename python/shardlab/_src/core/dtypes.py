@@ -32,6 +32,12 @@ import functools
 import ml_dtypes
 import numpy as np
 
+__all__ = ["DTYPES", "DTypeInfo", "SUPPORTED", "TABLE", "WEAK_FLOAT", "WEAK_INT", "bfloat16", "bool_",
+           "canonicalize", "canonicalize_dtype", "check_dtype", "default_float_dtype", "default_int_dtype",
+           "default_uint_dtype", "dtype_info", "float16", "float32", "float64", "int16", "int32", "int64",
+           "int8", "is_weakly_typed", "itemsize", "promote_types", "result_type", "set_x64",
+           "to_inexact_dtype", "uint16", "uint32", "uint64", "uint8", "x64_enabled", "x64_scope"]
+
 bool_ = np.dtype(np.bool_)
 int8 = np.dtype(np.int8)
 int16 = np.dtype(np.int16)
@@ -209,6 +215,40 @@ def _as_dtype(value, op: str) -> np.dtype:
     if dtype not in _BY_DTYPE:
         raise _unsupported(value, op)
     return dtype
+
+
+# Names the calculators take beside numpy's, and storage formats shardlab prices but does not
+# compute in (bytes per element): the one dtype -> bytes table, with TABLE's rows.
+_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32", "float": "float32",
+            "fp64": "float64", "double": "float64"}
+_STORAGE_BYTES = {"fp8": 1, "float8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1, "int4": 0.5}
+_BY_NAME = {row.name: row for row in TABLE}
+
+
+def itemsize(dtype, op: str = "dtype") -> float:
+    """Bytes per element of ``dtype``: a numpy or ml_dtypes dtype, a name (``"bfloat16"``,
+    ``"bf16"``, ``"fp32"``, ...), or a storage format the cost and memory calculators price
+    (``"fp8"``: 1, ``"int4"``: 0.5).
+
+    Example:
+        >>> from shardlab import dtypes
+        >>> dtypes.itemsize("bf16"), dtypes.itemsize("float32"), dtypes.itemsize("int4")
+        (2, 4, 0.5)
+
+    Raises:
+        ValueError: an unknown name, naming ``op``.
+    """
+    if isinstance(dtype, str):
+        key = _ALIASES.get(dtype.lower(), dtype.lower())
+        if key in _STORAGE_BYTES:
+            return _STORAGE_BYTES[key]
+        if key in _BY_NAME:
+            return _BY_NAME[key].itemsize
+    try:
+        return np.dtype(dtype).itemsize
+    except TypeError:
+        raise ValueError(f"[{op}] unknown dtype {dtype!r}; use one of {_NAMES}, "
+                         f"{', '.join(list(_ALIASES) + list(_STORAGE_BYTES))}, or a numpy dtype") from None
 
 
 def dtype_info(dtype) -> DTypeInfo:

@@ -24,7 +24,7 @@ import shardlab._core as _core
 from . import hardware as _hardware
 from .config import config
 from . import views
-from .context import CTX, LEDGER_FACTORY
+from .context import CTX, new_ledger
 from .processes import PROCESS
 
 # A real (emulated) mesh holds every device's data on this host; past this many devices that
@@ -249,7 +249,7 @@ class Mesh:
     def ledger(self):
         """The mesh's own ledger: every event on this mesh is recorded here too."""
         if self._ledger is None:
-            self._ledger = LEDGER_FACTORY[0]()
+            self._ledger = new_ledger()
         return self._ledger
 
     @property
@@ -286,11 +286,6 @@ class Mesh:
 
     def device_at(self, coords: Sequence[int]) -> Device:
         return self.devices[tuple(coords)]
-
-    def _key(self):
-        if self._device_ids is None:
-            return (self.axis_names, self.axis_sizes, self.axis_types, self.abstract)
-        return (self.axis_names, self.axis_sizes, self.axis_types, self.abstract, self._device_ids.tobytes())
 
     def __eq__(self, other):
         if not isinstance(other, Mesh) or self.axis_names != other.axis_names \

@@ -21,9 +21,6 @@ from ..core.context import CTX
 from ..cost import model as cost
 from .event import FIELDS, PROGRAM_FIELDS, Event
 
-# Event ops that are computation (no axes), the rest are collectives.
-_TIMED_FIELDS = ("seconds", "book_seconds", "hops", "bound")
-
 
 def record(event: Event, mesh) -> None:
     """Stamps `event` with the current phase and named scope, prices it on the mesh's
@@ -211,4 +208,4 @@ class _Null:
         pass
 
 
-context.LEDGER_FACTORY[0] = Ledger
+context.register_ledger_factory(Ledger)

@@ -36,8 +36,14 @@ from ..core.dtypes import bfloat16, canonicalize
 from ..core.sharding import NamedSharding, P
 from . import numpy as jnp
 
-# [shard_map]: set by the transforms layer (transforms/vmap.py), which sits above this one.
-SHARD_MAP: list = [None]
+_shard_map = None   # shardlab.shard_map: register_shard_map
+
+
+def register_shard_map(shard_map) -> None:
+    """The ``shard_map`` this module runs per-device functions in; ``transforms/vmap.py``
+    registers it (the transforms layer sits above this one)."""
+    global _shard_map
+    _shard_map = shard_map
 
 
 def is_array(x) -> bool:
@@ -106,7 +112,7 @@ def _take_global(x: ShardedArray, i: int, axis: int, op: str) -> ShardedArray:
     rest = P(*[_entry(e) for d, e in enumerate(entries) if d != axis])
     if not entries[axis]:
         key = (slice(None),) * axis + (i,)
-        return SHARD_MAP[0](lambda v: v[key], mesh=mesh, in_specs=(P(*[_entry(e) for e in entries]),),
+        return _shard_map(lambda v: v[key], mesh=mesh, in_specs=(P(*[_entry(e) for e in entries]),),
                               out_specs=rest)(x)
     if _live(x):
         raise NotImplementedError(
@@ -155,7 +161,7 @@ def _stack_global(values: list, axis: int, batch_axes: tuple, op: str) -> Sharde
     entries = [_entry(e) for e in _spec_entries(ref)]
     out_entries = entries[:axis] + [None] + entries[axis:]
     spec = P(*entries)
-    out = SHARD_MAP[0](lambda *vs: jnp.stack(list(vs), axis=axis), mesh=mesh, in_specs=(spec,) * len(vals),
+    out = _shard_map(lambda *vs: jnp.stack(list(vs), axis=axis), mesh=mesh, in_specs=(spec,) * len(vals),
                          out_specs=P(*out_entries))(*vals)
     used = set(ref.sharding.spec.mesh_axes())
     if batch_axes and not used & set(batch_axes):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..arrays.local_array import LocalArray, lift
-from ..arrays.sharded_array import GLOBAL_UFUNC, ShardedArray, device_put
+from ..arrays.sharded_array import ShardedArray, device_put, register_global_ufunc
 from ..core import dtypes as _dt
 from ..core.context import CTX, named_scope, shard_map_frame
 from ..core.einsum_spec import parse
@@ -694,7 +694,7 @@ def _map(fn, tree):
     return fn(tree)
 
 
-GLOBAL_UFUNC[0] = elementwise
+register_global_ufunc(elementwise)
 jnp.GLOBAL["contract"] = contract
 jnp.GLOBAL["matmul"] = contract_matmul
 jnp.GLOBAL["elementwise"] = elementwise
@@ -703,4 +703,4 @@ jnp.GLOBAL["astype"] = astype
 jnp.GLOBAL["out_sharding"] = R.out_sharding
 jnp.GLOBAL["reshard"] = reshard
 jnp.GLOBAL[np.copy] = copy
-_jit.RESHARD[0] = reshard  # jit(out_shardings=) moves results with the planner (this layer is above jit)
+_jit.register_reshard(reshard)  # jit(out_shardings=) moves results with the planner (this layer is above jit)

@@ -6,7 +6,10 @@ A Primitive carries its rules, as JAX's do:
   dtypes (mesh dims + local dims, so varying axes come with the shape); it raises the op's
   errors, in local terms, before anything runs;
 - ``impl[backend](storages, mesh, **params) -> [storage, ...]``: registered by the backends
-  (``emulated`` runs the C++ core and numpy; ``abstract`` only applies the shape rule);
+  (``emulated`` runs the C++ core and numpy, ``mpi`` adds the ranks); the abstract backend
+  needs no registration: a primitive's abstract implementation is its shape rule
+  (:meth:`Primitive.abstract_impl`) unless ``impl["abstract"]`` says otherwise, so a primitive
+  defined anywhere, at any time, runs shape-only;
 - ``cost(in_avals, out_avals, mesh, **params) -> Event | None``: the ledger event, the one
   place bytes and FLOPs are counted, so a real run and an abstract run record equal events;
 - ``vjp(cts, ins, outs, mesh, **params) -> [ct or None per input]``: the reverse-mode rule,
@@ -34,9 +37,8 @@ from ..core.memory import is_refusal
 from ..core.context import CTX
 from ..ledger.ledger import record
 
-BACKENDS = ("emulated", "abstract", "mpi")
 REAL_BACKEND = ["emulated"]  # the backend for real data: "mpi" once backends/mpi is initialized
-REGISTRY: list = []  # every Primitive ever made, for the backends to register their impls
+REGISTRY: list = []  # every Primitive ever made: the mpi backend wraps each one's impl when it starts
 
 
 class Primitive:
@@ -56,6 +58,11 @@ class Primitive:
     def __repr__(self):
         return f"Primitive({self.name!r})"
 
+    def abstract_impl(self, storages, mesh, **params):
+        """The abstract backend's implementation unless ``impl["abstract"]`` is registered: the
+        shape rule's outputs as AbstractStorage (shapes, dtypes, varying axes; no data)."""
+        return avals_shape_rule(self, storages, mesh, **params)
+
 
 def bind(prim: Primitive, args, mesh, **params):
     """Runs `prim` on LocalArrays `args` (all of `mesh`); returns a LocalArray, or a list of
@@ -71,7 +78,9 @@ def bind(prim: Primitive, args, mesh, **params):
                 break
     impl = prim.impl.get(backend)
     if impl is None:
-        raise NotImplementedError(f"[{prim.name}] has no {backend} implementation")
+        if backend != "abstract":
+            raise NotImplementedError(f"[{prim.name}] has no {backend} implementation")
+        impl = prim.abstract_impl
     ctx = CTX
     replay = ctx.remat_replay
     if replay is not None and replay[1] and replay[0](prim, args, params):

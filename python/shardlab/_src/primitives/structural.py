@@ -9,8 +9,6 @@ Example:
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from .primitive import Primitive, bind
@@ -201,7 +199,3 @@ DYNAMIC_UPDATE_SLICE = Primitive("dynamic_update_slice", shape_rule=_dus_shape, 
 
 # -- zeros_like (for cotangents) -------------------------------------------------------------
 ZEROS = Primitive("zeros_like", shape_rule=lambda avals, mesh: [(tuple(avals[0].shape), avals[0].dtype)])
-
-
-def size_of(shape) -> int:
-    return math.prod(shape)

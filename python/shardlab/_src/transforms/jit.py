@@ -43,9 +43,15 @@ from .eval_shape import ShapeDtypeStruct
 from .lowered import ShapedArray, Traced
 
 
-# The global-view reshard (the planner's, which records its collectives), registered by the
-# package at import: planning sits above transforms in the layers.
-RESHARD: list = [None]
+_planner_reshard = None   # reshard(x, sharding): register_reshard
+
+
+def register_reshard(reshard) -> None:
+    """``reshard(x, sharding)``: the global-view reshard (the planner's, which records its
+    collectives) that ``jit(out_shardings=)`` moves results with; ``planning/global_ops.py``
+    registers it beside its definition (planning sits above transforms)."""
+    global _planner_reshard
+    _planner_reshard = reshard
 
 
 def _is_sharding(x) -> bool:
@@ -282,8 +288,8 @@ def _reshard(v, sharding: NamedSharding):
     if isinstance(v, ShardedArray):
         if v.sharding == sharding and not v.unreduced:
             return v
-        if v.sharding.mesh == sharding.mesh and RESHARD[0] is not None:
-            out = RESHARD[0](v, sharding)
+        if v.sharding.mesh == sharding.mesh and _planner_reshard is not None:
+            out = _planner_reshard(v, sharding)
             if out.sharding != sharding and not out.unreduced and out.sharding.is_equivalent_to(sharding, out.ndim):
                 out = ShardedArray(out._storage, sharding, out.shape)  # the sharding asked for, as JAX gives it
             return out

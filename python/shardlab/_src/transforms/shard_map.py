@@ -38,7 +38,7 @@ from ..core.sharding import NamedSharding, PartitionSpec
 from ..ops import lax as lax_ops
 from ..ops.lax import manual_axes
 from ..primitives import collectives as col
-from ..primitives.primitive import Primitive, avals_shape_rule, bind, push_entry
+from ..primitives.primitive import Primitive, bind, push_entry
 from .eval_shape import ShapeDtypeStruct
 
 
@@ -593,7 +593,7 @@ def _type_spec_tuple(x: ShardedArray) -> tuple:
     return tuple(x.sharding.spec.axes_of(d) or None for d in range(x.ndim))
 
 
-_local_array.CAPTURE[:] = [capture]
+_local_array.register_capture(capture)
 
 
 def _first(storage, a: int):
@@ -697,7 +697,6 @@ SPLIT = Primitive("shard_map_split", shape_rule=_split_shape, vjp=_split_vjp)
 MERGE = Primitive("shard_map_merge", shape_rule=_merge_shape, vjp=_merge_vjp)
 for _prim, _fn in ((SPLIT, _split_impl), (MERGE, _merge_impl)):
     _prim.impl["emulated"] = _fn
-    _prim.impl["abstract"] = functools.partial(avals_shape_rule, _prim)
 
 
 def _enter_nested(x, spec, mesh: Mesh, i: int, manual) -> LocalArray:

@@ -50,7 +50,7 @@ from ..ops import numpy as jnp
 from ..primitives.primitive import push_entry
 from .shard_map import shard_map
 
-batch_axis.SHARD_MAP[0] = shard_map
+batch_axis.register_shard_map(shard_map)
 
 
 def _is_none(x) -> bool:

@@ -29,11 +29,11 @@ SOURCE = ("Narayanan et al., 'Efficient Large-Scale Language Model Training on G
           "examples/academic_paper_scripts/sc21/run_table_1.sh")
 SEQ_LEN = 2048
 VOCAB = 51200
-PEAK_TFLOPS = 312  # A100 fp16/bf16 dense, the paper's denominator for "% of theoretical peak"
 
 _COLUMNS = ("params_b", "heads", "hidden", "layers", "t", "p", "gpus", "batch", "tflops_per_gpu", "peak_pct",
             "aggregate_pflops", "microbatch", "layers_per_virtual_stage", "ddp")
 _TABLE = [
+    # %peak is of 312 TFLOP/s (A100 fp16/bf16 dense), the paper's denominator
     # params  heads hidden layers t  p   GPUs  batch TFLOP/s %peak PFLOP/s | MBS  layers/vstage DDP
     (1.7,     24,   2304,  24,    1, 1,  32,   512,  137,    44,   4.4,      16,  None, "torch"),
     (3.6,     32,   3072,  30,    2, 1,  64,   512,  138,    44,   8.8,      16,  None, "torch"),

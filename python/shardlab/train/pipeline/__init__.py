@@ -20,11 +20,9 @@ from .schedule import (ACTIVATION, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FO
                        SEND, Action, Schedule, stage_layers)
 from .builders import SCHEDULES, gpipe, interleaved_1f1b, one_f_one_b, zb_h1, zb_v
 from .dualpipe import dualpipe_v
-
-SCHEDULES["dualpipe-v"] = dualpipe_v
 from .validate import ScheduleError, validate
 from .durations import Durations
-from .clock import Event, Timeline, bubble_formula, clock
+from .clock import ClockedAction, Timeline, bubble_formula, clock
 from .execute import Execution, execute, reference_step
 from . import stages, tensor, timeline
 
@@ -32,6 +30,6 @@ __all__ = [
     "Action", "Schedule", "stage_layers", "KINDS", "FORWARD", "BACKWARD", "BACKWARD_INPUT", "BACKWARD_WEIGHT",
     "SEND", "RECV", "ACTIVATION", "GRADIENT",
     "gpipe", "one_f_one_b", "interleaved_1f1b", "zb_h1", "zb_v", "dualpipe_v", "SCHEDULES",
-    "ScheduleError", "validate", "Durations", "Event", "Timeline", "clock", "bubble_formula", "timeline",
+    "ScheduleError", "validate", "Durations", "ClockedAction", "Timeline", "clock", "bubble_formula", "timeline",
     "execute", "reference_step", "Execution", "stages", "tensor",
 ]

@@ -43,10 +43,10 @@ from .durations import Durations
 from .schedule import ACTIVATION, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD, RECV, SEND, Action, Schedule
 from .validate import ScheduleError, validate
 
-__all__ = ["Event", "Timeline", "clock", "bubble_formula"]
+__all__ = ["ClockedAction", "Timeline", "clock", "bubble_formula"]
 
 
-class Event(NamedTuple):
+class ClockedAction(NamedTuple):
     """One clocked action: it runs on ``action.stage`` from ``start`` to ``end``."""
 
     action: Action
@@ -70,7 +70,7 @@ class Timeline:
 
     Attributes:
         schedule: the :class:`Schedule`; durations: the per-virtual-stage times used (a dict).
-        events: ``events[s]`` lists device s's :class:`Event` s in the order they ran.
+        events: ``events[s]`` lists device s's :class:`ClockedAction` s in the order they ran.
         step_time: when the last action finishes (the step starts at 0).
         busy: per device, the total compute time.
         peak_activations: per device, the most microbatch activations (one per microbatch and
@@ -92,9 +92,9 @@ class Timeline:
         return zip(self.schedule.actions[stage], self._starts[stage], self._ends[stage])
 
     @property
-    def events(self) -> tuple[tuple[Event, ...], ...]:
+    def events(self) -> tuple[tuple[ClockedAction, ...], ...]:
         if self._events is None:
-            self._events = tuple(tuple(Event(*e) for e in self._raw(s)) for s in range(self.schedule.p))
+            self._events = tuple(tuple(ClockedAction(*e) for e in self._raw(s)) for s in range(self.schedule.p))
         return self._events
 
     @property
@@ -113,13 +113,13 @@ class Timeline:
             return 0.0
         return 1.0 - sum(self.busy) / (self.p * self.step_time)
 
-    def compute_events(self, stage: int) -> list[Event]:
+    def compute_events(self, stage: int) -> list[ClockedAction]:
         """Device ``stage``'s forward / backward / weight-gradient events, in order."""
-        return [Event(*e) for e in self._raw(stage) if e[0].payload is None]
+        return [ClockedAction(*e) for e in self._raw(stage) if e[0].payload is None]
 
-    def send_events(self, stage: int) -> list[Event]:
+    def send_events(self, stage: int) -> list[ClockedAction]:
         """Device ``stage``'s sends (each occupies a link, not the compute stream)."""
-        return [Event(*e) for e in self._raw(stage) if e[0].kind == SEND]
+        return [ClockedAction(*e) for e in self._raw(stage) if e[0].kind == SEND]
 
     def idle_intervals(self, stage: int) -> list[tuple[float, float]]:
         """The gaps in device ``stage``'s compute stream between 0 and step_time."""

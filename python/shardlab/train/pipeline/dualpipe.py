@@ -38,6 +38,7 @@ Example:
 
 from __future__ import annotations
 
+from .builders import SCHEDULES
 from .schedule import BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD, Action, Schedule, check_sizes, with_comms
 
 __all__ = ["dualpipe_v"]
@@ -131,3 +132,6 @@ def dualpipe_v(p: int, m: int, *, num_layers: int | None = None) -> Schedule:
     built = [_device(d, p, m) for d in range(p)]
     return with_comms("dualpipe-v", p, m, 2, [a for a, _ in built], layout="v", layers=layers,
                       pairs=[q for _, q in built])
+
+
+SCHEDULES["dualpipe-v"] = dualpipe_v

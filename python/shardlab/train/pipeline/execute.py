@@ -62,6 +62,7 @@ import shardlab.numpy as jnp
 from shardlab import P
 from shardlab.models import ModelConfig, param_axes
 
+from ..step import reference_grads
 from . import stages as _stages
 from .execution import Execution
 from .schedule import (ACTIVATION, BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD, GRADIENT, RECV, SEND, Action,
@@ -76,21 +77,10 @@ _OP = "pipeline.execute"
 
 
 def reference_step(params: dict, tokens, targets, cfg: ModelConfig, *, causal: bool = True):
-    """The non-pipelined step: ``(loss, grads)`` of the whole model as one stage (the embedding,
-    every block, the head and the mean loss over the batch) by ``shardlab.value_and_grad``.
-
-    Its loss is ``transformer.loss(params, tokens, targets, cfg)`` (the same blocks, in order).
-    """
-    n = cfg.num_layers
-    sp0 = _stages.split_params(params, cfg, (range(n),))[0]
-    tokens, targets = np.asarray(tokens), np.asarray(targets)
-
-    def step(sp):
-        return _stages.stage_forward(sp, tokens, targets, cfg, first=True, last=True, layer_ids=range(n),
-                                     causal=causal)
-
-    loss, g = sl.value_and_grad(step)(sp0)
-    return float(np.asarray(loss)), _stages.merge_grads(params, [g], (range(n),))
+    """The non-pipelined step every schedule is compared with: ``(loss, grads)`` of the whole model
+    on one device, ``shardlab.train.step.reference_grads`` (``transformer.loss``'s value and gradient;
+    the same blocks, in order, as the stages run them)."""
+    return reference_grads(cfg, params, tokens, targets, causal=causal)
 
 
 def _check_inputs(schedule: Schedule, tokens, targets, cfg: ModelConfig, mesh, axis: str, model: str | None):

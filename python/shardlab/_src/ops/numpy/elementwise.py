@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...arrays.host_array import HOST_UFUNC, promote_weak as _promote_weak, weak_result as _weak_result
-from ...arrays.local_array import lift, LocalArray, mesh_of, register_method, UFUNC
+from ...arrays.host_array import promote_weak as _promote_weak, register_host_ufunc, weak_result as _weak_result
+from ...arrays.local_array import lift, LocalArray, mesh_of, register_method, register_ufunc_handler
 from ...arrays.sharded_array import ShardedArray
 from ...core import dtypes as _dt
 from ...core.context import CTX as _CTX
@@ -209,8 +209,8 @@ def _ufunc(ufunc, method, inputs, kwargs):
     return NotImplemented
 
 
-UFUNC[0] = _ufunc
-HOST_UFUNC[0] = _host_ufunc  # HostArray arithmetic: jax.numpy's dtype rules
+register_ufunc_handler(_ufunc)
+register_host_ufunc(_host_ufunc)  # HostArray arithmetic: jax.numpy's dtype rules
 
 
 def _tri_mask(shape, k: int, lower: bool) -> np.ndarray:
