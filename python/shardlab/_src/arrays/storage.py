@@ -2,7 +2,7 @@
 data) for shape-only programs.
 
 Mesh-factorized storage has shape ``mesh dims + local shape``, where a mesh dim is 1 if the
-value is the same on every device along that axis (see DESIGN.md).
+value is the same on every device along that axis (see docs/concepts.md).
 
 Example:
     >>> import numpy as np
