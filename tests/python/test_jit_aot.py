@@ -200,8 +200,10 @@ def test_make_jaxpr_inside_shard_map_shows_varying_axes():
     mesh = sl.make_mesh((4, 2), ("x", "y"))
     f = sl.shard_map(_psum_matmul, mesh=mesh, in_specs=(P("x", "y"), P("y", None)), out_specs=P("x", None))
     text = str(sl.make_jaxpr(f)(_sds((64, 32), mesh, P("x", "y")), _sds((32, 16), mesh, P("y", None))))
-    assert "a:f32[64@x,32@y] b:f32[32@y,16]" in text
-    assert "c:f32[16,16]{V:(x,y)} = dot_general" in text and "d:f32[16,16]{V:x} = psum[axes=('y',)" in text
+    assert "a:f32[64@x,32@y] b:f32[32@y,16]" in text and "c:f32[64@x,16] = shard_map[" in text
+    assert "jaxpr={ lambda ; d:f32[16,16]{V:(x,y)} e:f32[16,16]{V:y}. let" in text
+    assert "f:f32[16,16]{V:(x,y)} = pvary[axes=('x',)] e" in text  # JAX's implicit pvary of an invariant operand
+    assert "g:f32[16,16]{V:(x,y)} = dot_general" in text and "h:f32[16,16]{V:x} = psum_invariant[axes=('y',)] g" in text
 
 
 # -- against JAX -------------------------------------------------------------------------------------
@@ -214,6 +216,28 @@ class TestAgainstJax:
 
     def _jax_mesh(self):
         return self.jax.make_mesh((4, 2), ("x", "y"))
+
+    def test_make_jaxpr_of_shard_map_programs_equals_jax(self):
+        """The user's shard_map prints as one nested equation (its body with JAX's implicit pvary,
+        psum_invariant, the mesh as given or as the context's abstract mesh), character for character."""
+        jax = self.jax
+
+        def programs(api, np_):
+            mesh = api.make_mesh((4, 2), ("x", "y"))
+            f = api.shard_map(lambda a, b: api.lax.psum(a @ b, "y"), mesh=mesh,
+                              in_specs=(api.P("x", "y"), api.P("y", None)), out_specs=api.P("x", None))
+            sds = [api.ShapeDtypeStruct(s, np.float32, sharding=api.NamedSharding(mesh, p))
+                   for s, p in [((64, 32), api.P("x", "y")), ((32, 16), api.P("y", None))]]
+            texts = [str(api.make_jaxpr(f)(*sds))]
+            with api.set_mesh(api.make_mesh((2,), ("i",), devices=api.devices()[:2])):
+                g = api.shard_map(lambda x, y: x * y, in_specs=(api.P("i"), api.P()), out_specs=api.P("i"))
+                x = api.device_put(np_.arange(6.0), api.P("i"))
+                y = np_.arange(3.0)
+                texts.append(str(api.make_jaxpr(g)(x, y)))
+                texts.append(str(api.jit(lambda x, y: g(np_.sin(x), y) * 2).trace(x, y).jaxpr))
+            return texts
+
+        assert programs(sl, jnp) == programs(jax, self.jnp)
 
     def test_matmul_cost_analysis_equals_jax(self):
         jax, jnpj = self.jax, self.jnp

@@ -20,7 +20,7 @@ from ..core.errors import ShardingTypeError
 from ..core.mesh import AxisType
 from ..core.sharding import NamedSharding, P
 from ..ops import lax
-from ..transforms.shard_map import shard_map
+from ..transforms.shard_map import flat_shard_map
 from .global_ops import reshard as _plan_reshard
 
 
@@ -107,7 +107,7 @@ def run(body, arrays, out_specs, op: str = "shardlab"):
     """``body`` on the shards of ``arrays`` (each in its own spec) inside one shard_map."""
     arrays = same_mesh(list(arrays), op)
     specs = tuple(a.sharding.spec for a in arrays)
-    return shard_map(body, mesh=arrays[0].sharding.mesh, in_specs=specs, out_specs=out_specs)(*arrays)
+    return flat_shard_map(body, mesh=arrays[0].sharding.mesh, in_specs=specs, out_specs=out_specs)(*arrays)
 
 
 def gather_dims(v, spec: list, dims):

@@ -36,7 +36,7 @@ from ..primitives import elementwise as ew
 from ..primitives.primitive import bind
 from ..transforms import jit as _jit
 from ..transforms.program import Aval, Var
-from ..transforms.shard_map import shard_map
+from ..transforms.shard_map import flat_shard_map
 from . import sharding_rules as R
 from .plan import Plan
 from .planner import plan_einsum, plan_reshard
@@ -139,7 +139,7 @@ def run_plan(plan: Plan, *arrays, preferred_element_type=None, sharding=None) ->
         # leading dim of the axis size, as real data.
         return jnp.expand_dims(r, 0) if u and not explicit_u else r
 
-    res = shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_spec)(*arrays)
+    res = flat_shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_spec)(*arrays)
     if not u or explicit_u:
         return res  # laid out as out_spec already (and known to a gradient tape and a jit trace)
     out = ShardedArray(res._storage.squeeze(mesh.ndim), NamedSharding(mesh, spec), plan.output.shape, frozenset(u))
@@ -498,7 +498,7 @@ def _elementwise_shard_map(ufunc, inputs, infos, out_dims, mesh, out_spec=None):
             args[i] = v
         return ufunc(*args)
 
-    return shard_map(body, mesh=mesh, in_specs=tuple(specs), out_specs=out_spec or R.to_pspec(out_dims),
+    return flat_shard_map(body, mesh=mesh, in_specs=tuple(specs), out_specs=out_spec or R.to_pspec(out_dims),
                      check_vma=False)(*[inputs[i] for i in pos])
 
 
@@ -523,7 +523,7 @@ def astype(x: ShardedArray, dtype) -> ShardedArray:
         return x
     if CTX.tapes or x.is_abstract:
         spec = x.sharding.spec
-        return shard_map(lambda v: jnp.astype(v, dtype), mesh=x.sharding.mesh, in_specs=spec,
+        return flat_shard_map(lambda v: jnp.astype(v, dtype), mesh=x.sharding.mesh, in_specs=spec,
                          out_specs=spec)(x)
     arg = _seen(x, LocalArray(x._storage, x.sharding.mesh)) if CTX.recorders else x._storage
     out = bind(ew.CONVERT, [arg], x.sharding.mesh, dtype=dtype)
@@ -623,7 +623,7 @@ def copy(a, order="K", subok=False):
         return global_fallback(np.copy, "copy", (a,), {"order": order})
     if CTX.tapes and not a.unreduced:  # the gradient tape sees the copy (an identity shard_map)
         spec = a.sharding.spec
-        return shard_map(lambda v: v, mesh=a.sharding.mesh, in_specs=spec, out_specs=spec.padded(a.ndim))(a)
+        return flat_shard_map(lambda v: v, mesh=a.sharding.mesh, in_specs=spec, out_specs=spec.padded(a.ndim))(a)
     return _seen(a, a.copy())
 
 

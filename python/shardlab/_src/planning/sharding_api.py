@@ -41,7 +41,7 @@ from ..core.sharding import NamedSharding, P
 from ..ops import lax as lax_ops
 from ..ops import numpy as jnp
 from ..primitives.primitive import push_entry
-from ..transforms.shard_map import shard_map
+from ..transforms.shard_map import flat_shard_map
 from .global_common import axes_of, entry, spec_of
 from .global_ops import _seen
 from .global_ops import reshard as _plan_reshard
@@ -192,7 +192,7 @@ def _to_unreduced(x: ShardedArray, s: NamedSharding) -> ShardedArray:
         return v
 
     out_spec = P(*[entry(w) for w in want], unreduced=s.spec.unreduced)
-    return shard_map(body, mesh=mesh, in_specs=(x.sharding.spec,), out_specs=out_spec,
+    return flat_shard_map(body, mesh=mesh, in_specs=(x.sharding.spec,), out_specs=out_spec,
                      check_vma=False)(x)
 
 

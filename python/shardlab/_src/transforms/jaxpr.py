@@ -4,8 +4,9 @@ The program is the one ``jit(f).trace`` records (``program.py``): every primitiv
 order, shape-only. It prints in JAX's jaxpr form, with JAX's primitive names where shardlab's
 differ (``mul`` for multiply, ``dot_general`` for einsum, ``reduce_scatter`` for
 psum_scatter). Values inside shard_map show their per-device shape and the mesh axes they
-vary along (``f32[2,4]{V:x}``), as JAX prints a shard_map body; the program is flat: a
-shard_map's body is not nested under a ``shard_map`` equation.
+vary along (``f32[2,4]{V:x}``); a shard_map the user wrote prints as JAX's nested
+``shard_map`` equation with its body as the ``jaxpr`` parameter (the program itself stays flat:
+the printer nests the Regions the recorder marked).
 
 Example:
     >>> import numpy as np, shardlab as sl
@@ -68,6 +69,185 @@ def _params(eqn: prog.Eqn) -> str:
     return "[" + _SEP.join(f"{n}={fmt_param(v)}" for n, v in p.items()) + "]"
 
 
+class _Fresh:
+    """A variable the printer adds (JAX's implicit ``pvary`` of an invariant operand)."""
+
+    def __init__(self, aval):
+        self.aval = aval
+
+
+class _Printer:
+    """JAX's jaxpr text of a program: variables named a, b, ... in order of appearance; each
+    shard_map the user wrote nested as one ``shard_map`` equation whose ``jaxpr`` parameter is
+    its body (with the ``pvary`` JAX inserts where an invariant operand meets a varying one)."""
+
+    def __init__(self, program: prog.Program):
+        self.p = program
+        self.names: dict = {}   # id(var) -> name
+        self.count = 0          # names given so far
+        self.regions = list(program.regions)
+
+    # -- names and types ---------------------------------------------------------------------
+    def _new(self, v) -> str:
+        self.names[id(v)] = _name(self.count)
+        self.count += 1
+        return self.names[id(v)]
+
+    def name(self, v) -> str:
+        if isinstance(v, prog.Literal):
+            return repr(v)
+        while True:  # a region's variables are named apart from the values they alias
+            if id(v) in self.names:
+                return self.names[id(v)]
+            nxt = getattr(v, "alias", None)
+            if nxt is None:
+                return self._new(v)
+            v = nxt
+
+    @staticmethod
+    def _aval(v):
+        if isinstance(v, _Fresh):
+            return v.aval
+        r = v.resolve()
+        return v.aval if v.aval.global_shape is not None and v.aval.mesh is not None else r.aval
+
+    def typed(self, v, local: bool = False) -> str:
+        aval = v.aval if local or isinstance(v, _Fresh) else self._aval(v)
+        n = self.name(v)
+        return f"{n}:{aval.str_global() if aval.sharding is not None and not local else aval.str_short()}"
+
+    # -- equations -----------------------------------------------------------------------------
+    def _eqn_text(self, lhs: str, op: str, params: str, rhs: str) -> str:
+        line = f"{lhs} = {op}{params.replace(_SEP, ' ')} {rhs}".rstrip()
+        if (len(line) + 4 > 80 or "\n" in line) and params:  # JAX breaks the parameters onto lines
+            items = params[1:-1].split(_SEP)
+            body = []
+            for it in items:
+                first, *rest = it.split("\n")
+                body.append(f"  {first}")
+                body.extend(f"  {ln}" for ln in rest)
+            line = "\n".join([f"{lhs} = {op}["] + body + [f"] {rhs}".rstrip()])
+        return line
+
+    def _region_of(self, e, regions) -> object:
+        for r in regions:
+            if any(x is e for x in r.body) or any(x is e for x in r.boundary):
+                return r
+        return None
+
+    def _lines(self, eqns: list, regions: list, local: bool) -> list:
+        """The text of `eqns` at one level: a region's equations become its shard_map equation
+        (at its first one); regions inside a region's body print inside its jaxpr."""
+        top = [r for r in regions if not r.params.get("flat") and not any(
+            r is not o and not o.params.get("flat") and any(e is x for x in o.body for e in r.body + r.boundary)
+            for o in regions)]
+        # shardlab's own shard_maps (a global op's steps) print in line; a step's result that
+        # leaves as the op's result prints as that global value
+        leaving = {id(inner): outer for r in regions if r.params.get("flat") for inner, outer in r.outs
+                   if isinstance(inner, prog.Var)}
+        done, out = set(), []
+        for e in eqns:
+            r = self._region_of(e, top)
+            if r is not None:
+                if id(r) not in done:
+                    done.add(id(r))
+                    out.append(self._shard_map(r, regions, local))
+                continue
+            out.extend(self._plain(e, local, leaving))
+        return out
+
+    def _plain(self, e, local: bool, leaving=None) -> list:
+        out = []
+        invars = list(e.invars)
+        if local and e.prim not in prog_cost.COLLECTIVES and e.outvars:
+            want = set(e.outvars[0].aval.varying)
+            for k, v in enumerate(invars):
+                if isinstance(v, prog.Var) and set(v.aval.varying) < want:
+                    axes = tuple(a for a in e.mesh.axis_names if a in want - set(v.aval.varying))
+                    a = v.aval
+                    fresh = _Fresh(prog.Aval(a.shape, a.dtype, a.mesh, tuple(sorted(want, key=e.mesh.axis_names.index))))
+                    out.append(self._eqn_text(self.typed(fresh, True), "pvary",
+                                              f"[axes={fmt_param(axes)}]", self.name(v)))
+                    invars[k] = fresh
+        outs = []
+        for v in e.outvars:
+            outer = (leaving or {}).get(id(v))
+            if outer is not None and id(v) not in self.names and id(outer) not in self.names:
+                self._new(outer)
+                outs.append(self.typed(outer, local))
+                self.names[id(v)] = self.names[id(outer)]
+            else:
+                outs.append(self.typed(v, local))
+        lhs = " ".join(outs)
+        op = JAX_NAMES.get(e.prim, e.prim)
+        params = _params(e)
+        if e.prim == "psum":
+            op = {"max": "pmax", "min": "pmin", "mean": "pmean"}.get(e.params.get("reduction"), "psum")
+            if local and op == "psum":  # a checked shard_map body: JAX's psum of varying values
+                op, params = "psum_invariant", f"[axes={fmt_param(tuple(e.params.get('axes', ())))}]"
+        rhs = " ".join(self.name(v) for v in invars)
+        out.append(self._eqn_text(lhs, op, params, rhs))
+        return out
+
+    def _shard_map(self, r, regions: list, local: bool) -> str:
+        for _, outer in r.outs:  # results, then the body's parameters, take new names (JAX's order)
+            if id(outer) not in self.names:
+                self._new(outer)
+        lhs = " ".join(self.typed(outer, local) for _, outer in r.outs)
+        params = dict(r.params)
+        specs = tuple(s for s in params["in_specs"] if s is not None)
+        inner_regions = [o for o in regions if o is not r and any(e is x for x in r.body for e in o.body + o.boundary)]
+        for _, inner in r.args:
+            self._new(inner)
+        head = " ".join(self.typed(inner, True) for _, inner in r.args)
+        body = self._lines(r.body, inner_regions, params["check_vma"])
+        outs = [self.name(inner) for inner, _ in r.outs]
+        jaxpr = _join(f"{{ lambda ; {head}. let", body, outs)
+        items = {"check_vma": params["check_vma"], "in_specs": _Raw(_specs(specs)), "jaxpr": _Raw(jaxpr),
+                 "mesh": _Raw(str(r.mesh) if params.get("mesh_given") else _mesh(r.mesh)),
+                 "newly_manual_axes": _Raw("frozenset({" + ", ".join(repr(a) for a in r.mesh.axis_names
+                                                                   if a in params["manual"]) + "})"),
+                 "out_specs": _Raw(_specs(params["out_specs"]))}
+        text = "[" + _SEP.join(f"{n}={fmt_param(v)}" for n, v in items.items()) + "]"
+        rhs = " ".join(self.name(outer) for outer, _ in r.args)
+        return self._eqn_text(lhs, "shard_map", text, rhs)
+
+    def text(self) -> str:
+        p = self.p
+        # values a transform made outside a primitive (a seed cotangent) enter as constants do
+        hosts = {id(v.resolve()): v.resolve() for e in p.eqns for v in e.invars
+                 if isinstance(v, prog.Var) and v.resolve().kind == "host"}
+        consts = " ".join(self.typed(v) for v in list(p.constvars) + list(hosts.values()))
+        params = " ".join(self.typed(v) for v in p.invars)
+        eqns = self._lines(p.eqns, self.regions, False)
+        return _join(f"{{ lambda {consts}; {params}. let", eqns, [self.name(v) for v in p.outvars])
+
+
+def _mesh(mesh) -> str:
+    """The mesh parameter as JAX prints it: the abstract mesh with the devices' kind (shardlab's
+    virtual devices are CPU devices to JAX's eye unless the mesh names a hardware preset)."""
+    am = repr(mesh.abstract_mesh)
+    kind = mesh.hardware.name if getattr(mesh, "hardware", None) is not None else "cpu"
+    return f"{am[:-1]}, device_kind={kind}, num_cores=None, platform=cpu)" if "device_kind" not in am else am
+
+
+def _specs(specs) -> str:
+    """A tuple of PartitionSpecs as JAX prints one: ``(P('i',), P())``."""
+    specs = list(specs)
+    return "(" + ", ".join(repr(s) for s in specs) + ("," if len(specs) == 1 else "") + ")"
+
+
+def _join(head: str, eqns: list, names_out: list) -> str:
+    """A jaxpr from its header, equation texts and result names: on one line when it has at most
+    one short equation, else an equation a line (JAX's layout)."""
+    outs = f"({names_out[0]},)" if len(names_out) == 1 else "(" + ", ".join(names_out) + ")"
+    one = f"{head} {' '.join(eqns)} in {outs} }}" if eqns else f"{head}  in {outs} }}"
+    if len(eqns) <= 1 and len(one) <= 80 and "\n" not in one:
+        return one
+    body = [f"    {ln}" for e in eqns for ln in e.split("\n")]
+    return "\n".join([head] + body + [f"  in {outs} }}"])
+
+
 class Jaxpr:
     """The program's variables and equations (``jax.core.Jaxpr``)."""
 
@@ -96,48 +276,7 @@ class Jaxpr:
 
     def pretty_print(self) -> str:
         """The jaxpr text (``str(jaxpr)``)."""
-        p = self._program
-        names: dict = {}
-
-        def name(v) -> str:
-            if isinstance(v, prog.Literal):
-                return repr(v)
-            r = v.resolve()
-            if id(r) not in names:
-                names[id(r)] = _name(len(names))
-            return names[id(r)]
-
-        def typed(v) -> str:
-            r = v.resolve()
-            aval = v.aval if v.aval.global_shape is not None and v.aval.mesh is not None else r.aval
-            return f"{name(v)}:{aval.str_global() if aval.sharding is not None else aval.str_short()}"
-
-        # values a transform made outside a primitive (a seed cotangent) enter as constants do
-        hosts = {id(v.resolve()): v.resolve() for e in p.eqns for v in e.invars
-                 if isinstance(v, prog.Var) and v.resolve().kind == "host"}
-        consts = " ".join(typed(v) for v in list(p.constvars) + list(hosts.values()))
-        params = " ".join(typed(v) for v in p.invars)
-        eqns = []
-        for e in p.eqns:
-            lhs = " ".join(typed(v) for v in e.outvars)
-            op = JAX_NAMES.get(e.prim, e.prim)
-            if e.prim == "psum":
-                op = {"max": "pmax", "min": "pmin", "mean": "pmean"}.get(e.params.get("reduction"), "psum")
-            rhs = " ".join(name(v) for v in e.invars)
-            eqn_params = _params(e)
-            line = f"{lhs} = {op}{eqn_params.replace(_SEP, ' ')} {rhs}".rstrip()
-            if len(line) + 4 > 80 and eqn_params:  # JAX's printer breaks the parameters onto lines
-                items = eqn_params[1:-1].split(_SEP)
-                line = "\n".join([f"{lhs} = {op}["] + [f"  {i}" for i in items] + [f"] {rhs}".rstrip()])
-            eqns.append(line)
-        names_out = [name(v) for v in p.outvars]
-        outs = f"({names_out[0]},)" if len(names_out) == 1 else "(" + ", ".join(names_out) + ")"
-        head = f"{{ lambda {consts}; {params}. let"
-        one = f"{head} {' '.join(eqns)} in {outs} }}" if eqns else f"{head}  in {outs} }}"
-        if len(eqns) <= 1 and len(one) <= 80:
-            return one
-        body = [f"    {ln}" for e in eqns for ln in e.split("\n")]
-        return "\n".join([head] + body + [f"  in {outs} }}"])
+        return _Printer(self._program).text()
 
     __str__ = pretty_print
 

@@ -214,6 +214,22 @@ class Eqn:
         return f"Eqn({self.prim})"
 
 
+class Region:
+    """One shard_map call the user wrote, as the program saw it: its mesh and parameters
+    (check_vma, in_specs, out_specs, manual axes), the (outer, inner) variables of its
+    arguments and of its results, its body's equations and its boundary steps. The program
+    stays flat (costs and text walk it in order); the jaxpr printer nests a region under one
+    ``shard_map`` equation, as JAX's jaxpr does."""
+
+    def __init__(self, mesh, params: dict, args: list, body: list, outs: list, boundary: list):
+        self.mesh = mesh
+        self.params = dict(params)
+        self.args = list(args)
+        self.body = list(body)
+        self.outs = list(outs)
+        self.boundary = list(boundary)
+
+
 class Program:
     """The recorded program: parameters, constants, equations and results (flat).
 
@@ -221,7 +237,7 @@ class Program:
     result; ``out_literals`` holds results that are not arrays of the program (Python numbers).
     """
 
-    def __init__(self, name: str, invars, constvars, consts, eqns, outvars, meshes):
+    def __init__(self, name: str, invars, constvars, consts, eqns, outvars, meshes, regions=()):
         self.name = name
         self.invars = list(invars)
         self.constvars = list(constvars)
@@ -229,6 +245,7 @@ class Program:
         self.eqns = list(eqns)
         self.outvars = list(outvars)
         self.meshes = list(meshes)
+        self.regions = list(regions)  # the user's shard_map calls, for the jaxpr's nested equations
 
     @property
     def mesh(self):
@@ -261,6 +278,7 @@ class Recorder:
         self.frames: list = []   # eqn index where each running shard_map body began
         self.meshes: list = []
         self.events: list = []
+        self.regions: list = []  # Region of each finished shard_map call the user wrote
 
     def __enter__(self):
         CTX.recorders.append(self)
@@ -343,9 +361,13 @@ class Recorder:
         self.frames.append(len(self.eqns))
         self._note_mesh(mesh)
 
-    def end_shard_map(self, mesh, leaves, specs, local, out_leaves, out_specs, results) -> None:
+    def end_shard_map(self, mesh, leaves, specs, local, out_leaves, out_specs, results, region=None) -> None:
+        """The boundary of a finished shard_map call: an entry step per argument that moves data
+        on the host (others alias the outer value), an exit step per result likewise; with
+        `region` (the user's own shard_map: its parameters), a Region for the jaxpr's printer."""
         start = self.frames.pop() if self.frames else len(self.eqns)
-        enters = []
+        body = self.eqns[start:]
+        enters, exits, body_in = [], [], []
         for x, spec, inner in zip(leaves, specs, local):
             if spec is None:  # passed through unchanged (in_specs=None)
                 continue
@@ -356,13 +378,14 @@ class Recorder:
             if placeholder is not None and placeholder.kind in ("const", "host"):
                 placeholder.kind = "value"  # read before this boundary told where it came from
                 self.consts = [(v, c) for v, c in self.consts if v is not placeholder]
+            var = placeholder or self.define(inner, Var(Aval.of(inner)))
             if free and isinstance(outer, Var):
-                var = placeholder or self.define(inner, Var(Aval.of(inner)))
                 var.alias = outer
             else:
-                var = placeholder or self.define(inner, Var(Aval.of(inner)))
                 enters.append(Eqn("shard_map_enter", {"spec": spec}, [outer], [var], mesh))
+            body_in.append((outer, var))
         self.eqns[start:start] = enters
+        body_out = []
         for o, spec, r in zip(out_leaves, out_specs, results):
             inner = self.read(o)
             var = self.define(r, Var(Aval.of(r)))
@@ -370,7 +393,11 @@ class Recorder:
                     tuple(sorted(a for a in var.aval.varying)):
                 var.alias = inner
             else:
-                self.eqns.append(Eqn("shard_map_exit", {"spec": spec}, [inner], [var], mesh))
+                exits.append(Eqn("shard_map_exit", {"spec": spec}, [inner], [var], mesh))
+            body_out.append((inner, var))
+        self.eqns.extend(exits)
+        if region is not None:
+            self.regions.append(Region(mesh, region, body_in, body, body_out, enters + exits))
 
     # -- the result ------------------------------------------------------------------------------
     def program(self, name: str, invars, out_leaves) -> Program:
@@ -378,7 +405,7 @@ class Recorder:
         outvars = [v if isinstance(v, Var) else self._literal_out(v) for v in outvars]
         constvars = [v for v, _ in self.consts]
         consts = [c for _, c in self.consts]
-        return Program(name, invars, constvars, consts, self.eqns, outvars, self.meshes)
+        return Program(name, invars, constvars, consts, self.eqns, outvars, self.meshes, self.regions)
 
     def _literal_out(self, lit: Literal) -> Var:
         v = Var(lit.aval, "const")

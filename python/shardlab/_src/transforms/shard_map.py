@@ -264,10 +264,22 @@ def _shard_map(f, *, out_specs, in_specs, mesh, axis_names, check_vma):
         results = [_exit_nested(x, s, m, i, check_vma, manual, name) if nested else _exit(x, s, m, i, check_vma, name)
                    for i, (x, s) in enumerate(zip(out_leaves, out_spec_leaves))]
         for r in CTX.recorders:  # jit(f).trace / lower record the program (transforms/program.py)
-            r.end_shard_map(m, leaves, specs, local, out_leaves, out_spec_leaves, results)
+            r.end_shard_map(m, leaves, specs, local, out_leaves, out_spec_leaves, results,
+                            region={"flat": getattr(wrapped, "_flat", False), "check_vma": check_vma,
+                                    "in_specs": specs, "out_specs": out_spec_leaves, "manual": manual,
+                                    "mesh_given": mesh is not None})
         return tree.unflatten(out_def, results)
 
     return wrapped
+
+
+def flat_shard_map(f, **kwargs):
+    """``shard_map(f, **kwargs)`` for shardlab's own global-view ops: a traced program (``jit(f)
+    .trace``, ``make_jaxpr``) records its body's equations in line, not as a nested ``shard_map``
+    equation, since the user's program has no shard_map there."""
+    g = shard_map(f, **kwargs)
+    g._flat = True
+    return g
 
 
 def _outer_manual():

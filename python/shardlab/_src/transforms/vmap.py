@@ -48,7 +48,7 @@ from ..ops import batch_axis
 from ..ops.batch_axis import as_array, shape_of, stack, take, type_str
 from ..ops import numpy as jnp
 from ..primitives.primitive import push_entry
-from .shard_map import shard_map
+from .shard_map import flat_shard_map, shard_map
 
 batch_axis.register_shard_map(shard_map)
 
@@ -188,7 +188,7 @@ def _run_named(fun, leaves, treedef, axes, size, axis_name, out_axes):
 
     specs = tuple(P(axis_name) if axes[i] is not None else P() for i in arrays)
     try:
-        outs = shard_map(body, mesh=mesh, in_specs=specs, out_specs=P(axis_name), check_vma=False)(*ins)
+        outs = flat_shard_map(body, mesh=mesh, in_specs=specs, out_specs=P(axis_name), check_vma=False)(*ins)
     except ValueError as e:
         if "different meshes" not in str(e):
             raise
