@@ -4,6 +4,8 @@ import pytest
 
 import shardlab as sl
 from shardlab import cost, hardware
+from shardlab.models import presets
+from shardlab.serve import StepModel
 
 # XLA's measured GEMM throughput on H100 (sm_90, bf16; xla/service/gpu/model/matmul_interpolator_data.h):
 # (batch, m, n, k, FLOP/s)
@@ -102,3 +104,13 @@ def test_bad_input():
     what_if = cost.price_list("h100").replace(hbm_efficiency=0.45)
     assert cost.price_event({"op": "elementwise", "hbm_bytes": 1e9}, "h100", what_if) > \
         1.9 * cost.price_event({"op": "elementwise", "hbm_bytes": 1e9}, "h100") - 1e-5
+
+
+def test_the_serving_step_model_prices_with_the_same_lists():
+    cfg = presets.get("llama2-13b")
+    ideal = StepModel(cfg, "h100", {"x": 8})
+    chip = StepModel(cfg, "h100", {"x": 8}, prices=None)
+    assert ideal.prices is cost.IDEAL and chip.prices == cost.price_list("h100")
+    assert ideal.hbm_bw == pytest.approx(8 * 3.35e12) and chip.hbm_bw == pytest.approx(0.9 * 8 * 3.35e12)
+    a, b = ideal.step(decode_batch=8, kv_tokens=8 * 4096), chip.step(decode_batch=8, kv_tokens=8 * 4096)
+    assert b.seconds > a.seconds and chip.comm_seconds(64) > ideal.comm_seconds(64) > 0
