@@ -38,7 +38,8 @@ def get_hardware(hardware, op: str = "hardware"):
     try:
         return _hw.get(hardware)
     except ValueError as err:
-        raise ValueError(f"[{op}] {err}. For another chip build one with the figures of its data sheet: "
+        why = str(err).removeprefix("[hardware] ")
+        raise ValueError(f"[{op}] {why}. For another chip build one with the figures of its data sheet: "
                          f"shardlab.hardware.Hardware(name='my-chip', family='gpu', peak_flops={{'bfloat16': 1e15}}, "
                          f"hbm_capacity=80e9, hbm_bandwidth=3e12, node_size=8, nvlink_link_bandwidth=25e9, "
                          f"nvlink_links=18, ib_bandwidth=50e9), or change a preset: "

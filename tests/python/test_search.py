@@ -1,0 +1,81 @@
+"""train.search: the layout of the chips, every factorization, the answer with X_opt beside it,
+the ranked display, the cache, and no progress bar where nobody watches."""
+
+import importlib
+
+import pytest
+
+from shardlab import train
+from shardlab.models import ModelConfig, presets
+
+search_mod = importlib.import_module("shardlab.train.search")   # train.search is the function
+
+SMALL = ModelConfig(num_layers=2, d_model=1024, ffw_dim=4096, num_heads=16, vocab_size=32000, max_seq_len=2048)
+
+
+def test_plans_follow_the_hardware_layout():
+    tpu = search_mod.plans("tpu-v5p", 4096, ("fsdp", "fsdp_tp", "tp"))
+    assert tpu[0][1] == {"x": 16, "y": 16, "z": 16} and tpu[0][0].data == ("x", "y", "z")
+    fsdp_tp = [m for s, m in tpu if s.name == "fsdp_tp"]
+    assert [m["model"] for m in fsdp_tp] == [2 ** i for i in range(1, 12)]            # every Y dividing 4096
+    assert fsdp_tp[1] == {"x": 32, "y": 32, "model": 4}                               # the book's X=1024, Y=4
+    assert [m for s, m in tpu if s.name == "tp"] == [{"model": 4096}]
+    gpu = search_mod.plans("h100", 64, ("fsdp", "fsdp_tp"))
+    assert gpu[0][1] == {"node": 8, "gpu": 8}
+    assert {"x": 2, "y": 2, "model": 4} in [m for _, m in search_mod.plans("tpu-v5p", 16, ("fsdp_tp",))]
+    assert search_mod.plans("tpu-v5e", 256, ("dp",))[0][1] == {"x": 16, "y": 16}      # a 2-D torus
+
+
+def test_the_books_16x16x16_question():
+    # part 5, question 3: LLaMA-2 13B, 3M tokens (96 x 32k) on a v5p 16x16x16, bf16 params, fp32 Adam
+    cfg = presets.get("llama2-13b")
+    r = train.search(cfg, "tpu-v5p", chips=4096, batch=96, seq=32768, remat="ffw_outputs")
+    assert r.best is r["best"] and r.best.fits
+    assert r.best.step_seconds == min(e.step_seconds for e in r.table if e.fits)
+    assert [e.step_seconds for e in r.table if e.fits] == sorted(e.step_seconds for e in r.table if e.fits)
+    # "pure data parallelism cannot be used: ~130GB of params and optimizer state per chip"
+    dp = next(e for e in r.table if e.strategy == "dp")
+    assert not dp.fits and dp.memory["params"] + dp.memory["optimizer"] > 96e9
+    # 40 heads: a model axis of 2, 4 or 8; 16 and up are skipped, saying why
+    assert {e.mesh["model"] for e in r.table if e.strategy == "fsdp_tp"} == {2, 4, 8}
+    assert any("num_heads 40 is not divisible by the model axis 'model' of size 16" in why for _, _, why in r.skipped)
+    assert r.x_opt == pytest.approx(train.x_opt(96 * 32768, 13824, 4096, 2, 1))      # ~1365 (the book: 1333 at 3e6)
+    assert r.crossover["fsdp_tp"] == pytest.approx(4096 * 2550 ** 2 / (2 * 13824), rel=1e-3)
+    text = r.text()
+    assert "X_opt = 1,365" in text and text.index("fsdp_tp") < text.index(" dp ")
+    html = r._repr_html_()
+    assert html.count('style="font-weight:bold') == 1 and html.count("<tr") == len(r.table) + 1
+
+
+def test_the_cache_prices_each_plan_once(monkeypatch):
+    search_mod.clear_cache()
+    calls = []
+    real = search_mod.estimate
+    monkeypatch.setattr(search_mod, "estimate", lambda *a, **k: calls.append(a[1].name) or real(*a, **k))
+    first = train.search(SMALL, "tpu-v5p", chips=16, batch=16, seq=2048, strategies=("fsdp", "fsdp_tp"))
+    n = len(calls)
+    assert n == 1 + 3                       # fsdp, and fsdp_tp with a model axis of 2, 4, 8
+    again = train.search(SMALL, "tpu-v5p", chips=16, batch=16, seq=2048, strategies=("fsdp", "fsdp_tp", "dp"),
+                         remat=("full", "none"))
+    assert len(calls) == n + 1 + 5          # only dp with full remat, and the five plans without remat, are new
+    assert again.best.step_seconds <= first.best.step_seconds
+
+
+def test_no_progress_bar_when_nobody_watches(capsys):
+    train.search(SMALL, "tpu-v5p", chips=16, batch=16, seq=2048, strategies=("fsdp",))
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == ""
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match=r"\[search\] unknown preset 'tpu-v9'.*shardlab.hardware.Hardware\("):
+        train.search(SMALL, "tpu-v9", chips=16, batch=16, seq=2048)
+    with pytest.raises(ValueError, match=r"\[strategy\] 'fsdp_pp' is not a strategy; use one of dp, zero1"):
+        train.search(SMALL, "tpu-v5p", chips=16, batch=16, seq=2048, strategies=("fsdp_pp",))
+    with pytest.raises(ValueError, match=r"\[search\] remat 'half' is not a recompute policy"):
+        train.search(SMALL, "tpu-v5p", chips=16, batch=16, seq=2048, remat="half")
+    with pytest.raises(ValueError, match=r"\[search\] chips=0 must be an int >= 1"):
+        train.search(SMALL, "tpu-v5p", chips=0, batch=16, seq=2048)
+    with pytest.raises(ValueError, match=r"\[search\] no plan can split the model over 16 chips: tp"):
+        train.search(SMALL.replace(num_heads=8, head_dim=128), "tpu-v5p", chips=16, batch=16, seq=2048,
+                     strategies=("tp",))
