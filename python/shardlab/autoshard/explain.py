@@ -21,6 +21,8 @@ import html
 
 import numpy as np
 
+from shardlab.units import fmt_bytes, fmt_seconds
+
 from .plan import ShardingPlan, autoshard
 from .specs import pspec
 
@@ -45,13 +47,6 @@ class ParamExplanation:
     rejected: tuple  # Alternatives, cheapest first
 
 
-def _fmt_s(s: float) -> str:
-    for unit, k in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if abs(s) >= k:
-            return f"{s / k:.4g} {unit}"
-    return f"{s * 1e9:.4g} ns"
-
-
 class Explanation:
     """Rows of `ParamExplanation`; ``table()`` (text), rich and HTML displays."""
 
@@ -61,9 +56,9 @@ class Explanation:
 
     def _cells(self, top: int):
         for r in self.rows:
-            alts = "; ".join(f"{a.spec} {_fmt_s(a.seconds)} (+{_fmt_s(a.seconds - r.seconds)}"
+            alts = "; ".join(f"{a.spec} {fmt_seconds(a.seconds)} (+{fmt_seconds(a.seconds - r.seconds)}"
                              f"{'' if a.fits else ', over memory'})" for a in r.rejected[:top])
-            yield r.name, "x".join(map(str, r.shape)), str(r.chosen), _fmt_s(r.seconds), alts or "-"
+            yield r.name, "x".join(map(str, r.shape)), str(r.chosen), fmt_seconds(r.seconds), alts or "-"
 
     def table(self, top: int = 2) -> str:
         head = ("argument", "shape", "chosen", "plan", "cheapest rejected (plan with it)")
@@ -152,8 +147,8 @@ class Comparison:
                 continue
             s = r.plan.solution
             ran = ("ran, outputs and ledger match" if r.ran else "planned only (abstract mesh)")
-            yield (r.name, _fmt_s(r.plan.estimate_s), _fmt_s(s.compute_s), _fmt_s(s.comm_s + s.reshard_s),
-                   f"{s.memory_bytes / 2**20:.4g} MiB", f"{sum(c.bytes_sent for c in r.plan.collectives) / 2**20:.4g} MiB",
+            yield (r.name, fmt_seconds(r.plan.estimate_s), fmt_seconds(s.compute_s), fmt_seconds(s.comm_s + s.reshard_s),
+                   fmt_bytes(s.memory_bytes), fmt_bytes(sum(c.bytes_sent for c in r.plan.collectives)),
                    ran)
 
     _HEAD = ("strategy", "step (est.)", "compute", "comm + reshard", "memory/device", "sent/device", "run")
@@ -197,7 +192,7 @@ class Comparison:
         ax.bar(names, comm, bottom=comp, label="collectives of ops")
         ax.bar(names, resh, bottom=comp + comm, label="resharding")
         for k, r in enumerate(rows):
-            ax.text(k, comp[k] + comm[k] + resh[k], f"{r.plan.solution.memory_bytes / 2**20:.3g} MiB",
+            ax.text(k, comp[k] + comm[k] + resh[k], fmt_bytes(r.plan.solution.memory_bytes),
                     ha="center", va="bottom", fontsize=8)
         ax.set_ylabel("estimated step (ms)")
         ax.set_title(f"plans on mesh {dict(rows[0].plan.mesh.shape)} ({rows[0].plan.mesh.hardware.name})")

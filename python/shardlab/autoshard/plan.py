@@ -29,6 +29,7 @@ import numpy as np
 
 import shardlab as sl
 from shardlab import tree_util
+from shardlab.units import fmt_bytes, fmt_seconds
 
 from .ilp import solve
 from .solution import Solution
@@ -197,11 +198,11 @@ class ShardingPlan:
         s = self.solution
         n_bytes = sum(c.bytes_sent for c in self.collectives)
         lines = [f"autoshard plan of {self.program.fun_name} on mesh {dict(self.mesh.shape)} ({self.mesh.hardware.name})",
-                 f"estimated step {_fmt_s(self.estimate_s)} = compute {_fmt_s(s.compute_s)} + comm {_fmt_s(s.comm_s)} "
-                 f"+ reshard {_fmt_s(s.reshard_s)}; memory {s.memory_bytes / 2**20:.4g} MiB per device",
-                 f"{len(self.collectives)} collectives, {n_bytes / 2**20:.4g} MiB sent per device; "
-                 f"{'proven optimal' if s.proven_optimal else 'NOT proven optimal'} in {s.solve_seconds:.3g} s "
-                 f"(trace and pricing {self.program.trace_seconds:.3g} s)"]
+                 f"estimated step {fmt_seconds(self.estimate_s)} = compute {fmt_seconds(s.compute_s)} + comm {fmt_seconds(s.comm_s)} "
+                 f"+ reshard {fmt_seconds(s.reshard_s)}; memory {fmt_bytes(s.memory_bytes)} per device",
+                 f"{len(self.collectives)} collectives, {fmt_bytes(n_bytes)} sent per device; "
+                 f"{'proven optimal' if s.proven_optimal else 'NOT proven optimal'} in {fmt_seconds(s.solve_seconds)} "
+                 f"(trace and pricing {fmt_seconds(self.program.trace_seconds)})"]
         for i in self.program.inputs:
             v = self.program.values[i]
             if i in self._dims:
@@ -210,15 +211,6 @@ class ShardingPlan:
 
     def __repr__(self):
         return self.summary()
-
-
-def _fmt_s(s: float) -> str:
-    for unit, k in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
-        if abs(s) >= k:
-            return f"{s / k:.4g} {unit}"
-    return f"{s * 1e9:.4g} ns"
-
-
 def autoshard(f, *args, mesh, memory_limit_bytes: float | None = None, time_limit_s: float | None = 60.0,
               merge_layers: bool = True, shrink: bool = True, follow: bool = True, in_specs=None) -> ShardingPlan:
     """Finds the fastest sharding of `f(*args)` on `mesh` under a per-device memory limit.
