@@ -167,3 +167,19 @@ def test_every_picture_kind_is_readable():
     coll = _pictures()["collective all_gather"]
     fills = re.findall(r'<rect class="sl-chunk"[^>]*fill="(#[0-9a-f]{6})"', coll.html)[:4]
     assert len(set(fills)) == 4
+
+
+# -- strategies side by side -----------------------------------------------------------------------
+def test_strategies_memory_against_hbm_and_bytes_per_axis(step_ledger):
+    v = viz.strategies({"dp": {"memory": {"params": 2e9, "optimizer": 1e10}, "bytes": {"data": 4e9}},
+                        "fsdp": {"memory": {"params": 1e8, "optimizer": 5e8}, "ledger": step_ledger}},
+                       hbm=8e9)
+    assert v.data["fits"] == {"dp": False, "fsdp": True}
+    assert v.data["bytes"]["fsdp"] == viz.bytes_by_axes(step_ledger) and set(v.data["bytes"]["fsdp"]) == {"x", "y"}
+    assert "HBM" in v.html and "✗" in v.html and units.fmt_bytes(12e9) in v.text
+    fills = re.findall(r'class="sl-stack"[^>]*fill="(#[0-9a-f]{6})"', v.html)
+    assert len(set(fills)) == 5                                   # params, optimizer; data, x, y
+    with pytest.raises(ValueError, match=r"\[viz.strategies\]"):
+        viz.strategies({"dp": {"bytes": {}}})
+    with pytest.raises(TypeError, match=r"\[viz.strategies\] 'dp'"):
+        viz.strategies({"dp": 3})
