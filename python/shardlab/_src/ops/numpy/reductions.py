@@ -27,21 +27,31 @@ __all__ = ["sum", "prod", "max", "min", "amax", "amin", "any", "all", "mean", "v
 
 
 def _reducer(prim, np_fn, *, takes_dtype=True):
-    def fn(x, axis=None, dtype=None, keepdims=False, **kw):
+    """``jnp.<np_fn>`` as primitive ``prim`` over the local axes; ``takes_dtype=False`` for the
+    reductions numpy gives no ``dtype`` argument (max, min, any, all)."""
+    name = np_fn.__name__
+
+    def reduce(x, axis, dtype, keepdims, kw):
+        extra = {"dtype": dtype} if dtype is not None else {}
         if isinstance(x, ShardedArray):
-            return _global(np_fn, x, axis=axis, dtype=dtype, keepdims=keepdims, **kw)
+            return _global(np_fn, x, axis=axis, keepdims=keepdims, **({"dtype": dtype} if takes_dtype else {}), **kw)
         if not isinstance(x, LocalArray):
-            extra = {"dtype": dtype} if dtype is not None and takes_dtype else {}
             return np_fn(x, axis=axis, keepdims=keepdims, **extra, **kw)
         if kw:
-            raise TypeError(f"[{np_fn.__name__}] keyword arguments {sorted(kw)} are not supported on "
-                            f"per-device values")
+            raise TypeError(f"[{name}] keyword arguments {sorted(kw)} are not supported on per-device values")
         if dtype is not None:
             x = astype(x, dtype)
-        return bind(prim, [x], x.mesh, axes=_axes(axis, x, np_fn.__name__), keepdims=bool(keepdims))
+        return bind(prim, [x], x.mesh, axes=_axes(axis, x, name), keepdims=bool(keepdims))
 
-    fn.__name__ = np_fn.__name__
-    fn.__doc__ = f"``numpy.{np_fn.__name__}`` over the local axes."
+    if takes_dtype:
+        def fn(x, axis=None, dtype=None, keepdims=False, **kw):
+            return reduce(x, axis, dtype, keepdims, kw)
+    else:
+        def fn(x, axis=None, keepdims=False, **kw):
+            return reduce(x, axis, None, keepdims, kw)
+
+    fn.__name__ = name
+    fn.__doc__ = f"``numpy.{name}`` over the local axes."
     HANDLED[np_fn] = fn
     return fn
 
@@ -50,28 +60,11 @@ sum = _reducer(bc.REDUCE_SUM, np.sum)  # noqa: A001
 prod = _reducer(red.REDUCE_PROD, np.prod)
 
 
-def _nodtype(prim, np_fn):
-    def fn(x, axis=None, keepdims=False, **kw):
-        if isinstance(x, ShardedArray):
-            return _global(np_fn, x, axis=axis, keepdims=keepdims, **kw)
-        if not isinstance(x, LocalArray):
-            return np_fn(x, axis=axis, keepdims=keepdims, **kw)
-        if kw:
-            raise TypeError(f"[{np_fn.__name__}] keyword arguments {sorted(kw)} are not supported on "
-                            f"per-device values")
-        return bind(prim, [x], x.mesh, axes=_axes(axis, x, np_fn.__name__), keepdims=bool(keepdims))
-
-    fn.__name__ = np_fn.__name__
-    fn.__doc__ = f"``numpy.{np_fn.__name__}`` over the local axes."
-    HANDLED[np_fn] = fn
-    return fn
-
-
-max = _nodtype(red.REDUCE_MAX, np.max)  # noqa: A001
-min = _nodtype(red.REDUCE_MIN, np.min)  # noqa: A001
+max = _reducer(red.REDUCE_MAX, np.max, takes_dtype=False)  # noqa: A001
+min = _reducer(red.REDUCE_MIN, np.min, takes_dtype=False)  # noqa: A001
 amax, amin = max, min
-any = _nodtype(red.REDUCE_ANY, np.any)  # noqa: A001
-all = _nodtype(red.REDUCE_ALL, np.all)  # noqa: A001
+any = _reducer(red.REDUCE_ANY, np.any, takes_dtype=False)  # noqa: A001
+all = _reducer(red.REDUCE_ALL, np.all, takes_dtype=False)  # noqa: A001
 
 
 def _no_kwargs(kw: dict, op: str) -> None:
