@@ -78,6 +78,9 @@ class Estimate:
         phases: seconds on the critical path: forward, recompute, backward, optimizer,
             ``comm:<axis>`` (exposed), bubble; they add up to ``step_seconds``.
         matmul_seconds: forward + backward matmuls at the peak (the book's T_math).
+        hardware, chips, pipeline, prices: where it runs (chips: all stages) and the price list.
+        layers_executed: layers run shape-only (the ledger holds them); notes: what was assumed.
+        tokens_per_step: batch x seq (``tokens_per_second`` divides it by the step and chips).
     """
 
     strategy: str
@@ -107,12 +110,12 @@ class Estimate:
     def memory_per_device(self) -> float:
         return float(sum(self.memory.values()))
 
+    tokens_per_step: int = 0
+
     @property
     def tokens_per_second(self) -> float:
         """Tokens per second per chip (torchtitan's TPS/GPU)."""
-        return self._tokens / (self.step_seconds * self.chips) if self.step_seconds else 0.0
-
-    _tokens: int = dataclasses.field(default=0, repr=False)
+        return self.tokens_per_step / (self.step_seconds * self.chips) if self.step_seconds else 0.0
 
     # -- display ---------------------------------------------------------------------------------
     def rows(self) -> list[tuple[str, float, float]]:
@@ -294,7 +297,7 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
     cfg_run = cfg.replace(num_layers=n_run) if n_run != L else cfg
     t = Trainer(cfg_run, s, m, optimizer=optimizer, precision=precision, remat=remat, microbatches=run_mb)
     params = _param_structs(cfg_run, t, t.dtype, t.param_spec)
-    master = _param_structs(cfg_run, t, np.float32, t.state_spec) if (t.mixed or s.zero in (1, 2)) else None
+    master = _param_structs(cfg_run, t, t.master_dtype, t.state_spec) if (t.mixed or s.zero in (1, 2)) else None
     base = master if master is not None else _param_structs(cfg_run, t, np.float32, t.param_spec)
     opt = {n: base for n in t.opt.state_names}
     tok = sl.ShapeDtypeStruct((rows // run_mb, cols), np.int32, sharding=t.sharding(s.batch_spec()))
@@ -388,9 +391,9 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
     opt_seconds = price_ew(formulas.optimizer_bytes(mem["params"], mem["grads"], mem["optimizer"]), hw, p_list, 4)
     C = s.context_size(m)
     sizes = {a: n for a, n in m.shape.items() if a != s.context} or {s.context: 1}
-    tm = training_memory(cfg.replace(num_layers=layers_dev) if piped else cfg, _memory_name(s), sizes,
+    tm = training_memory(cfg.replace(num_layers=layers_dev) if piped else cfg, s, sizes,
                          batch=X, optimizer=optimizer, precision=precision, remat=remat,
-                         context=run_batch * seq // (X * C * run_mb), tp_axis=s.model)
+                         context=run_batch * seq // (X * C * run_mb))
     act = float(tm.parts["activations"])
     if piped:  # 1F1B keeps up to p microbatches in flight on the first stage
         act *= min(microbatches, pipeline)
@@ -506,8 +509,7 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
     est = Estimate(s.name, dict(m.shape), compute, comm, step, exposed, memory, mfu, bound, fits, ledger,
                    sequence_chunks=chunks, matmul_seconds=matmul_peak, phases=phases, hfu=hfu, hardware=hw.name,
                    chips=chips, pipeline=pipeline, prices=p_list.chip if p_list.chip != hw.name else f"{hw.name} list",
-                   layers_executed=n_run, hbm_capacity=hw.hbm_capacity, notes=notes)
-    est._tokens = batch * seq
+                   layers_executed=n_run, hbm_capacity=hw.hbm_capacity, notes=notes, tokens_per_step=batch * seq)
     return est
 
 
@@ -581,9 +583,3 @@ def sequence_chunks(batch: int, seq: int, X: int, seq_split: int = 1, microbatch
                      f"use a batch whose token count is a multiple of {X * microbatches}")
 
 
-def _memory_name(s) -> str:
-    if s.model and s.zero == 3:
-        return "fsdp+tp"
-    if s.model:
-        return "tp"
-    return {0: "dp", 1: "zero1", 2: "zero2", 3: "fsdp"}[s.zero]
