@@ -112,10 +112,10 @@ class Report(Displayed):
                    if drawn else "")
             rows.append([esc(k), esc(v), esc(share), bar])
             classes.append("")
-        rows.append(["total", esc(total), "", ""])
+        rows.append(["total" if parts else "value", esc(total), "", ""])
         classes.append("sl-total")
         if extras:
-            rows.append(["not in the total", "", "", ""])
+            rows.append(["not in the total" if parts else "figures behind it", "", "", ""])
             classes.append("sl-section")
             rows += [[esc(k), esc(v), "", ""] for k, v in extras]
             classes += [""] * len(extras)
@@ -124,7 +124,8 @@ class Report(Displayed):
         body += "".join(f'<div class="sl-note">{esc(n)}</div>' for n in notes)
         html = figure_html("report", esc(self.title), body)
         w0 = max([len(k) for k, *_ in parts] + [len(k) for k, _ in extras] + [5])
-        vals = [(k, v, s) for k, v, s, _ in parts] + [("total", total, "")] + [(k, v, "") for k, v in extras]
+        vals = [(k, v, s) for k, v, s, _ in parts] + [("total" if parts else "value", total, "")]
+        vals += [(k, v, "") for k, v in extras]
         w1 = max(len(v) for _, v, _ in vals)
         lines = [self.title] + [f"  {k:<{w0}}  {v:>{w1}}" + (f"  {s}" if s else "") for k, v, s in vals]
         lines += [f"  formula: {self.formula}"] * bool(self.formula) + [f"  note: {n}" for n in self.notes]
@@ -133,7 +134,8 @@ class Report(Displayed):
         t.add_column(justify="right", no_wrap=True)
         t.add_column(justify="right", no_wrap=True)
         for k, v, s in vals:
-            t.add_row(Text(k), Text(v), Text(s), style="bold" if k == "total" else None, end_section=k == "total")
+            last = k in ("total", "value") and not s
+            t.add_row(Text(k), Text(v), Text(s), style="bold" if last else None, end_section=last)
         rich = Group(Text(self.title, style="bold"), t, *[Text(n, style="dim") for n in notes])
         return View(html, "\n".join(lines), rich, self.as_dict())
 

@@ -128,7 +128,8 @@ views.register_view(sl.hardware.Hardware, hardware_view)
 def _cost_rows(c) -> list[tuple[str, str]]:
     book = units.fmt_seconds(c.book_seconds)
     err = "-" if c.book_error is None else f"{c.book_error * 100:+.1f}%"
-    return [("V (bytes)", units.fmt_bytes(c.bytes)), ("time (link-level)", units.fmt_seconds(c.seconds)),
+    return [("V (bytes)", units.fmt_bytes(c.bytes)),
+            ("time (link-level): the larger of", units.fmt_seconds(c.seconds)),
             ("  bandwidth term", units.fmt_seconds(c.bandwidth_seconds)),
             ("  latency term", units.fmt_seconds(c.latency_seconds)), ("bound", c.bound), ("hops", str(c.hops)),
             ("book formula", book), ("book vs link-level", err), ("plan", c.plan)]
