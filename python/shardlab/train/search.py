@@ -203,12 +203,12 @@ class _Null:
         pass
 
 
-def _key(cfg, s, mesh, hw, batch, seq, remat, precision, optimizer):
-    return (cfg, s, tuple(mesh.items()), hw, batch, seq, remat, precision, optimizer)
+def _key(cfg, s, mesh, hw, batch, seq, remat, precision, optimizer, prices):
+    return (cfg, s, tuple(mesh.items()), hw, batch, seq, remat, precision, optimizer, prices)
 
 
 def search(cfg, hardware, chips: int, batch: int, seq: int, *, remat="full", strategies=None,
-           precision: str = "mixed", optimizer: str = "adamw", show_progress=None) -> SearchResult:
+           precision: str = "mixed", optimizer: str = "adamw", prices=None, show_progress=None) -> SearchResult:
     """The fastest strategy, mesh factorization (and recompute policy) that fits in HBM.
 
     Args:
@@ -219,7 +219,8 @@ def search(cfg, hardware, chips: int, batch: int, seq: int, *, remat="full", str
         remat: a recompute policy, or a tuple of them to search over too.
         strategies: names or Strategies to try (default :data:`DEFAULT_STRATEGIES`, plus expert
             parallelism for a MoE model).
-        precision, optimizer: as :func:`~shardlab.train.estimate`.
+        precision, optimizer, prices: as :func:`~shardlab.train.estimate` (``prices="ideal"``
+            for a chip without a price list).
         show_progress: draw a progress bar (default: only when a person watches, see
             ``shardlab.viz.progress``).
 
@@ -241,11 +242,12 @@ def search(cfg, hardware, chips: int, batch: int, seq: int, *, remat="full", str
     start = time.perf_counter()
     items = progress.track(todo, f"train.search: {len(todo)} plans", enabled=show_progress)
     for s, mesh, policy in items:
-        key = _key(cfg, s, mesh, hw, batch, seq, policy, precision, optimizer)
+        key = _key(cfg, s, mesh, hw, batch, seq, policy, precision, optimizer, prices)
         found = _CACHE.get(key)
         if found is None:
             try:
-                found = estimate(cfg, s, mesh, hw, batch, seq, remat=policy, precision=precision, optimizer=optimizer)
+                found = estimate(cfg, s, mesh, hw, batch, seq, remat=policy, precision=precision, optimizer=optimizer,
+                                 prices=prices)
             except ValueError as err:
                 found = err
             _CACHE[key] = found
