@@ -7,11 +7,12 @@ import pytest
 
 import shardlab as sl
 import shardlab.numpy as jnp
+from shardlab.models import ModelConfig, transformer
 
 pytest.importorskip("highspy")
 
 from shardlab.autoshard import MemoryLimitError, UntraceableError, autoshard, brute_force, examples, solve  # noqa: E402
-from shardlab.autoshard import trace_program  # noqa: E402
+from shardlab.autoshard import book, compare, explain, plan_pipeline, trace_program  # noqa: E402
 
 
 def _mlp(x, w1, w2):
@@ -90,3 +91,72 @@ def test_untraceable_function_names_the_primitive():
 def test_mesh_without_hardware_is_refused_with_the_fix():
     with pytest.raises(ValueError, match="hardware="):
         autoshard(lambda x: x * 2.0, np.ones((8, 4), np.float32), mesh=sl.make_mesh((2,), ("x",)))
+
+
+def test_explain_lists_each_argument_with_costlier_or_infeasible_alternatives():
+    mesh = sl.make_mesh((2, 2), ("x", "y"), hardware="tpu-v5p")
+    plan = autoshard(sl.grad(_mlp, argnums=(1, 2)), *_args(), mesh=mesh, memory_limit_bytes=90_000)
+    ex = explain(plan)
+    assert [r.name for r in ex.rows] == ["[0]", "[1]", "[2]"]
+    for r in ex.rows:
+        assert r.chosen == plan.specs[r.name] and r.seconds == pytest.approx(plan.estimate_s)
+        assert r.rejected and all(a.spec != r.chosen for a in r.rejected)
+        # the plan is optimal: no feasible alternative is cheaper
+        assert all(a.seconds >= r.seconds * (1 - 1e-9) for a in r.rejected if a.fits)
+    assert "cheapest rejected" in ex.table() and "<table>" in ex._repr_html_()
+
+
+def test_compare_runs_every_strategy_and_the_free_plan_is_no_slower():
+    mesh = sl.make_mesh((2, 2), ("x", "y"), hardware="tpu-v5p")
+    params, x = examples.init(layers=1, batch=8, seq=4, d_model=16, heads=4, head_dim=4, ffw=32)
+    hand = examples.strategies(params)
+    assert set(hand) == {"dp", "fsdp", "tp", "fsdp_tp"}
+    c = compare(examples.train_step, params, x, mesh=mesh, strategies={k: hand[k] for k in ("dp", "fsdp_tp")},
+                rtol=1e-5)
+    names = [r.name for r in c.rows]
+    assert names == ["autoshard", "dp", "fsdp_tp"]
+    assert all(r.ran and r.max_rel_err <= 1e-5 for r in c.rows)
+    free = c.rows[0].plan.estimate_s
+    assert all(free <= r.plan.estimate_s * (1 + 1e-9) for r in c.rows[1:])
+    assert c.best().plan.estimate_s == pytest.approx(free)
+    # the hand-written layouts were imposed
+    assert c.rows[2].plan.specs["[0][0]['w1']"] == sl.P("x", "y")
+    assert c.rows[1].plan.specs["[1]"] == sl.P(("x", "y"))
+    assert "fsdp_tp" in c.table()
+
+
+def test_stage_dp_with_intra_op_costs_gives_a_schedule_that_runs():
+    def stage(k):
+        return examples.train_step, examples.abstract(k, 4, 16, 32, 4, 8, 64)
+
+    pl = plan_pipeline(stage, 4, (2, 2), hardware="tpu-v5p", num_microbatches=4, num_stages=2,
+                       submesh_shapes=[(1, 2)])
+    assert [(s.layer_start, s.layer_end) for s in pl.stages.stages] == [(0, 2), (2, 4)]
+    assert pl.schedule.p == 2 and pl.schedule.m == 4
+    t = pl.stages.stages[0].seconds
+    assert t == pytest.approx(pl.stage_plans[(2, (1, 2))].estimate_s)
+    assert pl.stages.latency_s == pytest.approx(2 * t + 3 * t)
+    cfg = ModelConfig(num_layers=4, d_model=32, ffw_dim=64, num_heads=4, num_kv_heads=4, vocab_size=64)
+    rng = np.random.default_rng(0)
+    tok, tgt = rng.integers(0, 64, (8, 8)), rng.integers(0, 64, (8, 8))
+    ex = pl.execute(cfg, transformer.init_params(cfg, seed=0), tok, tgt)  # checks loss and grads
+    assert np.isfinite(ex.loss)
+
+
+def test_book_part5_llama13b_on_the_v5p_cube_beats_the_nearest_fsdp_tp():
+    """Two of LLaMA-2 13B's 40 MLP blocks under 2/40 of a v5p's HBM (abstract, seconds): pure DP
+    does not fit, FSDP over all 4096 chips cannot split D = 5120, and the search finds a plan
+    below the book's FSDP + TP at the cube's nearest X to X_opt (256 x 16)."""
+    assert book.part5_x_opt() == pytest.approx(1365.33, rel=1e-3)  # the book rounds 3e6 tokens: 1333
+    c = book.part5(layers=2)
+    rows = {r.name: r for r in c.rows}
+    assert rows["dp"].plan is None and "memory limit" in rows["dp"].error
+    assert rows["fsdp (X=4096)"].plan is None and "cannot shard" in rows["fsdp (X=4096)"].error
+    free, fsdp_tp = rows["autoshard"].plan, rows["fsdp_tp (X=256, Y=16)"].plan
+    assert free.solution.proven_optimal
+    assert free.estimate_s < fsdp_tp.estimate_s
+    assert fsdp_tp.specs["[0][0][0]"] == sl.P(("x", "y"), "z")
+    # the found plan: the batch over all 4096 chips, the Adam moments split over all of them
+    assert free.specs["[3]"] == sl.P(("x", "y", "z"))
+    assert all(len(tuple(a for e in free.specs[f"[1][0][{k}]"] if e for a in ((e,) if isinstance(e, str) else e)))
+               == 3 for k in range(3))

@@ -16,6 +16,7 @@ from .stages import Stage, StagePlan, brute_force_stages, plan_stages, submesh_c
 from .trace import Program, UntraceableError, trace_program
 from .plan import Collective, ShardingPlan, autoshard
 from .explain import Comparison, Explanation, compare, explain
+from .pipeline import PipelinePlan, plan_pipeline
 from . import examples
 
 __all__ = [
@@ -23,5 +24,5 @@ __all__ = [
     "Solution", "solve", "SolverTimeLimitWarning", "brute_force", "greedy",
     "Stage", "StagePlan", "plan_stages", "brute_force_stages", "submesh_choices",
     "Program", "UntraceableError", "trace_program", "Collective", "ShardingPlan", "autoshard", "examples",
-    "Explanation", "explain", "Comparison", "compare",
+    "Explanation", "explain", "Comparison", "compare", "PipelinePlan", "plan_pipeline",
 ]

@@ -21,7 +21,7 @@ import shardlab as sl
 import shardlab.numpy as jnp
 from shardlab.sharding import PartitionSpec as P
 
-__all__ = ["init", "abstract", "block", "forward", "loss", "train_step", "mlp_step", "strategies", "LEARNING_RATE"]
+__all__ = ["init", "abstract", "block", "forward", "loss", "train_step", "mlp_step", "adam_mlp_step", "strategies", "LEARNING_RATE"]
 
 LEARNING_RATE = 0.1
 
@@ -100,6 +100,30 @@ def mlp_step(params, x):
 
     value, grads = sl.value_and_grad(f)(params, x)
     return value, [(w - LEARNING_RATE * gw, v - LEARNING_RATE * gv) for (w, v), (gw, gv) in zip(params, grads)]
+
+
+def adam_mlp_step(params, m, v, x):
+    """The book's part-5 model as LLaMA has it (a gated MLP per layer: ``(w_in, w_gate, w_out)``,
+    attention left out as the book's estimate leaves it out) with Adam: the first and second
+    moments are inputs and outputs, as a training step keeps them, so memory counts the
+    parameters and two optimizer states per weight."""
+
+    def f(ps, x):
+        for w_in, w_gate, w_out in ps:
+            h = jnp.tanh(jnp.einsum("bd,df->bf", x, w_in)) * jnp.einsum("bd,df->bf", x, w_gate)
+            x = x + jnp.einsum("bf,fd->bd", h, w_out)
+        return jnp.mean(x * x)
+
+    value, grads = sl.value_and_grad(f)(params, x)
+    b1, b2, eps = 0.9, 0.95, 1e-8
+    new_p, new_m, new_v = [], [], []
+    for p, mm, vv, g in zip(params, m, v, grads):
+        mm2 = tuple(b1 * a + (1 - b1) * b for a, b in zip(mm, g))
+        vv2 = tuple(b2 * a + (1 - b2) * b * b for a, b in zip(vv, g))
+        new_p.append(tuple(w - LEARNING_RATE * a / (jnp.sqrt(c) + eps) for w, a, c in zip(p, mm2, vv2)))
+        new_m.append(mm2)
+        new_v.append(vv2)
+    return value, new_p, new_m, new_v
 
 
 def strategies(params, data: str = "x", model: str = "y") -> dict:

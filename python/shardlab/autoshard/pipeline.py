@@ -1,0 +1,122 @@
+"""Inter-op planning as Alpa does it: the stage DP (`plan_stages`) with each candidate stage
+priced by the intra-op search, and the result as a ``shardlab.train.pipeline`` schedule.
+
+`plan_pipeline(stage_program, num_layers, mesh_shape, hardware=..., num_microbatches=...)` asks
+`stage_program(k)` for the program of a stage of `k` consecutive layers on one micro-batch (a
+function and its example arguments: the forward and backward of those layers), plans it with
+`autoshard` on every sub-mesh shape the DP considers (an abstract mesh ``("hosts", "devices")``
+of that shape on the given hardware; the layers are identical, so a stage's cost depends only on
+its layer count and sub-mesh, as Alpa's layer clustering assumes) and runs Alpa's DP on those
+costs. The answer holds the stages, each stage's intra-op `ShardingPlan`, a 1F1B
+``Schedule`` for its stages and micro-batches, and that schedule clocked with the stages' times.
+
+`PipelinePlan.execute` runs the schedule with ``shardlab.train.pipeline.execute`` on a
+``shardlab.models`` transformer of the same layer count (data parallel inside each stage) and
+compares its loss and gradients with the unpipelined step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+import shardlab as sl
+from shardlab.train import pipeline as pp
+
+from .graph import MemoryLimitError
+from .plan import autoshard
+from .stages import StagePlan, plan_stages
+
+__all__ = ["PipelinePlan", "plan_pipeline"]
+
+
+@dataclasses.dataclass
+class PipelinePlan:
+    """Stages (`StagePlan`), each distinct stage's intra-op plan, the schedule and its timeline."""
+
+    stages: StagePlan
+    stage_plans: dict  # (layer count, sub-mesh shape) -> ShardingPlan
+    schedule: object
+    timeline: object
+    hardware: str
+
+    def summary(self) -> str:
+        lines = [self.stages.summary(),
+                 f"1F1B schedule: p={self.schedule.p}, m={self.schedule.m}; clocked step "
+                 f"{self.timeline.step_time * 1e3:.4g} ms, bubble {self.timeline.bubble_fraction:.1%}"]
+        for s in self.stages.stages:
+            plan = self.stage_plans[(s.layer_end - s.layer_start, tuple(s.submesh_shape))]
+            specs = ", ".join(f"{k} {v}" for k, v in list(plan.specs.items())[:3])
+            lines.append(f"  layers {s.layer_start}..{s.layer_end - 1}: intra-op {plan.estimate_s * 1e3:.4g} ms ({specs}, ...)")
+        return "\n".join(lines)
+
+    def __repr__(self):
+        return self.summary()
+
+    def execute(self, cfg, params, tokens, targets, *, rtol: float = 1e-4):
+        """Runs the schedule with ``train.pipeline.execute`` on a ``("stage", "data")`` mesh (one
+        row per stage, each stage's sub-mesh a data axis) and checks the loss and gradients
+        against ``train.pipeline.reference_step``. Returns the ``Execution``.
+
+        Raises ValueError when the stages are not what ``train.pipeline`` runs: equal sub-meshes
+        and the layer split of ``pipeline.stage_layers``."""
+        st = self.stages.stages
+        subs = {tuple(s.submesh_shape) for s in st}
+        cuts = tuple(range(s.layer_start, s.layer_end) for s in st)
+        if len(subs) != 1 or cuts != pp.stage_layers(cfg.num_layers, len(st)):
+            raise ValueError(f"[autoshard] train.pipeline runs equal stages on equal sub-meshes; this plan has "
+                             f"layers {[(c.start, c.stop) for c in cuts]} on sub-meshes {sorted(subs)}")
+        sub = subs.pop()
+        mesh = sl.make_mesh((len(st), math.prod(sub)), ("stage", "data"), hardware=self.hardware)
+        ex = pp.execute(self.schedule, params, tokens, targets, cfg, mesh, axis="stage", model=None)
+        loss, grads = pp.reference_step(params, tokens, targets, cfg)
+        if not np.isclose(ex.loss, float(loss), rtol=rtol):
+            raise AssertionError(f"pipelined loss {ex.loss} != reference {float(loss)}")
+        got, ref = sl.tree_util.tree_leaves(ex.grads), sl.tree_util.tree_leaves(grads)
+        for g, r in zip(got, ref):
+            g, r = np.asarray(g, np.float64), np.asarray(r, np.float64)
+            if np.max(np.abs(g - r)) > rtol * max(np.max(np.abs(r)), 1e-30):
+                raise AssertionError(f"pipelined gradient differs by {np.max(np.abs(g - r)):.3g}")
+        return ex
+
+
+def plan_pipeline(stage_program, num_layers: int, mesh_shape, *, hardware, num_microbatches: int,
+                  memory_limit_bytes: float | None = None, num_stages: int | None = None,
+                  submesh_shapes=None, time_limit_s: float | None = 60.0) -> PipelinePlan:
+    """Alpa's inter-op pass with intra-op costs (see the module docstring).
+
+    Args:
+        stage_program: ``k -> (f, args)``: a stage of `k` layers on one micro-batch.
+        num_layers: L; mesh_shape: (hosts, devices per host); hardware: the preset to price on.
+        num_microbatches: B; memory_limit_bytes: per device, for each stage's plan.
+        num_stages / submesh_shapes: as `plan_stages`.
+    """
+    plans: dict = {}
+
+    def stage_cost(start: int, end: int, sub) -> tuple[float, bool]:
+        key = (end - start, tuple(sub))
+        if key not in plans:
+            f, args = stage_program(end - start)
+            mesh = sl.make_mesh(tuple(sub), ("hosts", "devices"), hardware=hardware, abstract=True)
+            try:
+                plans[key] = autoshard(f, *args, mesh=mesh, memory_limit_bytes=memory_limit_bytes,
+                                       time_limit_s=time_limit_s)
+            except MemoryLimitError:
+                plans[key] = None
+        plan = plans[key]
+        return (plan.estimate_s, True) if plan is not None else (0.0, False)
+
+    sp = plan_stages(num_layers, mesh_shape, stage_cost, num_microbatches=num_microbatches, num_stages=num_stages,
+                     submesh_shapes=submesh_shapes)
+    p = len(sp.stages)
+    schedule = pp.one_f_one_b(p, num_microbatches)
+    times = [s.seconds for s in sp.stages]
+    timeline = pp.clock(schedule, pp.Durations(forward=[t / 3 for t in times], backward=[2 * t / 3 for t in times],
+                                               source="autoshard intra-op plans (forward 1/3, backward 2/3)"))
+    used = {(s.layer_end - s.layer_start, tuple(s.submesh_shape)): plans[(s.layer_end - s.layer_start,
+                                                                          tuple(s.submesh_shape))]
+            for s in sp.stages}
+    return PipelinePlan(sp, used, schedule, timeline, hardware)
+
