@@ -16,7 +16,6 @@ Example:
 
 from __future__ import annotations
 
-import html
 
 import numpy as np
 from rich import box
@@ -29,18 +28,19 @@ from rich.table import Table
 from .arrays.local_array import LocalArray
 from .arrays.sharded_array import ShardedArray
 from .arrays.storage import is_abstract
+from .core import views
 from .core.mesh import devices
 from .core.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 from .core.tree import flatten
 from .ledger.ledger import _Null
 from .planning.plan import Layout, Term
 
-_COLORS = ["#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#31a354",
-           "#756bb1", "#636363", "#e6550d", "#969696", "#9c9ede", "#cedb9c", "#e7cb94", "#e7969c"]
 
+class ShardingDiagram(views.Viewable):
+    """A 1-D or 2-D array's blocks and the devices holding each (``cells[row][col]``).
 
-class ShardingDiagram:
-    """A 1-D or 2-D array's blocks and the devices holding each (``cells[row][col]``)."""
+    ``print`` / ``rich.print`` draw JAX's boxes; Jupyter shows ``shardlab.viz.sharding``'s
+    picture (registered there), the one picture engine."""
 
     def __init__(self, shape, sharding: NamedSharding):
         shape = tuple(shape)
@@ -60,9 +60,6 @@ class ShardingDiagram:
         self.col_spans = sorted(cols)
         self.cells = [[tuple(sorted(owners[(r, c)])) for c in self.col_spans] for r in self.row_spans]
 
-    def _label(self, ids) -> str:
-        return "CPU " + ",".join(str(i) for i in ids)
-
     def __rich__(self):
         return sharding_table(self.shape, self.sharding, use_color=False)
 
@@ -70,23 +67,6 @@ class ShardingDiagram:
         console = Console(width=120, record=True, file=_Null(), color_system=None, force_jupyter=False)
         console.print(self.__rich__())
         return console.export_text()
-
-    def _repr_html_(self):
-        total_w = self.shape[-1]
-        total_h = self.shape[0] if len(self.shape) == 2 else 1
-        out = ['<table style="border-collapse:collapse;margin:4px 0">']
-        for r, row in zip(self.row_spans, self.cells):
-            h = max(24, int(160 * (r[1] - r[0]) / total_h))
-            out.append("<tr>")
-            for c, ids in zip(self.col_spans, row):
-                w = max(48, int(480 * (c[1] - c[0]) / total_w))
-                color = _COLORS[hash(ids) % len(_COLORS)]
-                out.append(f'<td style="width:{w}px;height:{h}px;background:{color};color:white;'
-                           f'text-align:center;border:1px solid white;font-family:monospace">'
-                           f"{html.escape(self._label(ids))}</td>")
-            out.append("</tr>")
-        out.append("</table>")
-        return "".join(out)
 
 
 def _span(s: slice, size: int) -> tuple:

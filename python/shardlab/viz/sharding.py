@@ -282,3 +282,11 @@ def sharded_array_view(arr) -> View:
 
 
 views.register_view(ShardedArray, sharded_array_view)
+
+
+def sharding_diagram_view(diagram) -> View:
+    """``debug.sharding_diagram(shape, sharding)`` in Jupyter: the same picture as ``sharding``."""
+    return sharding(diagram.shape, diagram.sharding)
+
+
+views.register_view(_debug.ShardingDiagram, sharding_diagram_view)
