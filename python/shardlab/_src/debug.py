@@ -28,12 +28,12 @@ from rich.table import Table
 from .arrays.local_array import LocalArray
 from .arrays.sharded_array import ShardedArray
 from .arrays.storage import is_abstract
+from .core import notation as _notation
 from .core import views
 from .core.mesh import devices
 from .core.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 from .core.tree import flatten
 from .ledger.ledger import _Null
-from .planning.plan import Layout, Term
 
 
 class ShardingDiagram(views.Viewable):
@@ -291,10 +291,7 @@ def notation(sharding, ndim: int | None = None, *, name: str = "A", letters: str
     if len(spec) > ndim or ndim > len(letters):
         raise ValueError(f"[notation] {spec!r} for rank {ndim} with letters {letters!r}: need "
                          f"len(spec) <= ndim <= len(letters)")
-    if fmt not in ("text", "latex", "html"):
-        raise ValueError(f"[notation] fmt={fmt!r}; use 'text', 'latex' or 'html'")
-    layout = Layout(tuple(spec.normalized(ndim)), frozenset(unreduced))
-    return Term(name, letters[:ndim], layout, (0,) * ndim, np.dtype(np.float32)).render(fmt)
+    return _notation.term(name, letters[:ndim], spec.normalized(ndim), frozenset(unreduced), fmt)
 
 
 def device_values(x) -> np.ndarray:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..core import units, views
+from ..core import notation, units, views
 from ..core.sharding import NamedSharding, P, PartitionSpec
 
 _OP_NAMES = {"all_gather": "AllGather", "all_to_all": "AllToAll", "dynamic_slice": "DynamicSlice",
@@ -64,36 +64,13 @@ class Term:
     dtype: np.dtype
 
     def render(self, fmt: str = "text", mesh_order=()) -> str:
-        dims = [_sub(l.upper(), d, fmt) for l, d in zip(self.labels, self.layout.dims)]
-        s = f"{self.name}[{', '.join(dims)}]"
-        if self.layout.unreduced:
-            u = tuple(a for a in mesh_order if a in self.layout.unreduced) or tuple(sorted(self.layout.unreduced))
-            s += {"text": f"{{{_sub('U', u, fmt)}}}", "latex": rf"\{{{_sub('U', u, fmt)}\}}",
-                  "html": f"{{{_sub('U', u, fmt)}}}"}[fmt]
-        return s
+        return notation.term(self.name, self.labels, self.layout.dims, self.layout.unreduced, fmt, mesh_order)
 
     def local_shape(self, mesh) -> tuple:
         return tuple(s // math.prod(mesh.shape[a] for a in d) for s, d in zip(self.shape, self.layout.dims))
 
     def local_bytes(self, mesh) -> int:
         return math.prod(self.local_shape(mesh)) * self.dtype.itemsize
-
-
-def _axes_str(axes, fmt) -> str:
-    if all(len(a) == 1 for a in axes):
-        return "".join(axes)
-    return ",".join(axes)
-
-
-def _sub(base: str, axes, fmt: str) -> str:
-    if not axes:
-        return base
-    s = _axes_str(axes, fmt)
-    if fmt == "latex":
-        return f"{base}_{{{s}}}"
-    if fmt == "html":
-        return f"{base}<sub>{html.escape(s)}</sub>"
-    return f"{base}_{s}" if len(s) == 1 or "," not in s else f"{base}_{{{s}}}"
 
 
 # -- steps ------------------------------------------------------------------------------------
@@ -136,7 +113,7 @@ class Step:
                 {"text": " * ", "latex": r" \otimes ", "html": " &otimes; "}[fmt]
             return sep.join(ins) + arrow + out
         name = _OP_NAMES[self.op]
-        sub = _axes_str(self.axes, fmt)
+        sub = notation.axes_str(self.axes)
         if self.op in ("psum_scatter", "all_to_all"):
             sub += "," + self.output.labels[self.dim2 if self.op == "all_to_all" else self.dim].upper()
         name = {"text": name, "latex": rf"\text{{{name}}}", "html": name}[fmt]
