@@ -82,6 +82,7 @@ class LocalArray(np.lib.mixins.NDArrayOperatorsMixin):
 
     @property
     def is_abstract(self) -> bool:
+        """Whether the value has shapes and dtypes only, no data (an abstract mesh, ``eval_shape``)."""
         return is_abstract(self.storage)
 
     @property
