@@ -26,7 +26,7 @@ is_initialized = _runtime.is_initialized
 shutdown = _runtime.shutdown
 
 
-def initialize(*, axis_order=None, check_programs: bool = True, comm=None) -> None:
+def initialize(*, axis_order=None, check_programs: bool = True, comm=None, timeout: float | None = None) -> None:
     """Spreads every real mesh's virtual devices over the MPI ranks (contiguous blocks of
     device ids), as ``jax.distributed.initialize``.
 
@@ -36,11 +36,15 @@ def initialize(*, axis_order=None, check_programs: bool = True, comm=None) -> No
         check_programs: before each collective, check that every rank runs the same one; a
             mismatch raises RuntimeError listing each rank's collective.
         comm: an mpi4py communicator (default ``MPI.COMM_WORLD``).
+        timeout: seconds a collective may wait for the other ranks before the job is aborted with
+            a message naming this rank and the collective (default: the SHARDLAB_MPI_TIMEOUT
+            environment variable, else 600). A rank that dies ends the job too: mpirun names it,
+            and each stopped rank prints the collective it was in.
 
     Raises ImportError naming ``pip install shardlab[mpi]`` when mpi4py is missing. A mesh
     whose device count is not divisible by the rank count raises ValueError at its first use.
     """
-    _runtime.initialize(axis_order=axis_order, check_programs=check_programs, comm=comm)
+    _runtime.initialize(axis_order=axis_order, check_programs=check_programs, comm=comm, timeout=timeout)
     _dispatch.register_all()
 
 

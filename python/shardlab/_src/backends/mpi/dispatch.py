@@ -21,7 +21,7 @@ import numpy as np
 
 from ...primitives.primitive import REGISTRY
 from .placement import placement
-from .runtime import STATE
+from .runtime import STATE, enter, leave
 from .storage import RankStorage, assemble, gather
 
 _LOCAL_MODULES = tuple("shardlab._src." + m for m in (
@@ -135,7 +135,13 @@ def _impl_for(prim):
         p = placement(mesh)
         if p is None:
             return fn(storages, mesh, **params)
-        return run(prim, p, storages, mesh, params)
+        if run is run_local:
+            return run(prim, p, storages, mesh, params)
+        enter(f"{prim.name}(axes={tuple(params.get('axes', ()))})")
+        try:
+            return run(prim, p, storages, mesh, params)
+        finally:
+            leave()
 
     return impl
 

@@ -13,6 +13,12 @@ Example:
 from __future__ import annotations
 
 import os
+import select
+import signal
+import socket
+import sys
+import threading
+import time
 
 from ...core.processes import PROCESS
 from ...primitives.primitive import REAL_BACKEND
@@ -22,16 +28,22 @@ _SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"
 
 
 class _State:
-    __slots__ = ("comm", "MPI", "axis_order", "check_programs")
+    __slots__ = ("comm", "MPI", "axis_order", "check_programs", "timeout", "current", "since", "watchdog", "wakeup")
 
     def __init__(self):
         self.comm = None
         self.MPI = None
         self.axis_order = None  # mesh axes in the order they are split over ranks (None: mesh order)
         self.check_programs = True
+        self.timeout = None  # seconds a collective may take before the job is aborted
+        self.current = None  # the collective this rank is in (for the fault messages), or None
+        self.since = 0.0
+        self.watchdog = None
+        self.wakeup = None  # the socket the watchdog reads signals from while MPI blocks the main thread
 
 
 STATE = _State()
+_KEEP: list = []
 
 
 def launched_ranks() -> int:
@@ -53,7 +65,45 @@ def _mpi():
     return MPI
 
 
-def initialize(*, axis_order=None, check_programs: bool = True, comm=None) -> None:
+def enter(desc: str) -> None:
+    """Marks this rank as inside collective `desc` (named if the job dies or times out there)."""
+    STATE.current, STATE.since = desc, time.monotonic()
+
+
+def leave() -> None:
+    STATE.current = None
+
+
+def _fault(why: str) -> str:
+    rank = STATE.comm.Get_rank() if STATE.comm is not None else "?"
+    where = f"in collective {STATE.current}" if STATE.current else "outside any collective"
+    return f"[mpi] rank {rank} {why} {where}"
+
+
+def _on_term(signum, frame):  # mpirun stops the other ranks with SIGTERM when one dies
+    sys.stderr.write(_fault("was stopped (another rank ended: mpirun's message above names it)") + "\n")
+    sys.stderr.flush()
+    os._exit(128 + signum)
+
+
+def _watch():
+    while STATE.comm is not None:
+        interval = min(1.0, STATE.timeout / 4)
+        if STATE.wakeup is None:
+            time.sleep(interval)
+        elif select.select([STATE.wakeup], [], [], interval)[0]:
+            # a signal arrived while the main thread may be blocked in an MPI call (Python runs
+            # signal handlers only between bytecodes of the main thread)
+            if signal.SIGTERM in STATE.wakeup.recv(64):
+                _on_term(signal.SIGTERM, None)
+        if STATE.current is not None and time.monotonic() - STATE.since > STATE.timeout:
+            sys.stderr.write(_fault(f"waited more than {STATE.timeout:g} s") + "; a rank is missing from it "
+                             "(dead, stuck, or running another program): aborting the job\n")
+            sys.stderr.flush()
+            STATE.comm.Abort(124)
+
+
+def initialize(*, axis_order=None, check_programs: bool = True, comm=None, timeout: float | None = None) -> None:
     """Switches shardlab to the MPI backend: every real mesh's virtual devices are spread over
     the ranks of `comm` (MPI.COMM_WORLD by default) in contiguous blocks.
 
@@ -63,6 +113,9 @@ def initialize(*, axis_order=None, check_programs: bool = True, comm=None) -> No
         check_programs: before each collective, check that every rank runs the same one
             (op, axes, shape, dtype); a mismatch raises naming the ranks and their ops.
         comm: an mpi4py communicator (a sub-communicator to run on part of the world).
+        timeout: seconds one collective may wait for the other ranks before the job is aborted
+            with a message naming this rank and the collective (default: SHARDLAB_MPI_TIMEOUT,
+            else 600).
     """
     MPI = _mpi()
     STATE.MPI = MPI
@@ -73,6 +126,21 @@ def initialize(*, axis_order=None, check_programs: bool = True, comm=None) -> No
     PROCESS.index = STATE.comm.Get_rank()
     PROCESS.count = STATE.comm.Get_size()
     REAL_BACKEND[0] = "mpi"
+    STATE.timeout = float(timeout if timeout is not None else os.environ.get("SHARDLAB_MPI_TIMEOUT", 600))
+    if threading.current_thread() is threading.main_thread() and STATE.wakeup is None:
+        signal.signal(signal.SIGTERM, _on_term)
+        r, w = socket.socketpair()
+        w.setblocking(False)
+        if signal.set_wakeup_fd(w.fileno(), warn_on_full_buffer=False) == -1:
+            STATE.wakeup = r
+            _KEEP.append(w)  # the write end stays open as long as the process
+        else:  # another wakeup fd (an asyncio loop, say) is in use: leave it
+            signal.set_wakeup_fd(-1)
+            r.close()
+            w.close()
+    if STATE.watchdog is None or not STATE.watchdog.is_alive():
+        STATE.watchdog = threading.Thread(target=_watch, name="shardlab-mpi-watchdog", daemon=True)
+        STATE.watchdog.start()
 
 
 def shutdown() -> None:
