@@ -50,6 +50,9 @@ def _attend(q, k, v, ck, cv, pos, kv_len, store):
 
 
 def attn_megatron(p, h, pos, ck, cv, kv_len, cfg, n, axes, store=None):
+    """Megatron attention: this device's N/n query heads and K/n KV heads (W_Q[D, N_X H],
+    KV[B, S, K_X, H]) over its cache, then one AllReduce of [B, D] over ``axes`` in the output
+    projection."""
     q, k, v = qkv(p, h, pos, cfg, cfg.num_heads // n, cfg.num_kv_heads // n)
     num, _, l = _attend(q, k, v, ck, cv, pos, kv_len, store)
     return _out_proj(p, finish(num, l, q.dtype), axes), k, v
@@ -98,6 +101,8 @@ def attn_seq_kv(p, h, pos, ck, cv, kv_len, cfg, n):
 
 
 def mlp_megatron(p, x, cfg, axes):
+    """Megatron MLP: W_in[D, F_X] column-split, W_out[F_X, D] row-split, one AllReduce of
+    [B, D] over ``axes``."""
     B, T, D = x.shape                                  # 2-D rows: one GEMM per weight (see generate.qkv)
     y = jnp.reshape(mlp({k: w for k, w in p.items() if k != "b_down"}, jnp.reshape(x, (B * T, D)), cfg), (B, T, D))
     y = lax.psum(y, axes)
