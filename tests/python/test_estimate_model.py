@@ -38,6 +38,17 @@ def test_deeper_models_run_two_layers_and_count_the_last_for_the_rest():
         _est(CFG.replace(num_layers=6), execute_layers=7)
 
 
+def test_gradient_accumulation_does_the_same_work_in_pieces():
+    def est(m):
+        return train.estimate(CFG, "fsdp_tp", {"data": 4, "model": 2}, "h100", batch=64, seq=2048, remat="full",
+                              microbatches=m)
+
+    one, four = est(1), est(4)
+    for ph in ("forward", "recompute", "backward"):   # 4x the kernels, each a quarter the size
+        assert one.phases[ph] < four.phases[ph] < 1.25 * one.phases[ph]
+    assert four.memory["activations"] < one.memory["activations"]
+
+
 def test_tensor_parallel_collectives_are_exposed_unless_async():
     sync, asyn = _est(), _est(async_tp=True)
     assert sync.exposed_comm_seconds["model"] > asyn.exposed_comm_seconds.get("model", 0.0)

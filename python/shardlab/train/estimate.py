@@ -435,7 +435,8 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
     if not piped:
         for ph in _PHASES:
             c, ov, ex = phase_parts(every, ph)
-            c += ew[ph] * layers_dev + (loss * 0.5 if ph != "recompute" else 0.0)
+            # the memory-bound bytes are per microbatch: the executed step ran run_mb of them
+            c += (ew[ph] * layers_dev + (loss * 0.5 if ph != "recompute" else 0.0)) * run_mb
             phases[ph] = c
             for k, v in list(overlap(c, ov, layers_dev).items()) + list(ex.items()):
                 exposed[k] = exposed.get(k, 0.0) + v

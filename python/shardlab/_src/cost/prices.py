@@ -138,7 +138,7 @@ MAMF = {"a100": (271.2 / 312, None), "h100": (794.5 / 989, 1402.6 / 1979), "h200
         "b200": (1745.0 / 2250, 3432.5 / 4500)}
 
 #: The large-GEMM efficiency a training step sustains on the A100, fitted on Megatron-LM's Table 1
-#: (``train.validate.fit("megatron", ...)``: 0.70, mean |error| 3.5 %; torchtitan's table, held
+#: (``train.validate.fit("megatron", ...)``: 0.70, mean |error| 2.1 %; torchtitan's table, held
 #: out, 9.1 %), and its ratio to the burst MAMF: clocks under sustained power and heat, and the
 #: GEMM shapes a model has rather than the best one. The other NVIDIA GPUs, with no published
 #: training table transcribed here, are derated by the same ratio (an assumption).
