@@ -92,7 +92,8 @@ def test_estimate_prices_the_dcn_axis_at_the_dcn_bandwidth():
     mesh = sl.make_mesh((4, 4, 4), ("dcn", "x", "y"), hardware="tpu-v5p", physical_axes={"dcn": "dcn"}, abstract=True)
     flat_fsdp = train.estimate(cfg, train.Strategy("flat", data=("dcn", "x", "y"), zero=3), mesh, "tpu-v5p",
                                batch=64, seq=1024)
-    assert flat_fsdp.comm_seconds["dcn+x+y"] > 1.5 * e.comm_seconds["dcn"]   # gathers weights across slices too
+    # gathers weights across slices too (the embedding table once: its lookup's gradient does not read it)
+    assert flat_fsdp.comm_seconds["dcn+x+y"] > 1.3 * e.comm_seconds["dcn"]
     # a flat psum is priced by its best staged plan, which is the hierarchical one: same DCN seconds
     flat_dp = train.estimate(cfg, train.Strategy("dp", data=("dcn", "x", "y")), mesh, "tpu-v5p", batch=64, seq=1024)
     assert flat_dp.comm_seconds["dcn+x+y"] == pytest.approx(e.comm_seconds["dcn"], rel=0.06)
