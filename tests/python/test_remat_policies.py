@@ -22,7 +22,7 @@ def test_training_memory_equals_the_activations_a_real_forward_keeps(strategy):
     mesh = sl.make_mesh(*MESHES[strategy])
     params = transformer.init_params(CFG, seed=0)
     for remat in POLICIES:
-        for precision in ("fp32", "mixed"):
+        for precision in ("fp32", "mixed") if strategy == "tp_sp" else ("mixed",):
             t = train.Trainer(CFG, strategy, mesh, remat=remat, precision=precision)
             kept = t.saved_activations(t.init(params).params, TOKENS)
             calc = training_memory(CFG, t.s, dict(mesh.shape), batch=8, precision=precision, remat=remat, context=8)
