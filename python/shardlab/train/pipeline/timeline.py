@@ -150,9 +150,9 @@ def to_chrome_trace(tl, path: str | None = None, *, time_unit: float | None = No
     Args:
         tl: a :class:`~shardlab.train.pipeline.clock.Timeline`.
         path: when given, the JSON is also written there.
-        time_unit: seconds per unit of the timeline's times (default: 1 for durations from the
-            cost model, ``Durations.from_cost``, which are seconds; 1e-6 for given unitless
-            durations, so one unit shows as 1 µs); the trace is in microseconds.
+        time_unit: seconds per unit of the timeline's times (default: 1e-6 for durations given
+            by hand, which have no unit, so one unit shows as 1 µs; 1 for those of the cost model
+            or an executed ledger, which are seconds); the trace is in microseconds.
 
     Returns:
         ``{"traceEvents": [...]}``: per stage a compute track (F/B/I/W blocks named like the
@@ -165,7 +165,7 @@ def to_chrome_trace(tl, path: str | None = None, *, time_unit: float | None = No
         ['F0', 'F1']
     """
     if time_unit is None:
-        time_unit = 1.0 if str(tl.source).startswith("cost model") else 1e-6
+        time_unit = 1e-6 if str(tl.source) == "given" else 1.0
     us = time_unit * 1e6
     ev = [{"name": "process_name", "ph": "M", "pid": 0, "args": {"name": tl.schedule.name}}]
     for s in range(tl.p):
