@@ -1,13 +1,13 @@
 # The C++ package: headers under include/shardlab, libshardlab_core.a, and the CMake package
 # files, so another project writes
 #   find_package(shardlab 0.1 REQUIRED)
-#   target_link_libraries(app PRIVATE shardlab::core)
+#   target_link_libraries(app PRIVATE shardlab::core)      # or shardlab::xtensor for shardlab/xtensor.hpp
 include(CMakePackageConfigHelpers)
 
 set(SHARDLAB_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/shardlab CACHE STRING
     "Where shardlabConfig.cmake is installed, relative to the prefix")
 
-install(TARGETS shardlab_core EXPORT shardlabTargets
+install(TARGETS shardlab_core shardlab_xtensor EXPORT shardlabTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/cpp/include/shardlab

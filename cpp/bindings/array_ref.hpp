@@ -5,7 +5,7 @@
 #include <pybind11/pybind11.h>
 
 #include "shardlab/buffer_pool.hpp"
-#include "shardlab/local_array.hpp"
+#include "shardlab/strided.hpp"
 
 namespace shardlab_py {
 
@@ -47,10 +47,14 @@ struct PoolBlock {
   std::size_t bytes;
 };
 
-inline py::array pool_array(const py::dtype& dtype, const std::vector<py::ssize_t>& shape) {
-  std::size_t bytes = static_cast<std::size_t>(dtype.itemsize());
-  for (auto s : shape) bytes *= static_cast<std::size_t>(s);
-  auto* block = new PoolBlock{shardlab::pool_allocate(bytes), bytes};
+// `op` names the caller in the MemoryError raised when the array cannot fit in this machine's
+// memory (shardlab::check_alloc, checked before anything is allocated).
+inline py::array pool_array(const py::dtype& dtype, const std::vector<py::ssize_t>& shape, const char* op) {
+  const std::size_t bytes = shardlab::checked_bytes(
+      op, shardlab::Shape(shape.begin(), shape.end()), static_cast<std::size_t>(dtype.itemsize()),
+      "its output of shape " + shardlab::shape_str(shardlab::Shape(shape.begin(), shape.end())) +
+          " is that large; shard it over more devices, or use an abstract mesh (make_mesh(..., abstract=True))");
+  auto* block = new PoolBlock{shardlab::pool_allocate(bytes, op), bytes};
   PyObject* cap = PyCapsule_New(block, "shardlab.pool", [](PyObject* c) {
     auto* b = static_cast<PoolBlock*>(PyCapsule_GetPointer(c, "shardlab.pool"));
     shardlab::pool_free(b->data, b->bytes);
@@ -65,8 +69,14 @@ inline py::array pool_array(const py::dtype& dtype, const std::vector<py::ssize_
   return py::array(dtype, shape, block->data, owner);
 }
 
-inline py::array empty_like_dtype(const py::array& a, const shardlab::Shape& shape) {
-  return pool_array(a.dtype(), std::vector<py::ssize_t>(shape.begin(), shape.end()));
+inline py::array empty_like_dtype(const py::array& a, const shardlab::Shape& shape, const char* op) {
+  return pool_array(a.dtype(), std::vector<py::ssize_t>(shape.begin(), shape.end()), op);
+}
+
+// A new numpy-owned array whose size is checked first (outputs that do not come from the pool).
+inline py::array checked_array(const char* op, const py::dtype& dtype, const std::vector<py::ssize_t>& shape) {
+  shardlab::checked_bytes(op, shardlab::Shape(shape.begin(), shape.end()), static_cast<std::size_t>(dtype.itemsize()));
+  return py::array(dtype, shape);
 }
 
 }  // namespace shardlab_py

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "array_ref.hpp"
 #include "shardlab/attention.hpp"
 
 namespace py = pybind11;
@@ -63,11 +64,11 @@ void init_attention(py::module_& m) {
         const char* op = reference ? "attention_reference" : "flash_attention";
         const AttentionProblem p = problem(q, k, causal, scale, mask, op);
         require_c4(v, op, "v");
-        py::array out(q.dtype(), std::vector<py::ssize_t>(q.shape(), q.shape() + 4));
-        py::array_t<float> lse({p.batch, p.q_heads, p.q_len});
+        py::array out = shardlab_py::checked_array(op, q.dtype(), std::vector<py::ssize_t>(q.shape(), q.shape() + 4));
+        py::array lse = shardlab_py::checked_array(op, py::dtype::of<float>(), {p.batch, p.q_heads, p.q_len});
         const void *qp = q.data(), *kp = k.data(), *vp = v.data();
         void* op_ = out.mutable_data();
-        float* lp = lse.mutable_data();
+        float* lp = static_cast<float*>(lse.mutable_data());
         {
           py::gil_scoped_release release;
           if (reference) {
@@ -96,13 +97,16 @@ void init_attention(py::module_& m) {
                                       std::to_string(p.batch * p.q_heads * p.q_len) +
                                       " elements, got " + std::to_string(lse.size()));
         }
-        py::array_t<float> dq(std::vector<py::ssize_t>(q.shape(), q.shape() + 4));
-        py::array_t<float> dk(std::vector<py::ssize_t>(k.shape(), k.shape() + 4));
-        py::array_t<float> dv(std::vector<py::ssize_t>(k.shape(), k.shape() + 4));
+        const py::dtype f32 = py::dtype::of<float>();
+        py::array dq = shardlab_py::checked_array(op, f32, std::vector<py::ssize_t>(q.shape(), q.shape() + 4));
+        py::array dk = shardlab_py::checked_array(op, f32, std::vector<py::ssize_t>(k.shape(), k.shape() + 4));
+        py::array dv = shardlab_py::checked_array(op, f32, std::vector<py::ssize_t>(k.shape(), k.shape() + 4));
         const void *qp = q.data(), *kp = k.data(), *vp = v.data(), *o = out.data();
         const void* g = dout.data();
         const float* l = lse.data();
-        float *dqp = dq.mutable_data(), *dkp = dk.mutable_data(), *dvp = dv.mutable_data();
+        float* dqp = static_cast<float*>(dq.mutable_data());
+        float* dkp = static_cast<float*>(dk.mutable_data());
+        float* dvp = static_cast<float*>(dv.mutable_data());
         {
           py::gil_scoped_release release;
           if (reference) {

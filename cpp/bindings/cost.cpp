@@ -1,51 +1,15 @@
-// Bindings for the hardware presets and the collective time model; python/shardlab/hardware.py
-// and python/shardlab/cost.py build the public API on top.
+// Bindings for the collective time model (shardlab/cost.hpp); shardlab._src.cost builds the
+// public API on top.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include "shardlab/cost.hpp"
-#include "shardlab/hardware.hpp"
 
 namespace py = pybind11;
 using namespace shardlab;
 
-namespace {
-
-void init_hardware(py::module_& m) {
-  py::class_<Hardware>(m, "Hardware", "Compute, memory and interconnect figures of one chip.")
-      .def_readonly("name", &Hardware::name)
-      .def_readonly("family", &Hardware::family)
-      .def_readonly("description", &Hardware::description)
-      .def_readonly("peak_flops", &Hardware::peak_flops)
-      .def_readonly("hbm_capacity", &Hardware::hbm_capacity)
-      .def_readonly("hbm_bandwidth", &Hardware::hbm_bandwidth)
-      .def_readonly("ici_axes", &Hardware::ici_axes)
-      .def_readonly("ici_link_bandwidth", &Hardware::ici_link_bandwidth)
-      .def_readonly("ici_links_per_axis", &Hardware::ici_links_per_axis)
-      .def_readonly("wrap_at", &Hardware::wrap_at)
-      .def_readonly("wrap_multiple", &Hardware::wrap_multiple)
-      .def_readonly("hop_latency", &Hardware::hop_latency)
-      .def_readonly("dcn_bandwidth", &Hardware::dcn_bandwidth)
-      .def_readonly("dcn_latency", &Hardware::dcn_latency)
-      .def_readonly("node_size", &Hardware::node_size)
-      .def_readonly("nvlink_link_bandwidth", &Hardware::nvlink_link_bandwidth)
-      .def_readonly("nvlink_links", &Hardware::nvlink_links)
-      .def_readonly("ib_bandwidth", &Hardware::ib_bandwidth)
-      .def_readonly("ib_latency", &Hardware::ib_latency)
-      .def_property_readonly("nvlink_bandwidth", &Hardware::nvlink_bandwidth)
-      .def("peak", &Hardware::peak, py::arg("dtype"))
-      .def("has_peak", &Hardware::has_peak, py::arg("dtype"))
-      .def("wraps", &Hardware::wraps, py::arg("size"))
-      .def("__repr__", [](const Hardware& h) { return "<Hardware " + h.name + ">"; });
-  m.def("hardware_names", &hardware_names);
-  m.def("get_hardware", &get_hardware, py::arg("name"), py::return_value_policy::reference);
-}
-
-}  // namespace
 
 void init_cost(py::module_& m) {
-  init_hardware(m);
-
   py::class_<LinkCount>(m, "LinkCount")
       .def_readonly("src", &LinkCount::src)
       .def_readonly("dst", &LinkCount::dst)

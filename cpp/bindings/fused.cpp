@@ -78,7 +78,7 @@ shardlab::RowsView rows_view(const char* op, const char* name, const py::array& 
 void init_fused(py::module_& m) {
   m.def("silu_forward", [](const py::array& x) {
     const float* xp = float32_data("silu", "x", x);
-    py::array y = empty_like_dtype(x, as_ref(x).shape);
+    py::array y = empty_like_dtype(x, as_ref(x).shape, "silu");
     float* yp = out_data(y);
     const auto n = static_cast<std::int64_t>(x.size());
     {
@@ -90,7 +90,7 @@ void init_fused(py::module_& m) {
   m.def("silu_backward", [](const py::array& x, const py::array& dy) {
     const float* xp = float32_data("silu_vjp", "x", x);
     const float* dyp = float32_like("silu_vjp", "dy", dy, x);
-    py::array dx = empty_like_dtype(x, as_ref(x).shape);
+    py::array dx = empty_like_dtype(x, as_ref(x).shape, "silu_vjp");
     float* dxp = out_data(dx);
     const auto n = static_cast<std::int64_t>(x.size());
     {
@@ -109,7 +109,7 @@ void init_fused(py::module_& m) {
     const std::int64_t F = shape.back() / 2;
     auto zshape = shape;
     zshape.back() = F;
-    py::array z = empty_like_dtype(x, zshape);
+    py::array z = empty_like_dtype(x, zshape, "swiglu");
     float* zp = out_data(z);
     {
       py::gil_scoped_release release;
@@ -127,7 +127,7 @@ void init_fused(py::module_& m) {
       throw std::invalid_argument("[swiglu_vjp] x has shape " + shardlab::shape_str(shape) + " and dz " +
                                   shardlab::shape_str(dshape) + "; dz must be x's shape with half its last dim");
     }
-    py::array dx = empty_like_dtype(x, shape);
+    py::array dx = empty_like_dtype(x, shape, op);
     float* dxp = out_data(dx);
     {
       py::gil_scoped_release release;
@@ -141,7 +141,7 @@ void init_fused(py::module_& m) {
     const float* sp = float32_data(op, "shift", shift);
     const auto shape = as_ref(x).shape;
     const shardlab::Shape rows = row_shape(op, x, shift);
-    py::array s = empty_like_dtype(x, rows);
+    py::array s = empty_like_dtype(x, rows, op);
     float* out = out_data(s);
     {
       py::gil_scoped_release release;
@@ -156,7 +156,7 @@ void init_fused(py::module_& m) {
     const float* cp = float32_like(op, "ct", ct, shift);
     const auto shape = as_ref(x).shape;
     const shardlab::Shape rows = row_shape(op, x, shift);
-    py::array dx = empty_like_dtype(x, shape);
+    py::array dx = empty_like_dtype(x, shape, op);
     float* out = out_data(dx);
     {
       py::gil_scoped_release release;
@@ -173,7 +173,7 @@ void init_fused(py::module_& m) {
       throw std::invalid_argument("[rms_norm] expects x [P, R, C] and scale [P, C]; got " + shardlab::shape_str(xs) +
                                   " and " + shardlab::shape_str(ss));
     }
-    py::array y = empty_like_dtype(x, xs), rstd = empty_like_dtype(x, {xs[0], xs[1]});
+    py::array y = empty_like_dtype(x, xs, op), rstd = empty_like_dtype(x, {xs[0], xs[1]}, op);
     float *yp = out_data(y), *rp = out_data(rstd);
     {
       py::gil_scoped_release release;
@@ -194,7 +194,7 @@ void init_fused(py::module_& m) {
                                   shardlab::shape_str(xs) + ", " + shardlab::shape_str(ss) + " and " +
                                   shardlab::shape_str(rs));
     }
-    py::array dx = empty_like_dtype(x, xs), dscale = empty_like_dtype(x, ss);
+    py::array dx = empty_like_dtype(x, xs, op), dscale = empty_like_dtype(x, ss, op);
     float *dxp = out_data(dx), *dsp = out_data(dscale);
     {
       py::gil_scoped_release release;
@@ -212,7 +212,7 @@ void init_fused(py::module_& m) {
       throw std::invalid_argument("[rotary_embedding] expects x [P, B, T, N, H] and cos, sin [P, T, half] with "
                                   "2 half <= H; got " + shardlab::shape_str(xs) + " and " + shardlab::shape_str(cs));
     }
-    py::array out = empty_like_dtype(x, xs);
+    py::array out = empty_like_dtype(x, xs, op);
     float* op_ = out_data(out);
     {
       py::gil_scoped_release release;
@@ -232,6 +232,7 @@ void init_fused(py::module_& m) {
     // numpy's own allocations, not the buffer pool: the new states outlive the step, and the
     // pool would keep the previous step's freed states cached (resident) beside them.
     const std::vector<py::ssize_t> dims(shape.begin(), shape.end());
+    shardlab::checked_bytes(op, shape, 3 * sizeof(float));  // the three new states
     py::array p2 = py::array_t<float>(dims), m2 = py::array_t<float>(dims), v2 = py::array_t<float>(dims);
     float *p2p = out_data(p2), *m2p = out_data(m2), *v2p = out_data(v2);
     const shardlab::AdamWStep h{lr, b1, b2, eps, weight_decay, c1, c2};

@@ -37,7 +37,7 @@ py::array gemm(const py::array& a, const py::array& b) {
   const shardlab::Shape out_shape = shardlab::matmul_shape(ar.shape, br.shape, "gemm");
   // From the buffer pool: a fresh multi-megabyte result would page-fault on every call.
   py::array c = shardlab_py::pool_array(
-      py::dtype::of<float>(), std::vector<py::ssize_t>(out_shape.begin(), out_shape.end()));
+      py::dtype::of<float>(), std::vector<py::ssize_t>(out_shape.begin(), out_shape.end()), "gemm");
   const shardlab::GemmProblem p =
       shardlab::matmul_problem(ar, br, shardlab_py::as_ref(c), "gemm");
   {

@@ -1,7 +1,6 @@
 #include <pybind11/stl.h>
 
 #include "shardlab/ledger.hpp"
-#include "shardlab/ops.hpp"
 
 namespace py = pybind11;
 
@@ -26,13 +25,6 @@ void init_ledger(py::module_& m) {
       .def_readwrite("seconds", &Event::seconds);
   m.def("ring_bytes_sent", &shardlab::ring_bytes_sent, py::arg("op"), py::arg("n"), py::arg("full_bytes"));
   m.def("bus_bandwidth_factor", &shardlab::bus_bandwidth_factor, py::arg("op"), py::arg("n"));
-  m.def("op_table", [] {
-    py::list out;
-    for (const auto& info : shardlab::op_table()) {
-      out.append(py::make_tuple(info.name, shardlab::collective_name(info.collective)));
-    }
-    return out;
-  }, "(op name, the book's collective name) for every collective op, the core's one list.");
   init_ledger_class(m);
 }
 

@@ -1,6 +1,8 @@
-// The _core extension: one init_<module> per binding file, each only converting types.
+// The _core extension: one binding file per core header (init_<header> in <header>.cpp), each
+// only converting types.
 #include <pybind11/pybind11.h>
 
+#include "shardlab/buffer_pool.hpp"
 #include "shardlab/fork_safety.hpp"
 
 namespace py = pybind11;
@@ -14,10 +16,23 @@ void init_gemm(py::module_&);
 void init_attention(py::module_&);
 void init_cost(py::module_&);
 void init_fused(py::module_&);
+void init_hardware(py::module_&);
+void init_ops(py::module_&);
+void init_strided(py::module_&);
+void init_scatter_add(py::module_&);
+void init_buffer_pool(py::module_&);
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "shardlab's C++ core: mesh, sharding, collectives, ledger, cost model and kernels.";
   shardlab::install_fork_handler();
+  // "[op] needs N GiB, more than ...": Python's MemoryError with the core's text.
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const shardlab::AllocationError& e) {
+      py::set_error(PyExc_MemoryError, e.what());
+    }
+  });
   init_mesh(m);
   init_sharding(m);
   init_collectives(m);
@@ -27,4 +42,9 @@ PYBIND11_MODULE(_core, m) {
   init_attention(m);
   init_cost(m);
   init_fused(m);
+  init_hardware(m);
+  init_ops(m);
+  init_strided(m);
+  init_scatter_add(m);
+  init_buffer_pool(m);
 }

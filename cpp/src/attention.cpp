@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/attention_tile.hpp"
+#include "shardlab/buffer_pool.hpp"
 #include "shardlab/cpu_features.hpp"
 
 namespace shardlab {
@@ -136,6 +137,8 @@ void attention_reference_forward(const AttentionProblem& p, const void* q, const
   check_attention_problem(p, "attention_reference");
   const int64_t Tq = p.q_len, Tk = p.kv_len, D = p.head_dim, Hq = p.q_heads;
   const int64_t Hkv = p.kv_heads;
+  check_alloc("attention_reference", double(Tq) * double(Tk) * sizeof(double),
+              "the reference materializes the [Tq, Tk] probabilities in float64; use the flash kernel");
   std::vector<double> P(Tq * Tk);
   for (int64_t b = 0; b < p.batch; ++b) {
     for (int64_t h = 0; h < Hq; ++h) {
@@ -161,6 +164,9 @@ void attention_reference_backward(const AttentionProblem& p, const void* q, cons
   check_attention_problem(p, "attention_reference_backward");
   const int64_t Tq = p.q_len, Tk = p.kv_len, D = p.head_dim, Hq = p.q_heads;
   const int64_t Hkv = p.kv_heads;
+  check_alloc("attention_reference_backward", 2.0 * double(Tq) * double(Tk) * sizeof(double),
+              "the reference materializes the [Tq, Tk] probabilities and their gradient in float64; use the "
+              "flash kernel");
   std::vector<double> P(Tq * Tk), dS(Tq * Tk);
   std::vector<double> dk64(p.batch * Tk * Hkv * D, 0.0), dv64(dk64.size(), 0.0);
   for (int64_t b = 0; b < p.batch; ++b) {

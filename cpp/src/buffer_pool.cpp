@@ -1,7 +1,10 @@
 #include "shardlab/buffer_pool.hpp"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
+#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -29,9 +32,29 @@ Pool& pool() {
 // the system at once (freed through malloc it could stay in the heap, resident).
 std::size_t mapped_bytes(std::size_t cls) { return (cls + kAlign - 1) / kAlign * kAlign; }
 
-void* map_buffer(std::size_t cls) {
+// "32", "1.5", "4096": GiB as Python's f"{g:.3g}" (whole GiB from 1000 up).
+std::string gib(double bytes) {
+  const double g = bytes / double(std::size_t{1} << 30);
+  char buf[64];
+  if (g < 1000) {
+    std::snprintf(buf, sizeof buf, "%.3g", g);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.0f", std::ceil(g));
+  }
+  return buf;
+}
+
+// The system refused a request that check_alloc let through (memory in use by others).
+[[noreturn]] void refused(const char* op, std::size_t bytes) {
+  throw AllocationError(std::string("[") + op + "] needs " + gib(static_cast<double>(bytes)) +
+                        " GiB and the system refused it (this machine has " + gib(physical_memory_bytes()) +
+                        " GiB, less of it free); free other arrays (pool_release() returns the cached "
+                        "buffers), or use an abstract mesh (make_mesh(..., abstract=True))");
+}
+
+void* map_buffer(std::size_t cls, const char* op) {
   void* p = mmap(nullptr, mapped_bytes(cls), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
+  if (p == MAP_FAILED) refused(op, cls);
   madvise(p, mapped_bytes(cls), MADV_HUGEPAGE);
   return p;
 }
@@ -48,10 +71,37 @@ std::size_t size_class(std::size_t bytes) {
 
 }  // namespace
 
-void* pool_allocate(std::size_t bytes) {
+double physical_memory_bytes() {
+  static const double total = [] {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 9.2e18;
+  }();
+  return total;
+}
+
+void check_alloc(const char* op, double bytes, const std::string& hint) {
+  const double total = physical_memory_bytes();
+  if (bytes > total) {
+    throw AllocationError(std::string("[") + op + "] needs " + gib(bytes) + " GiB, more than the " + gib(total) +
+                          " GiB this machine has" + (hint.empty() ? "" : "; " + hint));
+  }
+}
+
+std::size_t checked_bytes(const char* op, const std::vector<std::int64_t>& shape, std::size_t itemsize,
+                          const std::string& hint) {
+  double bytes = static_cast<double>(itemsize);
+  for (const std::int64_t s : shape) bytes *= static_cast<double>(s);
+  check_alloc(op, bytes, hint);
+  std::size_t exact = itemsize;
+  for (const std::int64_t s : shape) exact *= static_cast<std::size_t>(s);
+  return exact;
+}
+
+void* pool_allocate(std::size_t bytes, const char* op) {
+  check_alloc(op, static_cast<double>(bytes));
   if (bytes < kPooledMin) {
     void* p = std::malloc(bytes ? bytes : 1);
-    if (!p) throw std::bad_alloc();
+    if (!p) refused(op, bytes);
     return p;
   }
   const std::size_t cls = size_class(bytes);
@@ -66,7 +116,15 @@ void* pool_allocate(std::size_t bytes) {
       return p;
     }
   }
-  return map_buffer(cls);
+  return map_buffer(cls, op);
+}
+
+void* aligned_allocate(const char* op, std::size_t align, std::size_t bytes) {
+  check_alloc(op, static_cast<double>(bytes));
+  const std::size_t rounded = (bytes + align - 1) / align * align;
+  void* p = std::aligned_alloc(align, rounded ? rounded : align);
+  if (!p) refused(op, bytes);
+  return p;
 }
 
 void pool_free(void* ptr, std::size_t bytes) {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "kernels/gemm_microkernel.hpp"
+#include "shardlab/buffer_pool.hpp"
 #include "shardlab/cpu_features.hpp"
 #include "shardlab/thread_pool.hpp"
 
@@ -72,9 +73,11 @@ class PackBuffer {
  public:
   void* get(size_t bytes) {
     if (bytes > capacity_) {
-      capacity_ = (bytes + 4095) / 4096 * 4096;
-      data_.reset(static_cast<char*>(std::aligned_alloc(64, capacity_)));
-      if (!data_) throw std::bad_alloc();
+      const size_t want = (bytes + 4095) / 4096 * 4096;
+      data_.reset();
+      capacity_ = 0;
+      data_.reset(static_cast<char*>(aligned_allocate("gemm", 64, want)));
+      capacity_ = want;
     }
     return data_.get();
   }

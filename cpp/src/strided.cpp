@@ -1,4 +1,4 @@
-#include "shardlab/local_array.hpp"
+#include "shardlab/strided.hpp"
 
 #include "shardlab/cpu_features.hpp"
 #include "shardlab/thread_pool.hpp"

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 using namespace shardlab;
 
@@ -55,4 +58,35 @@ TEST(BufferPool, SmallRequestsBypassThePool) {
   std::memset(a, 0, 1000);
   pool_free(a, 1000);
   EXPECT_EQ(pool_cached_bytes(), 0u);
+}
+
+TEST(BufferPool, RefusesARequestLargerThanThisMachineWithTheOpAndTheSize) {
+  try {
+    pool_allocate(std::size_t{1} << 60, "all_gather");
+    FAIL() << "a 2**60-byte request was not refused";
+  } catch (const AllocationError& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind("[all_gather] needs 1073741824 GiB, more than the ", 0), 0u) << msg;
+    EXPECT_NE(msg.find(" GiB this machine has"), std::string::npos) << msg;
+  }
+}
+
+TEST(BufferPool, CheckedBytesRefusesAShapeWhoseByteCountOverflows) {
+  // 2**31 * 2**31 * 4 bytes = 2**64: wraps to 0 in size_t arithmetic, refused here.
+  EXPECT_THROW(checked_bytes("broadcast", {std::int64_t{1} << 31, std::int64_t{1} << 31}, 4), AllocationError);
+  EXPECT_EQ(checked_bytes("broadcast", {3, 5}, 4), 60u);
+  try {
+    checked_bytes("copy", {std::int64_t{1} << 33}, 4, "shard it");
+    if (physical_memory_bytes() < 32.0 * (1 << 30)) FAIL() << "32 GiB passed on a smaller machine";
+  } catch (const AllocationError& e) {
+    EXPECT_STREQ(std::string(e.what()).substr(0, 19).c_str(), "[copy] needs 32 GiB");
+    EXPECT_NE(std::string(e.what()).find("; shard it"), std::string::npos) << e.what();
+  }
+}
+
+TEST(BufferPool, AlignedAllocateChecksFirstAndAligns) {
+  void* p = aligned_allocate("gemm", 64, 100);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % 64, 0u);
+  std::free(p);
+  EXPECT_THROW(aligned_allocate("gemm", 64, std::size_t{1} << 62), AllocationError);
 }

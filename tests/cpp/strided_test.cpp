@@ -1,4 +1,4 @@
-#include "shardlab/local_array.hpp"
+#include "shardlab/strided.hpp"
 
 #include "shardlab/cpu_features.hpp"
 
@@ -25,7 +25,7 @@ ArrayRef ref_of(xt::xarray<T>& a, DType dtype) {
 
 }  // namespace
 
-TEST(LocalArray, CopyTransposedViewMatchesXtensor) {
+TEST(Strided, CopyTransposedViewMatchesXtensor) {
   xt::random::seed(1);
   xt::xarray<float> src = xt::random::rand<float>({5, 7, 3});
   xt::xarray<float> dst = xt::zeros<float>({3, 5, 7});
@@ -37,7 +37,7 @@ TEST(LocalArray, CopyTransposedViewMatchesXtensor) {
   EXPECT_EQ(dst, want);
 }
 
-TEST(LocalArray, CopyBroadcastsZeroStrides) {
+TEST(Strided, CopyBroadcastsZeroStrides) {
   xt::xarray<std::int32_t> src = {1, 2, 3};
   xt::xarray<std::int32_t> dst = xt::zeros<std::int32_t>({4, 3});
   ArrayRef s = ref_of(src, DType::int32);
@@ -45,14 +45,14 @@ TEST(LocalArray, CopyBroadcastsZeroStrides) {
   for (int i = 0; i < 4; ++i) EXPECT_EQ(xt::xarray<std::int32_t>(xt::row(dst, i)), src);
 }
 
-TEST(LocalArray, LargeCopyIsExactInParallel) {
+TEST(Strided, LargeCopyIsExactInParallel) {
   xt::xarray<double> src = xt::random::randn<double>({1 << 16, 9});
   xt::xarray<double> dst = xt::zeros<double>({1 << 16, 9});
   copy_strided(ref_of(dst, DType::float64), ref_of(src, DType::float64));
   EXPECT_EQ(dst, src);
 }
 
-TEST(LocalArray, ConcatenateMatchesXtensorWithTransposedAndBroadcastPieces) {
+TEST(Strided, ConcatenateMatchesXtensorWithTransposedAndBroadcastPieces) {
   xt::random::seed(4);
   for (std::size_t rows : {1, 3, 700}) {  // 700 x 35 floats: the parallel copies
     xt::xarray<float> a = xt::random::randn<float>({rows, std::size_t{5}});
@@ -111,7 +111,7 @@ TEST_P(ReduceOnEveryIsa, MaxPropagatesNaN) {
   EXPECT_EQ(dst(1), 5.0f);
 }
 
-TEST(LocalArray, ReduceSumMaxMinMean) {
+TEST(Strided, ReduceSumMaxMinMean) {
   xt::random::seed(2);
   xt::xarray<float> src = xt::random::rand<float>({6, 4, 3});  // reduce dim 0 via a view
   ArrayRef s = ref_of(src, DType::float32);
@@ -127,7 +127,7 @@ TEST(LocalArray, ReduceSumMaxMinMean) {
   }
 }
 
-TEST(LocalArray, Bfloat16SumsInFloatAndRoundsOnce) {
+TEST(Strided, Bfloat16SumsInFloatAndRoundsOnce) {
   // 256 copies of 1 + 2^-8: a bf16 accumulator would stall at 256; float32 gets 257.
   const std::uint16_t one_plus = float_to_bf16(1.0f + 1.0f / 128);
   std::vector<std::uint16_t> src(256, one_plus);
@@ -139,7 +139,7 @@ TEST(LocalArray, Bfloat16SumsInFloatAndRoundsOnce) {
   EXPECT_EQ(float_to_bf16(bf16_to_float(0x3f81)), 0x3f81);
 }
 
-TEST(LocalArray, RejectsMismatchedViews) {
+TEST(Strided, RejectsMismatchedViews) {
   float a[4] = {0}, b[6] = {0};
   EXPECT_THROW(copy_strided(contiguous_ref(a, DType::float32, {4}), contiguous_ref(b, DType::float32, {6})),
                std::invalid_argument);
@@ -148,7 +148,7 @@ TEST(LocalArray, RejectsMismatchedViews) {
                std::invalid_argument);
 }
 
-TEST(LocalArray, SelectMatchesDefinitionWithBroadcastAndNaN) {
+TEST(Strided, SelectMatchesDefinitionWithBroadcastAndNaN) {
   xt::xarray<float> x = {{1.0f, std::nanf(""), 3.0f}, {4.0f, 5.0f, -INFINITY}};
   xt::xarray<float> y = {7.0f, 8.0f, 9.0f};  // broadcast along rows
   xt::xarray<bool> c = {{true, true, false}, {false, true, true}};
@@ -168,7 +168,7 @@ TEST(LocalArray, SelectMatchesDefinitionWithBroadcastAndNaN) {
                std::invalid_argument);
 }
 
-TEST(LocalArray, TransposingCopiesMatchXtensorOnOddSizes) {
+TEST(Strided, TransposingCopiesMatchXtensorOnOddSizes) {
   // The tiled path (a dim contiguous in src against the innermost dim, both >= one tile) and its
   // ragged edges, for 2-, 4- and 8-byte elements.
   xt::random::seed(7);

@@ -1,5 +1,8 @@
+import dataclasses
+
 import pytest
 
+import shardlab._core as _core
 from shardlab import hardware
 
 
@@ -64,3 +67,16 @@ def test_bad_gpu_axes_and_missing_hardware():
         hardware.validate_axes(None, ("X",), (8,), {"X": "x"})
     with pytest.raises(ValueError, match="size 0"):
         hardware.validate_axes("h100", ("G",), (0,), None)
+
+
+def test_the_python_hardware_has_the_core_structs_fields_in_order_and_kind():
+    """One list of Hardware fields: SHARDLAB_HARDWARE_FIELDS in cpp/include/shardlab/hardware.hpp
+    makes the C++ struct and the binding; the Python dataclass must declare the same fields."""
+    kinds = {"Mapping": "dict"}
+    python = [(f.name, kinds.get(f.type, f.type)) for f in dataclasses.fields(hardware.Hardware)]
+    assert python == [(name, kind) for name, kind, _ in _core.hardware_fields()]
+    v5e = hardware.get("tpu-v5e")
+    core = _core.get_hardware("tpu-v5e")
+    convert = {"dict": dict, "tuple": tuple}
+    for name, kind in python:
+        assert getattr(v5e, name) == convert.get(kind, lambda v: v)(getattr(core, name)), name

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "shardlab/ledger.hpp"
-#include "shardlab/local_array.hpp"
+#include "shardlab/strided.hpp"
 #include "shardlab/mesh.hpp"
 
 namespace shardlab {

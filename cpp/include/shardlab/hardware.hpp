@@ -20,35 +20,43 @@ enum class Topology { ring, uni_ring, line, switched };
 std::string topology_name(Topology t);
 Topology parse_topology(const std::string& name);
 
+// The figures of a chip, listed once: X(type, field, kind, comment). The Hardware struct below
+// and the Python binding's attributes are made from this list, and _core.hardware_fields()
+// hands it to Python as (field, kind, comment) rows, where kind is the Python type ("str",
+// "float", "int", "dict" for peak_flops, "tuple" for ici_axes); the Python Hardware
+// dataclass (shardlab._src.core.hardware) is checked against it field for field.
+#define SHARDLAB_HARDWARE_FIELDS(X)                                                                      \
+  X(std::string, name, "str", "preset key, e.g. \"tpu-v5e\"")                                           \
+  X(std::string, family, "str", "\"tpu\" or \"gpu\"")                                                  \
+  X(std::string, description, "str", "human name, e.g. \"TPU v5e\"")                                    \
+  /* Peak dense FLOP/s per dtype name ("float32", "bfloat16", "int8", "float8"); absent when the */      \
+  /* vendor publishes no figure. */                                                                      \
+  X(PeakFlops, peak_flops, "dict", "peak dense FLOP/s per dtype name")                                    \
+  X(double, hbm_capacity, "float", "bytes")                                                              \
+  X(double, hbm_bandwidth, "float", "bytes/s")                                                           \
+  /* Accelerator interconnect (TPU ICI). */                                                              \
+  X(AxisNames, ici_axes, "tuple", "physical axes of the torus, e.g. (x, y, z)")                           \
+  X(double, ici_link_bandwidth, "float", "one-way bytes/s of one link")                                  \
+  X(int, ici_links_per_axis, "int", "links a chip has along one axis (one to each neighbour)")            \
+  X(int, wrap_at, "int", "an axis wraps when its size equals this (v5e/v6e: 16), 0: never")             \
+  X(int, wrap_multiple, "int", "an axis wraps when its size is a multiple (v4p/v5p: 4), 0: n/a")          \
+  X(double, hop_latency, "float", "seconds per ICI / NVLink hop")                                        \
+  /* Data-centre network (TPU slices) per chip. */                                                       \
+  X(double, dcn_bandwidth, "float", "one-way bytes/s per chip")                                          \
+  X(double, dcn_latency, "float", "seconds per hop")                                                     \
+  /* GPU node: NVLink inside the node, InfiniBand across nodes. */                                       \
+  X(int, node_size, "int", "GPUs per node")                                                              \
+  X(double, nvlink_link_bandwidth, "float", "one-way bytes/s of one NVLink")                             \
+  X(int, nvlink_links, "int", "NVLinks per GPU")                                                         \
+  X(double, ib_bandwidth, "float", "one-way bytes/s of the GPU's NIC")                                   \
+  X(double, ib_latency, "float", "seconds per hop across the fabric")
+
 struct Hardware {
-  std::string name;         // preset key, e.g. "tpu-v5e"
-  std::string family;       // "tpu" or "gpu"
-  std::string description;  // human name, e.g. "TPU v5e"
-
-  // Peak dense FLOP/s per dtype name ("float32", "bfloat16", "int8", "float8"); absent when the
-  // vendor publishes no figure.
-  std::map<std::string, double> peak_flops;
-  double hbm_capacity = 0;   // bytes
-  double hbm_bandwidth = 0;  // bytes/s
-
-  // Accelerator interconnect (TPU ICI). Physical axes of the torus, e.g. {"x", "y", "z"}.
-  std::vector<std::string> ici_axes;
-  double ici_link_bandwidth = 0;  // one-way bytes/s of one link
-  int ici_links_per_axis = 0;     // links a chip has along one axis (one to each neighbour)
-  int wrap_at = 0;                // an axis wraps when its size equals this (v5e/v6e: 16), 0: never
-  int wrap_multiple = 0;          // an axis wraps when its size is a multiple (v4p/v5p: 4), 0: n/a
-  double hop_latency = 0;         // seconds per ICI / NVLink hop
-
-  // Data-centre network (TPU slices) per chip.
-  double dcn_bandwidth = 0;  // one-way bytes/s per chip
-  double dcn_latency = 0;    // seconds per hop
-
-  // GPU node: NVLink inside the node, InfiniBand across nodes.
-  int node_size = 0;
-  double nvlink_link_bandwidth = 0;  // one-way bytes/s of one NVLink
-  int nvlink_links = 0;              // NVLinks per GPU
-  double ib_bandwidth = 0;           // one-way bytes/s of the GPU's NIC
-  double ib_latency = 0;             // seconds per hop across the fabric
+  using PeakFlops = std::map<std::string, double>;
+  using AxisNames = std::vector<std::string>;
+#define SHARDLAB_HARDWARE_FIELD(type, field, kind, comment) type field{};
+  SHARDLAB_HARDWARE_FIELDS(SHARDLAB_HARDWARE_FIELD)
+#undef SHARDLAB_HARDWARE_FIELD
 
   // Peak FLOP/s for `dtype`; throws std::invalid_argument naming the known dtypes if absent.
   double peak(const std::string& dtype) const;

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "shardlab/gemm.hpp"
-#include "shardlab/local_array.hpp"
+#include "shardlab/strided.hpp"
 
 namespace shardlab {
 

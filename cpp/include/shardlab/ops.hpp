@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "shardlab/local_array.hpp"
+#include "shardlab/strided.hpp"
 
 namespace shardlab {
 

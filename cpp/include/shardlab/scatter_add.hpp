@@ -1,7 +1,7 @@
 // Row scatter-add: the gradient of a row gather (an embedding lookup, jnp.take along an axis).
 #pragma once
 
-#include "shardlab/local_array.hpp"
+#include "shardlab/strided.hpp"
 
 namespace shardlab {
 

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "shardlab/local_array.hpp"
+#include "shardlab/strided.hpp"
 #include "shardlab/mesh.hpp"
 
 namespace shardlab {

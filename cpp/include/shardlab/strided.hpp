@@ -1,6 +1,7 @@
-// Mesh-factorized local storage: one strided array whose leading mesh.ndim dims are the mesh
-// axes (size 1 where the value is the same along that axis) followed by the local dims.
-// Collectives are strided copies and strided reductions between views of such arrays.
+// Strided views of memory (ArrayRef) and the copies, selects and reductions between them.
+// Mesh-factorized local storage is one such view whose leading mesh.ndim dims are the mesh
+// axes (size 1 where the value is the same along that axis) followed by the local dims;
+// collectives are strided copies and strided reductions between views of such arrays.
 #pragma once
 
 #include <cstdint>

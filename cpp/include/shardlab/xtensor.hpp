@@ -1,7 +1,7 @@
 // shardlab from C++ with xtensor: put an xt::xarray on an emulated mesh, run collectives and
 // per-device matmuls on it, read every device's shard back as an xtensor view, print the ledger.
 //
-// Values live in mesh-factorized storage (see local_array.hpp): one xt::xarray whose leading
+// Values live in mesh-factorized storage (see strided.hpp): one xt::xarray whose leading
 // mesh.ndim() dims are the mesh axes (size 1 where the value is the same along the axis)
 // followed by the local dims. Elementwise xtensor expressions on storage are per-device ops
 // (the size-1 mesh dims broadcast), so a shard_map body is ordinary xtensor code between the
@@ -28,7 +28,7 @@
 #include "shardlab/collectives.hpp"
 #include "shardlab/dtype.hpp"
 #include "shardlab/ledger.hpp"
-#include "shardlab/local_array.hpp"
+#include "shardlab/strided.hpp"
 #include "shardlab/matmul.hpp"
 #include "shardlab/mesh.hpp"
 #include "shardlab/sharding.hpp"

@@ -29,6 +29,7 @@
 #endif
 
 #include "shardlab/attention.hpp"
+#include "shardlab/buffer_pool.hpp"
 #include "shardlab/thread_pool.hpp"
 #include "transpose8x8.hpp"
 
@@ -78,12 +79,11 @@ class Scratch {
   float* get(int64_t floats) {
     if (floats > capacity_) {
       std::free(data_);
-      capacity_ = pad16(floats);
-      data_ = static_cast<float*>(std::aligned_alloc(64, capacity_ * sizeof(float)));
-      if (!data_) {
-        capacity_ = 0;
-        throw std::bad_alloc();
-      }
+      data_ = nullptr;
+      capacity_ = 0;
+      const int64_t want = pad16(floats);
+      data_ = static_cast<float*>(aligned_allocate("flash_attention", 64, want * sizeof(float)));
+      capacity_ = want;
     }
     return data_;
   }
@@ -555,6 +555,8 @@ void backward_tiles(const AttentionProblem& p, const T* q, const T* k, const T* 
   const int64_t nchunks = heads >= nthreads ? 1 : std::min(nkb, (nthreads + heads - 1) / heads);
   const int64_t ntasks = heads * nchunks;
   // Partial dQ of a chunk: [G][Tq][Dp].
+  check_alloc("flash_attention_backward", double(nchunks > 1 ? ntasks * G * Tq * Dp : 0) * sizeof(float),
+              "the partial dQ of every key chunk is that large; use fewer threads or a shorter sequence");
   std::vector<float> partial(nchunks > 1 ? ntasks * G * Tq * Dp : 0, 0.0f);
   static thread_local Scratch dqbuf;  // [G][Tq][Dp] of the task (nchunks == 1)
 

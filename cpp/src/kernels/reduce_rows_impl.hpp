@@ -6,7 +6,7 @@
 #include <type_traits>
 
 #include "shardlab/dtype.hpp"
-#include "shardlab/local_array.hpp"
+#include "shardlab/strided.hpp"
 
 namespace shardlab {
 namespace {

@@ -39,11 +39,6 @@ _LINK_KINDS_TPU = ("dcn",)
 _LINK_KINDS_GPU = ("nvlink", "ib")
 
 
-_FLOAT_FIELDS = ("hbm_capacity", "hbm_bandwidth", "ici_link_bandwidth", "hop_latency", "dcn_bandwidth",
-                 "dcn_latency", "nvlink_link_bandwidth", "ib_bandwidth", "ib_latency")
-_INT_FIELDS = ("ici_links_per_axis", "wrap_at", "wrap_multiple", "node_size", "nvlink_links")
-
-
 @dataclasses.dataclass(frozen=True, eq=True)
 class Hardware(views.Viewable):
     """Compute, memory and interconnect figures of one chip: a preset, or a chip of your own.
@@ -166,13 +161,22 @@ class Hardware(views.Viewable):
         return text if text is not None else repr(self)
 
 
+# The checked number fields, from the dataclass's own annotations (its fields are the C++
+# struct's, in order: tests/python/test_hardware.py holds them to _core.hardware_fields()).
+_FLOAT_FIELDS = tuple(f.name for f in dataclasses.fields(Hardware) if f.type == "float")
+_INT_FIELDS = tuple(f.name for f in dataclasses.fields(Hardware) if f.type == "int")
+
+
 def _finite_nonneg(v) -> bool:
     return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
 
 
+_FROM_CORE = {"Mapping": dict, "tuple": tuple}  # the binding's map and vector as Python values
+
+
 def _from_core(c) -> Hardware:
-    return Hardware(name=c.name, family=c.family, description=c.description, peak_flops=dict(c.peak_flops),
-                    ici_axes=tuple(c.ici_axes), **{f: getattr(c, f) for f in _FLOAT_FIELDS + _INT_FIELDS})
+    return Hardware(**{f.name: _FROM_CORE.get(f.type, lambda v: v)(getattr(c, f.name))
+                       for f in dataclasses.fields(Hardware)})
 
 
 _PRESETS: dict = {}
