@@ -8,7 +8,7 @@ candidates; axes sharing a dim are in mesh order.
 
 >>> from shardlab.autoshard.specs import tensor_dims, pspec
 >>> [pspec(d) for d in tensor_dims((8, 6), {"x": 2, "y": 4})]
-[P(), P(None, 'y'), P('y',), P(None, 'x'), P('x', 'y'), P(('x', 'y'),)]
+[P(), P('y',), P('x',), P(('x', 'y'),), P(None, 'x'), P('y', 'x')]
 """
 
 from __future__ import annotations

@@ -32,6 +32,7 @@ import numpy as np
 import shardlab as sl
 import shardlab.numpy as jnp
 from shardlab import cost, tree_util
+from shardlab.viz import progress
 from shardlab.cost import formulas
 
 from .graph import Edge, Node, Problem, Strategy
@@ -505,7 +506,7 @@ def trace_program(f, *args, mesh, memory_limit_bytes: float | None = None, merge
                 raise ValueError(f"[autoshard] in_specs gives {v.name} {pspec(dims)}, which cannot shard its shape "
                                  f"{v.shape} on the mesh {mshape}")
             input_dims[i] = [dims]
-    for op in ops_live:
+    for op in progress.track(ops_live, f"autoshard: pricing the shardings of {len(ops_live)} ops"):
         op.candidates, op.follows = _follow(op, values, ops, input_dims, pricer) if follow else ([], None)
         if not op.candidates:
             op.candidates = _candidates(op, values, pricer, mshape)
