@@ -136,3 +136,17 @@ def test_bad_policies_list_the_valid_ones():
     t = train.Trainer(CFG, "dp", sl.make_mesh((4,), ("data",)))
     with pytest.raises(ValueError, match=r"remat 'none' keeps every intermediate"):
         t.saved_activations(t.init(transformer.init_params(CFG)).params, TOKENS)
+
+
+def test_moe_layers_follow_the_same_vocabulary():
+    # the router and experts count as mlp_hidden: kept by dots, selective and ffw_outputs
+    cfg = CFG.replace(num_experts=4, top_k=2, first_dense_layers=1)
+    params = transformer.init_params(cfg, seed=0)
+    losses = set()
+    for remat in [None, "dots", "ffw_outputs", "full"]:
+        t = train.Trainer(cfg, "fsdp_ep", sl.make_mesh((4,), ("data",)), optimizer="sgd", remat=remat)
+        losses.add(round(float(t.step(t.init(params), TOKENS, TOKENS)[1]), 6))
+        e = train.estimate(cfg, "fsdp_ep", {"data": 4}, "tpu-v5p", batch=8, seq=8, remat=remat)
+        ledger = sum(ev["flops"] or 0 for ev in e.ledger.events if ev["phase"] == "recompute" and not ev["axes"])
+        assert ledger == flops_per_token(cfg, 8, remat=remat).parts["remat"] * 8 * 8 / 4, remat
+    assert len(losses) == 1
