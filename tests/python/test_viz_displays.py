@@ -91,6 +91,8 @@ def test_every_display_kind_renders_text_html_and_rich(objects):
         for where, s in (("text", text), ("html", _visible(html)), ("rich", rich_text)):
             _check_numbers(f"{name} {where}", s)
         assert len(html) < 400_000, f"{name}: {len(html)} characters of HTML"
+        r = repr(obj)  # what a terminal REPL shows: short, no 16-digit floats, no exponents
+        assert not re.search(r"\d\.\d{7,}", r) and not _EXPONENT.search(r), f"{name} repr: {r[:200]}"
 
 
 def test_no_raw_arrays_in_a_simulation(objects):

@@ -218,7 +218,7 @@ class StepModel:
         return int(free // (context * self.kv_bytes_per_token))
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, repr=False)
 class Estimate(Displayed):
     """What :func:`estimate` returns (bytes, seconds, tokens per second).
 
@@ -268,6 +268,11 @@ class Estimate(Displayed):
     def text(self) -> str:
         """The figures as text (what ``print`` shows)."""
         return self.view().text
+
+    def __repr__(self) -> str:
+        return (f"<serve.Estimate {self.model} on {self.chips} x {self.hardware}: batch {self.batch} x {self.context}, "
+                f"decode {units.fmt_seconds(self.decode.seconds)}/step, "
+                f"{units.fmt_count(self.decode.tokens_per_s, 'tokens/s')}{'' if self.fits else ', does not fit'}>")
 
 
 def estimate(cfg: ModelConfig | None, hardware, mesh, batch: int, context: int, dtypes=None, *,

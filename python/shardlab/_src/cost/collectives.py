@@ -38,7 +38,7 @@ COLLECTIVES = frozenset(formulas.COLLECTIVES) | frozenset(formulas.BOOK_NAMES.va
 _COLLECTIVES = COLLECTIVES
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, repr=False)
 class CollectiveCost(views.Viewable):
     """Estimated time of one collective.
 
@@ -84,6 +84,9 @@ class CollectiveCost(views.Viewable):
         book = "n/a" if self.book_seconds is None else units.fmt_seconds(self.book_seconds)
         return (f"{self.op} over {self.axes} (n={self.group_size}, V={units.fmt_bytes(self.bytes)}): "
                 f"{units.fmt_seconds(self.seconds)} ({self.bound}-bound, {self.hops} hops); book {book}")
+
+    def __repr__(self) -> str:
+        return f"<CollectiveCost {self}>"
 
 
 def schedule(op: str, size: int, topology: str, nbytes: float, *, perm=None, root: int = 0):

@@ -24,7 +24,7 @@ from .events import _mesh_parts, event_seconds
 __all__ = ["Roofline", "roofline"]
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(repr=False)
 class Roofline(views.Viewable):
     """Where a program's time goes on the mesh's hardware.
 
@@ -71,6 +71,11 @@ class Roofline(views.Viewable):
         return "\n".join(lines + [f"  note: {n}" for n in self.notes])
 
     __str__ = text
+
+    def __repr__(self) -> str:
+        return (f"<Roofline on {self.hardware}: {self.bound}-bound, {units.fmt_seconds(self.total_seconds)} "
+                f"(T_math {units.fmt_seconds(self.t_math)}, T_hbm {units.fmt_seconds(self.t_hbm)}, "
+                f"T_comms {units.fmt_seconds(self.t_comms)})>")
 
     def _repr_html_(self) -> str:
         view = views.html_view(self)
