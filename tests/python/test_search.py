@@ -79,3 +79,11 @@ def test_bad_input():
     with pytest.raises(ValueError, match=r"\[search\] no plan can split the model over 16 chips: tp"):
         train.search(SMALL.replace(num_heads=8, head_dim=128), "tpu-v5p", chips=16, batch=16, seq=2048,
                      strategies=("tp",))
+
+
+def test_a_strategy_of_your_own_is_laid_out_too():
+    mine = train.Strategy("mine", data=("a", "b"), model="m", zero=3, sequence_parallel=True)
+    r = train.search(SMALL, "tpu-v5p", chips=16, batch=16, seq=2048, strategies=(mine,))
+    assert {tuple(e.mesh) for e in r.table} <= {("x", "y", "model"), ("x", "model")} and r.best.strategy == "mine"
+    with pytest.raises(ValueError, match=r"\[search\] strategy 'hierarchical' cannot be laid over the mesh axes"):
+        train.search(SMALL, "tpu-v5p", chips=16, batch=16, seq=2048, strategies=(train.hierarchical(),))

@@ -125,7 +125,11 @@ def _with_axes(s, data: tuple):
         changes["model"] = "model"
     if s.context is not None:
         changes["context"] = "context"
-    return dataclasses.replace(s, **changes)
+    try:
+        return dataclasses.replace(s, **changes)
+    except ValueError as err:
+        raise ValueError(f"[search] strategy {s.name!r} cannot be laid over the mesh axes search makes ({err}); "
+                         f"price it on your own mesh with train.estimate") from None
 
 
 @dataclasses.dataclass
