@@ -107,3 +107,63 @@ def test_microbatched_unreduced_gradients_through_scan_as_jax():
         theirs = _microbatched_step(jax, jjnp)
     assert ours[0] == theirs[0]
     np.testing.assert_allclose(ours[1], theirs[1], rtol=1e-5, atol=1e-7)
+
+
+def _reduced_types(api, np_):
+    ws = api.device_put(np_.stack([np_.eye(4) / 2] * 3), api.P(reduced={"X"}))
+    seen = []
+    api.lax.scan(lambda c, w: (seen.append(str(api.typeof(w))), (c, None))[1], 0.0, ws)
+    return [str(api.typeof(v)) for v in (ws * 2, np_.tanh(ws), ws + ws, ws * np_.ones(()))] + seen[:1]
+
+
+def test_elementwise_ops_and_scan_slices_keep_reduced_types_as_jax():
+    with sl.set_mesh(sl.make_mesh((2,), ("X",))):
+        ours = _reduced_types(sl, jnp)
+    with jax.set_mesh(jax.make_mesh((2,), ("X",), devices=jax.devices()[:2])):
+        theirs = _reduced_types(jax, jjnp)
+    assert ours == theirs
+    assert ours[0] == "float32[3,4,4]{R:X}" and ours[-1] == "float32[4,4]{R:X}"
+
+
+def _mixing_errors(api, np_):
+    """What multiplying a reduced array by other arrays gives: a type or the error's words."""
+    out = []
+    ws = api.device_put(np.ones((4, 4), np.float32), api.P(reduced={"X"}))
+    for other in [api.device_put(np.ones((4, 4), np.float32), api.P()),
+                  api.device_put(np.ones((4, 4), np.float32), api.P("X")),
+                  np.ones((4, 4), np.float32), np_.ones(()), 2.0]:
+        try:
+            out.append(str(api.typeof(ws * other)))
+        except Exception as e:  # noqa: BLE001 (the comparison is on the class name and the words)
+            msg = str(e).split("] ", 1)[-1] if str(e).startswith("[") else str(e)  # shardlab names the op first
+            out.append((type(e).__name__, " ".join(msg.split()[:7])))
+    return out
+
+
+def test_reduced_meets_replicated_or_sharded_raises_as_jax():
+    with sl.set_mesh(sl.make_mesh((2,), ("X",))):
+        ours = _mixing_errors(sl, jnp)
+    with jax.set_mesh(jax.make_mesh((2,), ("X",), devices=jax.devices()[:2])):
+        theirs = _mixing_errors(jax, jjnp)
+    assert ours == theirs
+    assert ours[0] == ("ShardingTypeError", "Inputs cannot be replicated on the same")
+    assert ours[3:] == ["float32[4,4]{R:X}"] * 2
+
+
+def test_unreduced_sum_under_jit_lowering_runs_and_keeps_the_one_allreduce():
+    """Adding unreduced partial sums in a traced (shape-only) program: no communication until
+    the reshard, whose AllReduce is in the compiled text."""
+    with sl.set_mesh(sl.make_mesh((2,), ("X",))):
+        ws = sl.device_put(np.ones((4, 4), np.float32), sl.P(reduced={"X"}))
+        xs = sl.device_put(np.ones((3, 2, 4), np.float32), sl.P(None, "X", None))
+
+        def step(ws, xs):
+            acc = sl.reshard(jnp.zeros_like(ws), sl.P(unreduced={"X"}))
+            for i in range(xs.shape[0]):
+                acc = acc + sl.grad(lambda w: jnp.sum(jnp.tanh(xs[i] @ w)))(ws)
+            return sl.reshard(acc, sl.P())
+
+        text = sl.jit(step).lower(ws, xs).compile().as_text()
+        out = sl.jit(step)(ws, xs)
+    assert str(sl.typeof(out)) == "float32[4,4]"
+    assert text.count("all-reduce(") >= 1

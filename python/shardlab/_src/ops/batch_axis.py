@@ -109,7 +109,7 @@ def _take_global(x: ShardedArray, i: int, axis: int, op: str) -> ShardedArray:
         raise ValueError(f"[{op}] the array is unreduced along {sorted(x.unreduced)}; reshard it first")
     entries = _spec_entries(x)
     mesh = x.sharding.mesh
-    rest = P(*[_entry(e) for d, e in enumerate(entries) if d != axis])
+    rest = P(*[_entry(e) for d, e in enumerate(entries) if d != axis], reduced=x.sharding.spec.reduced)
     if not entries[axis]:
         key = (slice(None),) * axis + (i,)
         return _shard_map(lambda v: v[key], mesh=mesh, in_specs=(P(*[_entry(e) for e in entries]),),

@@ -26,7 +26,7 @@ from ..core import dtypes as _dt
 from ..core.context import CTX, named_scope, shard_map_frame
 from ..core.einsum_spec import parse
 from ..core.errors import ShardingTypeError
-from ..core.mesh import UNIT_MESH
+from ..core.mesh import UNIT_MESH, get_mesh
 from ..core.sharding import NamedSharding, P
 from ..ledger.event import Event
 from ..ledger.ledger import record
@@ -315,6 +315,46 @@ def _unreduced_rule(name: str, inputs) -> frozenset:
     return a
 
 
+def _reduced_rule(name: str, inputs) -> frozenset:
+    """JAX's reduced rules of elementwise ops (``default_unop_reduced_rule``,
+    ``default_nary_reduced_rule``): the result is reduced along the axes its operands are; every
+    reduced operand must be reduced along the same axes, and an array operand that is replicated
+    or sharded along those axes cannot meet one (ShardingTypeError: reshard it first). Host
+    values (Python scalars, numpy arrays) take the reduced operand's type."""
+    arrays = [x for x in inputs if isinstance(x, ShardedArray)]
+    rs = {x.sharding.spec.reduced for x in arrays if x.sharding.spec.reduced}
+    if not rs:
+        return frozenset()
+    in_context = get_mesh() is not None  # JAX checks replication against the context's mesh only
+    prim = R.LAX_NAMES.get(name, name)
+    if len(rs) > 1:
+        raise ShardingTypeError(f"[{name}] All inputs should be reduced across the same mesh axes. Got specs: "
+                                f"{[set(r) for r in rs]} (`{prim}`)")
+    (red,) = rs
+    for x in inputs:
+        if not isinstance(x, ShardedArray):
+            if in_context and np.ndim(x):
+                raise ShardingTypeError(
+                    f"[{name}] Inputs cannot be replicated on the same axes that another input is reduced on. Got "
+                    f"input type: {R.type_str(np.shape(x), np.result_type(x), ((),) * np.ndim(x))} and reduced "
+                    f"spec: {set(red)}")
+            continue
+        if x.sharding.spec.reduced == red:
+            continue
+        used = {a for axes in _dims(x) for a in axes} | set(x.unreduced)
+        if used & red:
+            raise ShardingTypeError(
+                f"[{name}] Inputs cannot be sharded/varying on the same axes that another input is reduced on. "
+                f"Reshard the input which is reduced to be sharded on the mesh axes it is reduced on via "
+                f"`shardlab.reshard(inp, P(...))`. Got input type: {R.type_str(x.shape, x.dtype, _dims(x))} and "
+                f"reduced spec: {set(red)}")
+        if x.ndim and in_context:
+            raise ShardingTypeError(
+                f"[{name}] Inputs cannot be replicated on the same axes that another input is reduced on. Got "
+                f"input type: {R.type_str(x.shape, x.dtype, _dims(x))} and reduced spec: {set(red)}")
+    return red
+
+
 def _split_view(storage, k: int, mesh, op_dims: tuple, out_dims: tuple, shape: tuple):
     """`storage` (mesh dims, then local dims of an operand padded to the output's rank) seen in
     the output's layout: a dim the operand holds whole but the output shards over axes A is
@@ -384,6 +424,7 @@ def elementwise(ufunc, inputs, kwargs):
     if prim is None:
         return global_fallback(ufunc, name, inputs, {})
     unreduced = _unreduced_rule(name, inputs)
+    reduced = _reduced_rule(name, inputs)
     infos = [_operand_info(x, name) for x in inputs]
     key = (name, tuple(infos))
     hit = _RULES_SEEN.get(key)
@@ -403,16 +444,17 @@ def elementwise(ufunc, inputs, kwargs):
     mesh = next(x.sharding.mesh for x in inputs if isinstance(x, ShardedArray))
     r = len(out_dims)
     sharding = _result_sharding(mesh, out_dims, inputs)
+    if reduced:
+        sharding = NamedSharding(mesh, sharding.spec.padded(r).update(reduced=reduced),
+                                 memory_kind=sharding.memory_kind, _check_axis_types=False)
     if R.auto_axes(mesh):
         inputs = [_fit(x, out_dims, name) if isinstance(x, ShardedArray) else x for x in inputs]
         infos = [_operand_info(x, name) for x in inputs]
     slow = bool(CTX.tapes) or mesh.abstract or any(k == "tracked" for k, _ in infos) or \
         any(isinstance(x, ShardedArray) and x.is_abstract for x in inputs)
     if slow:
-        if unreduced:
-            raise NotImplementedError(f"[{name}] unreduced operands under a gradient or shape-only run; reduce "
-                                      f"them first with shardlab.reshard(x, x.sharding)")
-        out = _elementwise_shard_map(ufunc, inputs, infos, out_dims, mesh, sharding.spec)
+        out = _elementwise_shard_map(ufunc, inputs, infos, out_dims, mesh,
+                                     sharding.spec.update(unreduced=unreduced) if unreduced else sharding.spec)
     else:
         k = mesh.ndim
         args = []
@@ -489,7 +531,9 @@ def _elementwise_shard_map(ufunc, inputs, infos, out_dims, mesh, out_spec=None):
             continue
         nd = len(o.shape)
         dims = out_dims[r - nd:]
-        specs.append(R.to_pspec(tuple(d if s != 1 else () for d, s in zip(dims, o.shape))))
+        spec = R.to_pspec(tuple(d if s != 1 else () for d, s in zip(dims, o.shape)))
+        u = inputs[i].unreduced if isinstance(inputs[i], ShardedArray) else frozenset()
+        specs.append(spec.update(unreduced=u) if u else spec)  # partial sums enter as each device's part
         pos.append(i)
 
     def body(*local):

@@ -48,9 +48,9 @@ from ..ops import batch_axis
 from ..ops.batch_axis import as_array, shape_of, stack, take, type_str
 from ..ops import numpy as jnp
 from ..primitives.primitive import push_entry
-from .shard_map import flat_shard_map, shard_map
+from .shard_map import flat_shard_map
 
-batch_axis.register_shard_map(shard_map)
+batch_axis.register_shard_map(flat_shard_map)  # an element of a mapped axis: shardlab's step, not the user's
 
 
 def _is_none(x) -> bool:
