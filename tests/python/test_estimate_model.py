@@ -1,6 +1,7 @@
 """train.estimate as a step-time model: calibrated prices, phases, overlap, pipeline, display."""
 
 import pytest
+from rich.console import Console
 
 from shardlab import cost, train
 from shardlab.models import ModelConfig
@@ -96,3 +97,7 @@ def test_the_estimate_displays_itself():
     html = e._repr_html_()
     assert "<table>" in html and "recompute" in html and "HBM" in html
     assert e.tokens_per_second == pytest.approx(8 * 2048 / (e.step_seconds * 8))
+    console = Console(record=True, width=100)
+    console.print(e)
+    shown = console.export_text()
+    assert "recompute" in shown and "activations" in shown and "MFU" in shown

@@ -41,6 +41,8 @@ import functools
 import html
 
 import numpy as np
+from rich.bar import Bar
+from rich.table import Table
 
 import shardlab as sl
 import shardlab.hardware as hw_mod
@@ -145,6 +147,22 @@ class Estimate:
 
     def __str__(self) -> str:
         return self.text()
+
+    def __rich__(self) -> Table:
+        """A rich table: each phase and buffer with its share as a bar (``rich.print(e)``)."""
+        t = Table(title=f"{self.strategy} on {self.chips} x {self.hardware}: step {units.fmt_seconds(self.step_seconds)}, "
+                        f"MFU {units.fmt_percent(self.mfu)}, HFU {units.fmt_percent(self.hfu)}",
+                  caption=f"memory {units.fmt_bytes(self.memory_per_device)} of {units.fmt_bytes(self.hbm_capacity)} "
+                          f"HBM: {'fits' if self.fits else 'does not fit'}")
+        for col in ("phase / buffer", "value", "share"):
+            t.add_column(col, justify="left" if col.startswith("phase") else "right")
+        t.add_column("", width=24)
+        for k, v, share in self.rows():
+            t.add_row(k, units.fmt_seconds(v), units.fmt_percent(share), Bar(1.0, 0.0, share, color="blue"))
+        for k, v in self.memory.items():
+            share = v / self.hbm_capacity if self.hbm_capacity else 0.0
+            t.add_row(k, units.fmt_bytes(v), units.fmt_percent(share), Bar(1.0, 0.0, min(1.0, share), color="yellow"))
+        return t
 
     def _repr_html_(self) -> str:
         def bar(share, colour):
