@@ -204,13 +204,15 @@ def compare(f, *args, mesh, strategies: dict, memory_limit_bytes=None, run: bool
             **kwargs) -> Comparison:
     """The free plan of `f` and one plan per hand-written strategy (``{name: in_specs}``, as
     `autoshard`'s ``in_specs``), each run and checked when `run` and the mesh is concrete."""
-    rows = []
+    rows, pricer = [], None
     for name, specs in [("autoshard", None)] + list(strategies.items()):
         try:
-            plan = autoshard(f, *args, mesh=mesh, memory_limit_bytes=memory_limit_bytes, in_specs=specs, **kwargs)
+            plan = autoshard(f, *args, mesh=mesh, memory_limit_bytes=memory_limit_bytes, in_specs=specs,
+                             pricer=pricer, **kwargs)
         except ValueError as err:  # a strategy that does not fit or cannot shard these shapes
             rows.append(_Row(name, None, error=str(err).split("\n")[0][:160]))
             continue
+        pricer = plan.program.pricer  # the same ops on the same mesh: priced once
         row = _Row(name, plan)
         if run and not getattr(mesh, "abstract", False):
             res = plan.check(*args, rtol=rtol)

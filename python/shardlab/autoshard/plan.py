@@ -213,7 +213,8 @@ class ShardingPlan:
     def __repr__(self):
         return self.summary()
 def autoshard(f, *args, mesh, memory_limit_bytes: float | None = None, time_limit_s: float | None = 60.0,
-              merge_layers: bool = True, shrink: bool = True, follow: bool = True, in_specs=None) -> ShardingPlan:
+              merge_layers: bool = True, shrink: bool = True, follow: bool = True, in_specs=None,
+              pricer=None) -> ShardingPlan:
     """Finds the fastest sharding of `f(*args)` on `mesh` under a per-device memory limit.
 
     Traces `f` (see `trace_program`), solves the intra-op problem with HiGHS (`solve`) and
@@ -230,9 +231,10 @@ def autoshard(f, *args, mesh, memory_limit_bytes: float | None = None, time_limi
         shrink: the solver's exact shrinking passes.
         follow: ops other than contractions take their operand's layouts (Alpa's follow nodes).
         in_specs: fix some arguments' layouts (a hand-written strategy; see `trace_program`).
+        pricer: reuse the prices of an earlier plan on the same mesh (``plan.program.pricer``).
     """
     program = trace_program(f, *args, mesh=mesh, memory_limit_bytes=memory_limit_bytes, merge_layers=merge_layers,
-                            follow=follow, in_specs=in_specs)
+                            follow=follow, in_specs=in_specs, pricer=pricer)
     with progress.bar(f"autoshard: solving {program.problem.size.nodes} nodes with HiGHS", total=1) as b:
         solution = solve(program.problem, shrink=shrink, time_limit_s=time_limit_s)
         b.advance()

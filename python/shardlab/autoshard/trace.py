@@ -401,7 +401,7 @@ def _fixed_layouts(in_specs, args, values, inputs) -> dict:
 
 
 def trace_program(f, *args, mesh, memory_limit_bytes: float | None = None, merge_layers: bool = True,
-                  follow: bool = True, in_specs=None) -> Program:
+                  follow: bool = True, in_specs=None, pricer=None) -> Program:
     """Traces `f(*args)` and builds the intra-op Problem on `mesh` (see the module docstring).
 
     Args:
@@ -414,6 +414,7 @@ def trace_program(f, *args, mesh, memory_limit_bytes: float | None = None, merge
             nodes; False gives every op every layout of its own).
         in_specs: layouts to impose on arguments (a hand-written strategy): a pytree like
             `args` of PartitionSpecs or None (free), or ``{argument path: PartitionSpec}``.
+        pricer: the prices of an earlier call on the same mesh (``Program.pricer``), reused.
 
     Raises:
         UntraceableError: `f` uses a primitive or construct autoshard cannot shard (named).
@@ -496,7 +497,8 @@ def trace_program(f, *args, mesh, memory_limit_bytes: float | None = None, merge
         v = values[op.output]
         op.saved = op.phase == "forward" and any(ops[c].phase == "backward" for c, _ in v.consumers)
 
-    pricer = _Pricer(mesh)
+    if pricer is None or pricer.mesh is not mesh:
+        pricer = _Pricer(mesh)
     mshape = pricer.shape
     input_dims = {v.index: tensor_dims(v.shape, mshape) for v in values if v.kind in ("input", "const") and v.consumers}
     for i, dims in _fixed_layouts(in_specs, args, values, inputs).items():
