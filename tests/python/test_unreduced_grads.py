@@ -167,3 +167,19 @@ def test_unreduced_sum_under_jit_lowering_runs_and_keeps_the_one_allreduce():
         out = sl.jit(step)(ws, xs)
     assert str(sl.typeof(out)) == "float32[4,4]"
     assert text.count("all-reduce(") >= 1
+
+
+@pytest.mark.parametrize("src", ["X,Y", "(X,Y)", "X", ""])
+def test_device_put_to_unreduced_keeps_each_devices_part_as_jax(src):
+    """JAX's parallel notebook: device_put of a global array to P('X', None, unreduced={'Y'})."""
+    spec = {"X,Y": ("X", "Y"), "(X,Y)": (("X", "Y"),), "X": ("X",), "": ()}[src]
+    x = np.arange(8 * 4.0, dtype=np.float32).reshape(8, 4)
+    mesh = sl.make_mesh((4, 2), ("X", "Y"))
+    ours = sl.device_put(sl.device_put(x, sl.NamedSharding(mesh, sl.P(*spec))),
+                         sl.NamedSharding(mesh, sl.P("X", None, unreduced={"Y"})))
+    jmesh = jax.make_mesh((4, 2), ("X", "Y"), devices=jax.devices()[:8])
+    theirs = jax.device_put(jax.device_put(x, jax.NamedSharding(jmesh, jax.P(*spec))),
+                            jax.NamedSharding(jmesh, jax.P("X", None, unreduced={"Y"})))
+    for a, b in zip(_shards(ours), _shards(theirs)):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(np.asarray(sl.reshard(ours, sl.NamedSharding(mesh, sl.P()))), x)

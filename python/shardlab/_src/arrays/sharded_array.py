@@ -538,9 +538,11 @@ def _put(x, device):
         dev = getattr(x, "_device", None) if dev is None else dev
         return as_host(_host(x), weak=weak, committed=committed, device=dev)
     sharding = as_sharding(device, "device_put")
+    source = None
     if isinstance(x, ShardedArray):
         if x.sharding == sharding:
             return x
+        source = x if not x.unreduced and not x.is_abstract else None
         x = np.asarray(x)
     arr = _host(x)
     sharding.check_shape(arr.shape, "device_put")
@@ -555,18 +557,33 @@ def _put(x, device):
                   f"shard it over more axes, or use an abstract mesh (make_mesh(..., abstract=True))")
     storage = copy(view)
     if unreduced:
-        # Partial sums: the value on the first device along each unreduced axis, zeros elsewhere.
-        mesh = sharding.mesh
-        shape = list(storage.shape)
-        for a in unreduced:
-            shape[mesh.axis_names.index(a)] = mesh.shape[a]
-        partial = np.zeros(shape, storage.dtype)
-        partial[tuple(slice(0, 1) if a in unreduced else slice(None) for a in mesh.axis_names)] = storage
-        storage = partial
+        storage = _partials(storage, placed, unreduced, source)
     out = ShardedArray(storage, sharding, arr.shape)
     if type(x) in (int, float, complex) or getattr(x, "_weak", False):  # JAX's weak type: a Python scalar keeps promoting as one
         out._weak_type = True
     return out
+
+
+def _partials(storage, placed: NamedSharding, unreduced, source) -> np.ndarray:
+    """`storage` (the value laid out as `placed`) as partial sums along the `unreduced` axes, as
+    JAX writes them: each device keeps the part of the value it held in `source` (a global array
+    sharded along such an axis: its shard, in place) and zeros elsewhere; where `source` is
+    replicated along the axis, or is host data, the first device holds the value."""
+    mesh = placed.mesh
+    shape = list(storage.shape)
+    for a in unreduced:
+        shape[mesh.axis_names.index(a)] = mesh.shape[a]
+    keep = np.ones(shape, bool)
+    for a in unreduced:
+        i = mesh.axis_names.index(a)
+        coords = np.arange(mesh.shape[a]).reshape([-1 if j == i else 1 for j in range(len(shape))])
+        if source is not None and source._storage.shape[i] != 1:  # which device held each element
+            held = np.broadcast_to(coords, source._storage.shape)
+            owner = to_storage(from_storage(held, source.sharding, source.shape), placed)
+        else:
+            owner = np.zeros(storage.shape, np.int64)
+        keep &= owner == coords
+    return np.where(keep, storage, np.zeros((), storage.dtype))
 
 
 def _to_device(self, device, *, stream=None):
