@@ -5,36 +5,36 @@
 Each transformer layer of the Trainer names its intermediates (:data:`CHECKPOINT_NAMES`, per
 token and device; ``Y`` the model axis, ``/Y*`` only under sequence parallelism):
 
-============== ================================================= =================
-name           value                                             elements / token
-============== ================================================= =================
-``attn_norm``  the norm before attention                         D /Y*
-``qkv``        the Q, K, V projections (one matmul)              (N + 2K)·H / Y
-``attn_out``   the attention core's output (+ fp32 logsumexp)   N·H / Y (+ 4N/Y bytes)
-``attn_proj``  the output projection (partial sums under TP)     D
-``mlp_norm``   the norm before the MLP                           D /Y*
-``mlp_hidden`` W_in (gated: gate and up, one matmul)             2F / Y (plain F / Y)
-``mlp_act``    the activation (gated: act(gate) * up)            F / Y
-``mlp_down``   W_out (partial sums under TP)                     D
-============== ================================================= =================
+============== ============================================== ======================
+name           value                                          elements / token
+============== ============================================== ======================
+``attn_norm``  the norm before attention                      D /Y*
+``qkv``        the Q, K, V projections (one matmul)           (N + 2K)·H / Y
+``attn_out``   the attention core's output (+ fp32 logsumexp) N·H / Y (+ 4N/Y bytes)
+``attn_proj``  the output projection (partial sums under TP)  D
+``mlp_norm``   the norm before the MLP                        D /Y*
+``mlp_hidden`` W_in (gated: gate and up, one matmul)          2F / Y (plain F / Y)
+``mlp_act``    the activation (gated: act(gate) * up)         F / Y
+``mlp_down``   W_out (partial sums under TP)                  D
+============== ============================================== ======================
 
 A policy keeps a set of those names for the backward pass; everything else in the layer is
 recomputed from the layer's input, which a checkpoint always keeps (D /Y* per token). Kept
 matmul outputs are not recomputed; a matmul (or the attention core) whose output is not kept is
 recomputed once, in phase ``recompute`` of the ledger.
 
-============== ============================================== ================================
-policy         keeps                                          recomputes
-============== ============================================== ================================
-``none``       everything (no checkpoint)                     nothing
-``full``       the layer input                                the whole layer forward
-``selective``  every name but ``attn_out`` (Megatron-LM's     the attention core
-               selective recompute)
-``dots``       the matmul outputs (JAX's ``dots_saveable``)   the attention core
-``ffw_outputs`` ``mlp_hidden`` and ``mlp_down`` (the book's   Q/K/V, attention, W_O
-               part 5 example: 2·L·B·(D + 2F) bytes in bf16)
-a set of names those names                                    the rest
-============== ============================================== ================================
+================ ============================================== ==============================
+policy           keeps                                          recomputes
+================ ============================================== ==============================
+``none``         everything (no checkpoint)                     nothing
+``full``         the layer input                                the whole layer forward
+``selective``    every name but ``attn_out`` (Megatron-LM's     the attention core
+                 selective recompute)
+``dots``         the matmul outputs (JAX's ``dots_saveable``)   the attention core
+``ffw_outputs``  ``mlp_hidden`` and ``mlp_down`` (the book's    Q/K/V, attention, W_O
+                 part 5: 2·L·B·(D + 2F) bytes in bf16)
+a set of names   those names                                    the rest
+================ ============================================== ==============================
 
 Aliases: ``None`` = ``"none"``, ``"nothing_saveable"`` = ``"full"``, ``"dots_saveable"`` and
 ``"attention"`` (its older name) = ``"dots"``.
