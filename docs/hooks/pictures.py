@@ -56,13 +56,28 @@ def _view(make):
 def _sharding_2d():
     np, sl = _sl()
     mesh = sl.make_mesh((4, 2), ("x", "y"), hardware="tpu-v5e")
-    return sl.viz.sharding((16, 8), sl.NamedSharding(mesh, sl.P("x", "y")))
+    return sl.viz.sharding((16, 8), sl.NamedSharding(mesh, sl.P("x", "y")), dtype="bfloat16")
 
 
 def _sharding_3d():
     np, sl = _sl()
     mesh = sl.make_mesh((2, 2, 2), ("x", "y", "z"), hardware="tpu-v5p")
-    return sl.viz.sharding((4, 4, 4), sl.NamedSharding(mesh, sl.P("x", "y", "z")))
+    return sl.viz.sharding((4, 4, 4), sl.NamedSharding(mesh, sl.P("x", "y", "z")), dtype="float32")
+
+
+def _specs():
+    np, sl = _sl()
+    mesh = sl.make_mesh((4, 2), ("x", "y"), hardware="tpu-v5e")
+    views = [sl.viz.sharding((8, 8), sl.NamedSharding(mesh, spec), dtype="float32")
+             for spec in (sl.P(), sl.P("x"), sl.P("x", "y"), sl.P(("x", "y")))]
+    return ('<div style="display:flex;flex-wrap:wrap;gap:14px;align-items:flex-start">'
+            + "".join(v._repr_html_() for v in views) + "</div>")
+
+
+def _storage():
+    np, sl = _sl()
+    mesh = sl.make_mesh((4, 2), ("x", "y"), hardware="tpu-v5e")
+    return sl.viz.sharding((8, 6), sl.NamedSharding(mesh, sl.P("x")), dtype="float32")
 
 
 def _collective(op, shape=(8,), names=("x",), axis="x", hw="tpu-v5e"):
@@ -135,6 +150,8 @@ def _object(which):
 PICTURES = {
     "sharding-2d": _view(_sharding_2d),
     "sharding-3d": _view(_sharding_3d),
+    "concepts-specs": _specs,
+    "concepts-storage": _view(_storage),
     "collective-all_gather": _view(_collective("all_gather")),
     "collective-psum": _view(_collective("psum")),
     "collective-psum_scatter": _view(_collective("psum_scatter")),
