@@ -215,3 +215,13 @@ def test_png_export(objects, tmp_path):
     objects["schedule"].save(str(tmp_path / "s.png"))
     img = Image.open(tmp_path / "s.png")
     assert 200 < img.width < 2400 and 50 < img.height < 800  # cropped to the picture, at 2x
+
+
+def test_throughput_latency_view(objects):
+    sim = objects["sim_result"]
+    v = viz.throughput_latency([sim], "e2e", 99)
+    (x, y), = v.data[""]
+    assert x == sim.throughput and y == pytest.approx(float(np.percentile(sim.e2e, 99)))
+    assert units.fmt_seconds(y) in v.text and "<polyline" in v.html and "(log scale)" in v.html
+    with pytest.raises(ValueError, match=r"\[throughput_latency\] metric='latency'"):
+        viz.throughput_latency([sim], "latency")

@@ -25,6 +25,7 @@ from .objects import (axis_schedule_html, axis_schedule_text, axis_schedule_view
 from .pipeline_schedule import pipeline_schedule
 from .plots import collective_sweep, roofline_plot, strategy_sweep, throughput_latency_plot
 from .timeline import chrome_trace, schedule_events, timeline
+from .serving import throughput_latency
 from .sharding import device_list, sharding
 from .strategies import bytes_by_axes, strategies
 from .view import Displayed, View
@@ -34,4 +35,4 @@ __all__ = ["axis_schedule_html", "axis_schedule_text", "axis_schedule_view", "co
            "event_rows", "group_bytes", "hardware_html", "hardware_text", "hardware_view", "ledger_html",
            "ledger_text", "ledger_view", "link_traffic", "mesh_html", "mesh_text", "mesh_view", "pipeline_schedule", "plan_html",
            "plan_text", "plan_view", "progress", "roofline_html", "roofline_plot", "roofline_text", "roofline_view",
-           "save_ledger", "schedule_events", "chrome_trace", "sharding", "strategies", "bytes_by_axes", "strategy_sweep", "throughput_latency_plot", "timeline", "View"]
+           "save_ledger", "schedule_events", "chrome_trace", "sharding", "strategies", "bytes_by_axes", "strategy_sweep", "throughput_latency", "throughput_latency_plot", "timeline", "View"]

@@ -29,9 +29,10 @@ from rich.console import Group
 
 from shardlab import units
 
+from .colors import palette
 from .view import View, bar_html, esc, figure_html, grid_view, kv_view, short_tick, stacked_bar_html
 
-__all__ = ["sim_result_view", "sim_summary", "estimate_view", "nice_ticks"]
+__all__ = ["sim_result_view", "sim_summary", "estimate_view", "nice_ticks", "throughput_latency"]
 
 _PCTS = (50, 90, 99)
 _MAX_DOTS = 400
@@ -184,3 +185,84 @@ def estimate_view(e) -> View:
              f"context {e.context}, decode {units.fmt_seconds(d.seconds)}/step, "
              f"{units.fmt_count(d.tokens_per_s, 'tokens/s')}" + ("" if e.fits else " - does not fit"))
     return kv_view("serve_estimate", title, rows, before_html=before, data={"fits": e.fits})
+
+
+def _log_ticks(lo: float, hi: float) -> list[float]:
+    """1-2-5 ticks from the largest at or below ``lo`` to the smallest at or above ``hi``.
+
+    Example:
+        >>> [round(t, 4) for t in _log_ticks(0.00248, 0.00667)]
+        [0.002, 0.005, 0.01]
+    """
+    seq = [m * 10.0 ** e for e in range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 2)
+           for m in (1, 2, 5)]
+    first = max(i for i, v in enumerate(seq) if v <= lo * 1.0001)
+    last = min(i for i, v in enumerate(seq) if v >= hi / 1.0001)
+    return seq[first:last + 1] if last > first else [seq[first], seq[first + 1]]
+
+
+def throughput_latency(curves, metric: str = "tpot", percentile: float = 50) -> View:
+    """The serving trade-off of rate sweeps: throughput (tokens/s) against a latency percentile
+    (log scale), one line per layout - an SVG view, no matplotlib needed.
+
+    Args:
+        curves: ``{label: [SimResult, ...]}`` (one ``serve.sweep`` per layout), or one list.
+        metric: "tpot", "ttft" or "e2e".
+        percentile: which percentile (50: the median).
+
+    Example:
+        >>> from shardlab.models import presets
+        >>> from shardlab.serve import StepModel, sweep
+        >>> from shardlab.serve.workload import poisson_requests
+        >>> m = StepModel(presets.get("llama3-8b"), "tpu-v5e", {"x": 8})
+        >>> runs = sweep(lambda r: poisson_requests(40, rate=r, prompt_len=200, output_len=16, seed=0), [5.0, 40.0], m)
+        >>> v = throughput_latency({"interleaved": runs})
+        >>> len(v.data["interleaved"]), v.text.splitlines()[0]
+        (2, 'TPOT p50 against throughput')
+    """
+    if metric not in ("tpot", "ttft", "e2e"):
+        raise ValueError(f"[throughput_latency] metric={metric!r}; use 'tpot', 'ttft' or 'e2e'")
+    if not isinstance(curves, dict):
+        curves = {"": list(curves)}
+    pts = {k: [(r.throughput, _pct(getattr(r, metric), percentile)) for r in rs] for k, rs in curves.items()}
+    ys = [y for p in pts.values() for _, y in p if y > 0 and math.isfinite(y)]
+    xs = [x for p in pts.values() for x, _ in p]
+    if not ys:
+        raise ValueError(f"[throughput_latency] no run has a {metric.upper()} to draw (no request finished)")
+    name = f"{metric.upper()} p{percentile:g}"
+    W, H, left, right, top, bottom = 620, 320, 70, 140, 16, 44
+    pw, ph = W - left - right, H - top - bottom
+    xt = nice_ticks(max(xs), 5)
+    yt = _log_ticks(min(ys), max(ys))
+    lo, hi = math.log10(yt[0]), math.log10(yt[-1])
+    X = lambda x: left + pw * x / xt[-1]  # noqa: E731
+    Y = lambda y: top + ph - ph * (math.log10(y) - lo) / (hi - lo)  # noqa: E731
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-size="11" '
+           f'font-family="system-ui,sans-serif" fill="#1b1b1b">']
+    for v in yt:
+        out.append(f'<line x1="{left}" x2="{left + pw}" y1="{Y(v):.1f}" y2="{Y(v):.1f}" stroke="#e3e3e3"/>'
+                   f'<text x="{left - 6}" y="{Y(v) + 4:.1f}" text-anchor="end">{esc(short_tick(units.fmt_seconds(v)))}</text>')
+    for v in xt:
+        out.append(f'<line x1="{X(v):.1f}" x2="{X(v):.1f}" y1="{top + ph}" y2="{top + ph + 4}" stroke="#555"/>'
+                   f'<text x="{X(v):.1f}" y="{top + ph + 16}" text-anchor="middle">{esc(short_tick(units.fmt_count(v)))}</text>')
+    out.append(f'<line x1="{left}" x2="{left + pw}" y1="{top + ph}" y2="{top + ph}" stroke="#555"/>'
+               f'<text x="{left + pw / 2:.1f}" y="{H - 8}" text-anchor="middle">throughput (output tokens/s)</text>'
+               f'<text transform="translate(14,{top + ph / 2:.1f}) rotate(-90)" text-anchor="middle">{esc(name)} '
+               f"(log scale)</text>")
+    for i, ((label, p), c) in enumerate(zip(pts.items(), palette(len(pts)))):
+        good = [(x, y) for x, y in p if y > 0 and math.isfinite(y)]
+        out.append(f'<polyline fill="none" stroke="{c}" stroke-width="2" points="'
+                   + " ".join(f"{X(x):.1f},{Y(y):.1f}" for x, y in good) + '"/>')
+        out += [f'<circle cx="{X(x):.1f}" cy="{Y(y):.1f}" r="3.5" fill="{c}"><title>{esc(label)}: '
+                f'{esc(units.fmt_count(x, "tokens/s"))}, {esc(name)} {esc(units.fmt_seconds(y))}</title></circle>'
+                for x, y in good]
+        if label:
+            out.append(f'<rect x="{left + pw + 14}" y="{top + 8 + 18 * i}" width="12" height="12" fill="{c}"/>'
+                       f'<text x="{left + pw + 32}" y="{top + 18 + 18 * i}">{esc(label)}</text>')
+    out.append("</svg>")
+    rows = [[label or "-", units.fmt_count(x, "tokens/s"), units.fmt_seconds(y)] for label, p in pts.items() for x, y in p]
+    table = grid_view("throughput_latency", f"{name} against throughput", ["layout", "throughput", name], rows,
+                      numeric=(1, 2))
+    html = figure_html("throughput_latency", esc(f"{name} against throughput"), "".join(out),
+                       "each point one arrival rate; further right serves more, higher makes each user wait longer")
+    return View(html, table.text, table.renderable, {k: p for k, p in pts.items()})
