@@ -7,7 +7,8 @@ import pytest
 
 import shardlab as sl
 from shardlab import train
-from shardlab.models import STRATEGIES, ModelConfig, strategy_name, training_memory
+from shardlab.models import (STRATEGIES, ModelConfig, get_hardware, presets, step_time_lower_bound, strategy_name,
+                             training_memory)
 
 CFG = ModelConfig(num_layers=2, d_model=64, ffw_dim=128, num_heads=4, vocab_size=64, max_seq_len=16)
 
@@ -76,7 +77,6 @@ def test_kv_heads_and_layers():
 
 
 def test_hardware_without_a_preset_says_how_to_build_one():
-    from shardlab.models import get_hardware, presets, step_time_lower_bound  # noqa: PLC0415
     how = r"unknown preset 'mi300'.*Hardware\(name='my-chip', family='gpu', peak_flops=.*\.replace\("
     with pytest.raises(ValueError, match=r"\[step_time_lower_bound\] " + how):
         step_time_lower_bound(presets.get("llama2-7b"), 1_000_000, "mi300", 8)
