@@ -8,7 +8,7 @@ from ._src.ops.lax import (
     dynamic_update_slice, dynamic_update_slice_in_dim, gather, pbroadcast, pcast, pmax, pmean, pmin, ppermute,
     precv, pshuffle, psend, psum, psum_scatter, pswapaxes, pvary, ragged_all_to_all, reduce, scatter, top_k,
 )
-from ._src.ops.numpy import _dot_general as dot_general
+from ._src.ops.numpy.contractions import _dot_general as dot_general
 from ._src.planning.global_numpy import cumlogsumexp, cummax, cummin
 from ._src.planning.global_numpy import cumprod_lax as cumprod
 from ._src.planning.global_numpy import cumsum_lax as cumsum

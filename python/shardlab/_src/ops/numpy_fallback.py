@@ -32,8 +32,9 @@ from ..core import memory
 from ..primitives import elementwise as ew
 from ..primitives.fallback import FALLBACK
 from ..primitives.primitive import bind
-from . import numpy as _np_ops
-from .numpy import _axes, _implements, _is_local, reshape
+from ..core import dtypes as _dt
+from .numpy import GLOBAL as _GLOBAL, broadcast_to as _broadcast_to, reshape, ufunc as _ufunc
+from .numpy.dispatch import _axes, _implements, _is_local, _on_mesh
 
 
 def fallback(np_fn, mode: str = "device"):
@@ -125,7 +126,7 @@ def meshgrid(*xi, indexing="xy", copy=True, sparse=False):
     for i, x in enumerate(xs):
         d = (1 if i == 0 else 0 if i == 1 else i) if indexing == "xy" and n > 1 else i
         v = reshape(x, tuple(-1 if j == d else 1 for j in range(n)))
-        out.append(v if sparse else _np_ops.broadcast_to(v, tuple(shape)))
+        out.append(v if sparse else _broadcast_to(v, tuple(shape)))
     return out
 
 
@@ -256,7 +257,7 @@ def global_dispatch(fn, name: str):
         >>> float(np.asarray(m)), [e["label"] for e in led.events if e["op"] == "numpy_fallback"]
         (1.5, ['fallback:median'])
     """
-    if isinstance(fn, (type, _np_ops.ufunc)) or not callable(fn):
+    if isinstance(fn, (type, _ufunc)) or not callable(fn):
         return fn
     np_fn = getattr(np, name, None)
     aware = name in _GLOBAL_AWARE
@@ -276,14 +277,14 @@ def global_dispatch(fn, name: str):
             return fn(*_captured(args), **dict(zip(kwargs, _captured(kwargs.values()))))
         if aware:
             return fn(*args, **kwargs)
-        impl = _np_ops.GLOBAL.get(np_fn) if np_fn is not None else None
-        impl = impl or _np_ops.GLOBAL.get(name)
+        impl = _GLOBAL.get(np_fn) if np_fn is not None else None
+        impl = impl or _GLOBAL.get(name)
         if impl is not None:
             return impl(*args, **kwargs)
         if name in UNSUPPORTED:
             raise TypeError(f"[{name}] is not supported on global ShardedArrays: {UNSUPPORTED[name]}; "
                             f"use np.asarray(x) for the global value")
-        return _np_ops.GLOBAL["fallback"](fn, name, args, kwargs, elementwise=name in _ELEMENTWISE_KEEPS)
+        return _GLOBAL["fallback"](fn, name, args, kwargs, elementwise=name in _ELEMENTWISE_KEEPS)
 
     wrapped.__name__ = getattr(fn, "__name__", name)
     wrapped.__qualname__ = wrapped.__name__
@@ -324,9 +325,9 @@ def _host_out(out):
     """A host result in JAX's dtypes (x64 off: numpy's float64 / int64 results become float32 /
     int32), replicated on the mesh under ``set_mesh``; anything that is not an array unchanged."""
     if isinstance(out, (np.ndarray, np.generic)):
-        if out.dtype in _WIDE and not _np_ops._dt.x64_enabled():
+        if out.dtype in _WIDE and not _dt.x64_enabled():
             out = np.asarray(out).astype(_WIDE[out.dtype])
-        return _np_ops._on_mesh(out)
+        return _on_mesh(out)
     if type(out) in (tuple, list):
         return type(out)(_host_out(o) for o in out)
     return out

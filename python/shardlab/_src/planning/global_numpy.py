@@ -46,6 +46,7 @@ from ..core.errors import ShardingTypeError
 from ..core.sharding import P
 from ..ops import lax
 from ..ops import numpy as jnp
+from ..ops.numpy.conversion import _inexact
 from ..ops import numpy_fallback as _fb
 from .global_common import (as_global, axes_of, check_reduced, free_dims, norm_axis, run, same_mesh, sharding_str,
                             spec_of, type_str, with_spec, _norm_axes)
@@ -117,7 +118,7 @@ def _reduce(np_fn):
                 if initial is not None:
                     y = (np.maximum if np_fn is np.max else np.minimum)(y, v.dtype.type(initial))
                 return y
-            v = jnp._inexact(v)
+            v = _inexact(v)
             if m is not None:
                 mf = jnp.astype(m, v.dtype)
                 n = combine(jnp.sum(mf, axis=axes, keepdims=True), lax.psum)

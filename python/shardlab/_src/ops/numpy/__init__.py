@@ -35,13 +35,9 @@ Example:
 
 from . import contractions, conversion, creation, dispatch, elementwise, indexing, manipulation, reductions, sorting
 from .contractions import *  # noqa: F401,F403
-from .contractions import _dot_general  # noqa: F401  (shardlab.lax.dot_general)
 from .conversion import *  # noqa: F401,F403
-from .conversion import _inexact  # noqa: F401  (planning.global_numpy)
 from .creation import *  # noqa: F401,F403
 from .dispatch import *  # noqa: F401,F403
-from ...core import dtypes as _dt  # noqa: F401  (numpy_fallback reads it here)
-from .dispatch import _axes, _implements, _is_local, _on_mesh  # noqa: F401  (numpy_fallback)
 from .elementwise import *  # noqa: F401,F403
 from .indexing import *  # noqa: F401,F403
 from .manipulation import *  # noqa: F401,F403
