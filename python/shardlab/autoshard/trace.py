@@ -187,6 +187,8 @@ class _Pricer:
                                      abstract=True)
         self._ops: dict = {}
         self._edges: dict = {}
+        self._sigs: dict = {}  # op index -> (op, its pricing signature)
+        self._labels: dict = {}
 
     def sds(self, shape, dtype, dims):
         return sl.ShapeDtypeStruct(shape, dtype, sharding=sl.NamedSharding(self.abstract, pspec(dims)))
@@ -195,9 +197,13 @@ class _Pricer:
         return math.prod(local_shape(shape, dims, self.shape)) * np.dtype(dtype).itemsize
 
     def op(self, op: Op, values: list, in_dims: tuple, out_kw) -> Candidate | None:
-        avals = tuple((values[i].shape, values[i].dtype.name) if k == "value" else ("lit", repr(i))
-                      for k, i in op.inputs)
-        key = (op.prim, repr(sorted(op.params.items())), avals, in_dims, out_kw, values[op.output].shape)
+        sig = self._sigs.get(op.index)
+        if sig is None or sig[0] is not op:
+            avals = tuple((values[i].shape, values[i].dtype.name) if k == "value" else ("lit", repr(i))
+                          for k, i in op.inputs)
+            sig = self._sigs[op.index] = (op, (op.prim, repr(sorted(op.params.items())), avals,
+                                               values[op.output].shape))
+        key = (sig[1], in_dims, out_kw)
         if key in self._ops:
             return self._ops[key]
         cand = None
@@ -637,8 +643,13 @@ def _problem(values, ops, input_dims, pricer: _Pricer, memory_limit_bytes, merge
         strategies = []
         for c in op.candidates:
             mem = pricer.local_bytes(v.shape, v.dtype, c.out_dims) if op.saved else 0.0
-            label = (",".join(dims_str(values[i].shape, d) for (k, i), d in zip(op.inputs, c.in_dims) if k == "value")
-                     + " -> " + dims_str(v.shape, c.out_dims))
+            shapes = tuple(values[i].shape for k, i in op.inputs if k == "value")
+            lk = (shapes, v.shape, c.in_dims, c.out_dims)
+            label = pricer._labels.get(lk)
+            if label is None:
+                label = pricer._labels[lk] = (
+                    ",".join(dims_str(values[i].shape, d) for (k, i), d in zip(op.inputs, c.in_dims) if k == "value")
+                    + " -> " + dims_str(v.shape, c.out_dims))
             strategies.append(Strategy(label, compute_s=c.compute_s, comm_s=c.comm_s, memory_bytes=mem,
                                        spec=pspec(c.out_dims)))
         lc, pos = tie(("op", op.index))
