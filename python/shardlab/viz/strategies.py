@@ -103,11 +103,12 @@ def strategies(strategies: dict, *, hbm: float | None = None, title: str | None 
 
 def _panel(values: dict, keys: list, colors: dict, title: str, line: float | None, fits) -> str:
     names = list(values)
-    label_w, bar_h, gap, top = 110, 22, 8, 26
+    longest = max((len(str(n)) for n in names), default=4)
+    label_w, bar_h, gap, top = min(280, 14 + 6.6 * longest), 22, 8, 26
     totals = {n: sum(v.values()) for n, v in values.items()}
     scale_max = max([*totals.values(), line or 0.0, 1e-300])
     k = _BAR_W / scale_max
-    W = label_w + _BAR_W + 90
+    W = int(label_w + _BAR_W + 90)
     H = top + len(names) * (bar_h + gap) + 22
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="system-ui,sans-serif" '
            f'font-size="11"><text x="0" y="14" font-weight="600" fill="#1b1b1b">{esc(title)}</text>']
