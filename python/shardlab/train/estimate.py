@@ -231,7 +231,8 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
              virtual_stages: int = 1, schedule: str | None = None, async_tp: bool = False,
              dp_overlap: bool = True, attention: str = "flash", dropout: bool = False,
              pipeline_link: str | None = None, elementwise_scale: float = 1.0,
-             execute_layers: int | None = None) -> Estimate:
+             execute_layers: int | None = None, kernels: str = "fused", fused_norm: bool | None = None,
+             reduce_dtype: str | None = None) -> Estimate:
     """Runs one training step of ``cfg`` shape-only and prices it on ``hardware``.
 
     Args:
@@ -267,6 +268,15 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
             are alike, the last counted for the rest; ``cfg.num_layers`` executes them all).
         elementwise_scale: a what-if on the memory-bound bytes of the layers (norms, residual
             adds, activation, rotary, scores): 0 leaves them out, 2 doubles them (unfused kernels).
+        kernels: "fused" (a compiler or hand-written kernels fuse each elementwise chain: XLA,
+            Megatron-LM, ``torch.compile``) or "eager" (eager PyTorch: the gated unit's ``silu``
+            and product, rotary in fp32 complex numbers and the fp32 logits of the loss each run
+            as kernels of their own; ``cost.formulas.layer_elementwise_bytes(eager=True)``).
+        fused_norm: the norms are one fused kernel even when ``kernels="eager"`` (torchtitan's
+            ``norm_type="fused_rmsnorm"``); default: fused unless ``kernels="eager"``.
+        reduce_dtype: the dtype the gradient reductions over the data axes run in when it is not
+            the gradients' own (FSDP2's ``MixedPrecisionPolicy(reduce_dtype=torch.float32)``):
+            their bytes are priced at its size; None keeps the ledger's.
 
     Returns:
         An :class:`Estimate`.
@@ -282,6 +292,16 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
         raise ValueError(f"[{op}] elementwise_scale={elementwise_scale!r} must be a number >= 0")
     if attention not in ("flash", "unfused"):
         raise ValueError(f"[{op}] attention={attention!r}: use 'flash' or 'unfused'")
+    if kernels not in ("fused", "eager"):
+        raise ValueError(f"[{op}] kernels={kernels!r}: use 'fused' (XLA, Megatron-LM, torch.compile) or 'eager' "
+                         f"(eager PyTorch)")
+    reduce_size = None
+    if reduce_dtype is not None:
+        try:
+            reduce_size = np.dtype(str(reduce_dtype)).itemsize
+        except TypeError:
+            raise ValueError(f"[{op}] reduce_dtype={reduce_dtype!r} is not a dtype: use e.g. 'float32' or "
+                             f"'bfloat16'") from None
     sched = schedule or ("interleaved-1f1b" if virtual_stages > 1 else "1f1b")
     if sched not in _SCHEDULES:
         raise ValueError(f"[{op}] schedule={schedule!r} is not one of {', '.join(_SCHEDULES)}")
@@ -380,6 +400,9 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
             kind = "overlap" if async_tp else "exposed"
         else:
             kind = "exposed"
+        if reduce_size and kind == "dp" and e["op"] in ("psum", "psum_scatter"):
+            scale = reduce_size / np.dtype(e["dtype"]).itemsize   # the gradient reduced in reduce_dtype
+            e = dict(e, bytes_in=e["bytes_in"] * scale, bytes_out=e["bytes_out"] * scale)
         k4 = (where, phase, key, kind)
         comm_b[k4] = comm_b.get(k4, 0.0) + price_event(e, hw, p_list, mesh=m) * w
     comm: dict = {}
@@ -392,13 +415,15 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
     ew_fwd = formulas.layer_elementwise_bytes(
         cfg.d_model, cfg.ffw_dim, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, tp=tp,
         sequence_parallel=s.sequence_parallel, gated=cfg.gated_mlp, rotary=cfg.positions == "rotary",
-        biases=cfg.mlp_bias, dropout=dropout, attention=attention, seq=seq) * tokens_dev * elementwise_scale
+        biases=cfg.mlp_bias, dropout=dropout, attention=attention, seq=seq,
+        eager=kernels == "eager", eager_norm=kernels == "eager" and not fused_norm) * tokens_dev * elementwise_scale
     policy = remat_policy(remat)
     rec_frac = sum(w for name, w in _EW_SHARE.items() if policy.checkpointed and policy.recomputes(name))
     ew = {"forward": price_ew(ew_fwd, hw, p_list, 8),
           "recompute": price_ew(ew_fwd * rec_frac, hw, p_list, 8) if rec_frac else 0.0,
           "backward": price_ew(ew_fwd * formulas.BACKWARD_ELEMENTWISE, hw, p_list, 12)}
-    loss = price_ew(formulas.loss_bytes(cfg.vocab_size, tp=tp) * tokens_dev, hw, p_list, 3)
+    loss = price_ew(formulas.loss_bytes(cfg.vocab_size, tp=tp, eager=kernels == "eager") * tokens_dev, hw, p_list,
+                    6 if kernels == "eager" else 3)
 
     # memory per device: the executed state, its last layer counted for the layers not executed
     new = out["state"]

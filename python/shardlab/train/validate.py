@@ -209,8 +209,11 @@ def torchtitan_config(row: dict) -> ModelConfig:
 
 def _torchtitan_row(row: dict, prices) -> tuple[Estimate, float]:
     strat = Strategy("fsdp", data=("data_ib", "data_nv"), zero=3)
+    # no torch.compile (eager kernels), FSDP2's MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)
     e = estimate(torchtitan_config(row), strat, {"data_ib": _titan.GPUS // 8, "data_nv": 8}, A100,
-                 batch=_titan.GPUS * row["local_batch"], seq=_titan.SEQ_LEN, remat=row["ac"], prices=prices)
+                 batch=_titan.GPUS * row["local_batch"], seq=_titan.SEQ_LEN, remat=row["ac"], prices=prices,
+                 kernels=_titan.KERNELS, fused_norm=_titan.FUSED_NORM[row["model"]],
+                 reduce_dtype=_titan.REDUCE_DTYPE)
     return e, row["local_batch"] * _titan.SEQ_LEN / row["wps"]
 
 

@@ -84,7 +84,8 @@ def attention_flops(batch: int, heads: int, head_dim: int, pairs: int, passes: i
 def layer_elementwise_bytes(d_model: int, ffw_dim: int, q_heads: int, kv_heads: int, head_dim: int, *,
                             tp: int = 1, sequence_parallel: bool = False, gated: bool = True,
                             rotary: bool = True, biases: bool = False, dropout: bool = False,
-                            attention: str = "flash", seq: int = 0, act_bytes: int = 2) -> float:
+                            attention: str = "flash", seq: int = 0, act_bytes: int = 2,
+                            eager: bool = False, eager_norm: bool | None = None) -> float:
     """HBM bytes the memory-bound kernels of one transformer layer move per token in the forward
     pass, on one of ``tp`` tensor-parallel devices (each kernel reads its inputs and writes its
     output once, as a fused kernel does):
@@ -99,6 +100,13 @@ def layer_elementwise_bytes(d_model: int, ffw_dim: int, q_heads: int, kv_heads: 
       read and written by dropout (+ a 1-byte mask), read by the PV matmul: 13 bytes a score.
       FlashAttention keeps scores on chip (0 bytes).
 
+    ``eager=True`` counts the kernels eager PyTorch runs where a compiler would fuse (torchtitan
+    without ``torch.compile``): the gated unit as ``silu(a)`` and ``* b`` (read 3F, write 2F
+    instead of read 2F, write F) and rotary in fp32 complex numbers (``x.float()``, the complex
+    product, ``type_as``: 20 bytes per bf16 element instead of 4); ``eager_norm`` (default
+    ``eager``) the norms as torchtitan's eager ``RMSNorm`` (``x.float()``, ``pow``, ``mean``,
+    ``* rsqrt``, ``type_as``, ``* weight``: 36 bytes per bf16 element instead of 4).
+
     The backward pass moves about twice these bytes (:data:`BACKWARD_ELEMENTWISE`).
 
     Example:
@@ -108,11 +116,13 @@ def layer_elementwise_bytes(d_model: int, ffw_dim: int, q_heads: int, kv_heads: 
     a = float(act_bytes)
     sp = tp if sequence_parallel else 1
     resid = d_model / sp
-    b = 2 * 2 * resid * a                                      # two norms: read + write
+    eager_norm = eager if eager_norm is None else eager_norm
+    b = 2 * (a + 4 + 8 + 4 + 8 + 4 + a + 2 * a if eager_norm else 2 * a) * resid   # two norms
     b += 2 * (3 * resid * a + (resid if dropout else 0))      # two residual adds (+ dropout mask)
-    b += (3 if gated else 2) * ffw_dim / tp * a + (ffw_dim / tp * a if biases else 0)
+    act = (5 if eager else 3) if gated else 2
+    b += act * ffw_dim / tp * a + (ffw_dim / tp * a if biases else 0)
     if rotary:
-        b += 2 * (q_heads + kv_heads) * head_dim / tp * a
+        b += (a + 4 + 4 + 4 + 4 + a if eager else 2 * a) * (q_heads + kv_heads) * head_dim / tp
     if attention == "unfused":
         b += 13 * seq * q_heads / tp
     elif attention != "flash":
@@ -125,9 +135,14 @@ def layer_elementwise_bytes(d_model: int, ffw_dim: int, q_heads: int, kv_heads: 
 BACKWARD_ELEMENTWISE = 2.0
 
 
-def loss_bytes(vocab: int, *, tp: int = 1, act_bytes: int = 2) -> float:
+def loss_bytes(vocab: int, *, tp: int = 1, act_bytes: int = 2, eager: bool = False) -> float:
     """HBM bytes per token of the softmax cross-entropy and its gradient over ``vocab/tp`` logits:
-    read the logits, write and read fp32 log-probabilities, write the gradient."""
+    read the logits, write and read fp32 log-probabilities, write the gradient. ``eager=True``:
+    the logits cast to fp32 first (``output(h).float()``, torchtitan) and every step a kernel of
+    its own: cast (read 2, write 4), log-softmax (read 4, write 4), its gradient (read 8, write 4),
+    the cast's gradient (read 4, write 2)."""
+    if eager:
+        return float(vocab / tp * (act_bytes + 4 + 8 + 12 + 4 + act_bytes))
     return float(vocab / tp * (2 * act_bytes + 8))
 
 

@@ -29,6 +29,19 @@ Example:
 
 SOURCE = ("pytorch/torchtitan commit 528cab939 (2024-04-16) docs/performance.md, train_configs/llama_13b.toml, "
           "llama_70b.toml, torchtitan/models/llama/__init__.py and model.py")
+#: How the runs executed (``train_configs/llama_13b.toml`` and ``llama_70b.toml``: ``compile =
+#: false``): eager PyTorch kernels, priced
+#: by ``train.estimate(kernels="eager")`` -- SwiGLU as ``silu`` then ``*`` (``model.py``
+#: ``FeedForward.forward``), rotary through ``xq.float()`` / ``view_as_complex`` / ``type_as``
+#: (``apply_rotary_emb``), fp32 logits (``self.output(h).float()``) for the cross-entropy.
+KERNELS = "eager"
+#: FSDP2's mixed precision (``parallelisms/parallelize_llama.py``: ``MixedPrecisionPolicy(
+#: param_dtype=torch.bfloat16, reduce_dtype=torch.float32)``): bf16 gathers, fp32 gradient
+#: reduce-scatters.
+REDUCE_DTYPE = "float32"
+#: The norm kernel of each model's config: 13B ``norm_type = "fused_rmsnorm"`` (a Triton kernel),
+#: 70B ``norm_type = "rmsnorm"`` (``models/norms.py`` ``RMSNorm``: eager, in fp32).
+FUSED_NORM = {"13B": True, "70B": False}
 SEQ_LEN = 4096
 VOCAB = 32000
 GPUS = 64
