@@ -22,9 +22,9 @@ def _svg_widths(html):
 
 
 def _text_on_fill(html):
-    """(text colour, fill) of every label drawn on a coloured rectangle right before it."""
-    return re.findall(r'<rect class="sl-(?:chunk|span)"[^>]*fill="(#[0-9a-f]{6})"[^>]*/?>(?:<title>[^<]*</title></rect>)?'
-                      r'<text[^>]*fill="(#[0-9a-f]{6})"', html)
+    """(fill, text colour) of every label drawn on a coloured rectangle right before it."""
+    return re.findall(r'<rect (?:class="sl-(?:chunk|span|stack)" )?[^>]*fill="(#[0-9a-f]{6})"[^>]*/?>'
+                      r'(?:<title>[^<]*</title></rect>)?\s*<text[^>]*fill="(#[0-9a-f]{6})"', html)
 
 
 # -- collectives: the stages are the cost model's --------------------------------------------------
@@ -150,6 +150,9 @@ def _pictures():
     out["collective 64"] = viz.collective("psum", big, ("x", "y"), nbytes=2**30)
     out["link_traffic"] = viz.link_traffic(cost.collective_time("psum", 2**30, axes=("x", "y"), mesh=big))
     out["timeline"] = viz.timeline(led)
+    out["strategies"] = viz.strategies({"dp": {"memory": {"params": 2e9, "optimizer": 6e9}, "ledger": led},
+                                        "fsdp": {"memory": {"params": 2e8, "optimizer": 6e8}, "bytes": {"y": 3e9}}},
+                                       hbm=16e9)
     return out
 
 
@@ -158,11 +161,16 @@ def test_every_picture_kind_is_readable():
         html = v._repr_html_()
         for w in _svg_widths(html):  # wider than the page only inside a frame that scrolls
             assert w <= _VIEWPORT - 40 or "overflow-x:auto" in html, (name, w)
-        assert name == "sharding" or _text_on_fill(html) or name == "link_traffic", name
+        assert name in ("sharding", "link_traffic") or _text_on_fill(html), name
         for fill, fg in _text_on_fill(html):
             assert colors.contrast(fg, fill) >= 4.5, (name, fill, fg)
         assert _UNIT.search(v.text) or name == "sharding", name
         assert "0.00" not in v.text and " us" not in v.text and "e+" not in v.text, name
+    # the pipeline timeline: every label readable on its block (white on yellow-green was not)
+    html = pp.clock(pp.zb_h1(4, 8))._repr_html_()
+    pairs = _text_on_fill(html)
+    assert len(pairs) > 40 and min(colors.contrast(fg, fill) for fill, fg in pairs) >= 4.5
+    assert "overflow-x:auto" in html
     # blocks of different devices have different colours
     coll = _pictures()["collective all_gather"]
     fills = re.findall(r'<rect class="sl-chunk"[^>]*fill="(#[0-9a-f]{6})"', coll.html)[:4]

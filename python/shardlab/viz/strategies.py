@@ -115,6 +115,10 @@ def _panel(values: dict, keys: list, colors: dict, title: str, line: float | Non
     for i, n in enumerate(names):
         y = top + i * (bar_h + gap)
         out.append(f'<text x="{label_w - 6}" y="{y + bar_h / 2 + 4}" text-anchor="end" fill="#1b1b1b">{esc(n)}</text>')
+        verdict = "" if fits is None else ("" if fits[n] else " ✗")
+        end = label_w + sum(max(v * k, 0.5) for v in values[n].values() if v)   # on white, after the bar
+        out.append(f'<text x="{end + 4:.1f}" y="{y + bar_h / 2 + 4}" fill="#1b1b1b">'
+                   f'{esc(units.fmt_bytes(totals[n]))}{verdict}</text>')
         x = float(label_w)
         for key in keys:
             v = values[n].get(key, 0.0)
@@ -128,10 +132,7 @@ def _panel(values: dict, keys: list, colors: dict, title: str, line: float | Non
             if w > 6.2 * len(lab) + 6:
                 out.append(f'<text x="{x + w / 2:.1f}" y="{y + bar_h / 2 + 4}" text-anchor="middle" font-size="10" '
                            f'fill="{text_color(c)}">{esc(lab)}</text>')
-            x += w
-        verdict = "" if fits is None else ("" if fits[n] else " ✗")
-        out.append(f'<text x="{x + 4:.1f}" y="{y + bar_h / 2 + 4}" fill="#1b1b1b">'
-                   f'{esc(units.fmt_bytes(totals[n]))}{verdict}</text>')
+            x += max(w, 0.5)
     if line:
         x = label_w + line * k
         out.append(f'<line x1="{x:.1f}" y1="{top - 4}" x2="{x:.1f}" y2="{H - 18}" stroke="#c0392b" stroke-width="1.5" '

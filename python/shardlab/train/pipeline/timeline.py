@@ -22,6 +22,8 @@ import colorsys
 import html
 import json
 
+from shardlab.viz.colors import text_color
+
 __all__ = ["to_svg", "to_html", "plot", "microbatch_colour", "to_chrome_trace"]
 
 _KIND_LIGHTNESS = {"forward": 0.72, "backward": 0.50, "backward_input": 0.50, "backward_weight": 0.32,
@@ -50,8 +52,9 @@ def _halves(tl, s: int) -> dict:
     return {acts[k]: h for pair in tl.schedule.overlapped[s] for h, k in enumerate(pair)}
 
 
-def _text_colour(kind: str) -> str:
-    return "#111" if kind == "forward" else "#fff"
+def _text_colour(action) -> str:
+    """Black or white, whichever reads better on the block's colour (WCAG contrast >= 4.5)."""
+    return text_color(microbatch_colour(action.microbatch, action.kind))
 
 
 def to_svg(tl, *, width: int = 1100, lane: int = 26, send_lane: int = 7, title: str | None = None) -> str:
@@ -96,7 +99,7 @@ def to_svg(tl, *, width: int = 1100, lane: int = 26, send_lane: int = 7, title: 
                 size = min(size, 8)
             if size:
                 out.append(f'<text x="{x + w / 2:.2f}" y="{yy + hh / 2 + size / 3:.1f}" text-anchor="middle" '
-                           f'font-size="{size}" fill="{_text_colour(a.kind)}">{label}</text>')
+                           f'font-size="{size}" fill="{_text_colour(a)}">{label}</text>')
         for e in tl.send_events(s):
             if e.end <= e.start:
                 continue
@@ -212,7 +215,7 @@ def plot(tl, ax=None, *, title: str | None = None, labels: bool = True):
             span = (e.end - e.start) / (tl.step_time or 1)
             if labels and span > 0.012 * len(_label(a)):
                 ax.text((e.start + e.end) / 2, yy + hh / 2, _label(a), ha="center", va="center",
-                        fontsize=7 if half is None else 5, color=_text_colour(a.kind))
+                        fontsize=7 if half is None else 5, color=_text_colour(a))
         for e in tl.send_events(s):
             if e.end > e.start:
                 ax.broken_barh([(e.start, e.end - e.start)], (y - send_lane - 0.02, send_lane),
