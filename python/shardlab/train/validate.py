@@ -188,9 +188,12 @@ _MAXTEXT_REMAT = {"minimal": "dots", "full": "full"}
 def _maxtext_row(row: dict, prices) -> tuple[Estimate, float]:
     fs, tp, n = row["ici_fsdp"], row["ici_tensor"], row["slices"]
     mesh = {"data": fs} if tp == 1 else {"data": fs, "model": tp}
+    # MaxText's logical_axis_rules put 'activation_embed' on 'tensor': between blocks the residual
+    # stream is split over TP (its embed dimension rather than Megatron's sequence: the same bytes
+    # per device and the same all-gather / reduce-scatter around the block), in one slice or many
     if n > 1:   # data parallelism over the DCN between slices, FSDP (+ TP) inside
         mesh = {"dcn": n, **mesh}
-        strat = hierarchical(data="data", zero=3, model="model" if tp > 1 else None)
+        strat = hierarchical(data="data", zero=3, model="model" if tp > 1 else None, sequence_parallel=tp > 1)
     else:
         strat = "fsdp_tp" if tp > 1 else "fsdp"
     # XLA's async collective fusion (the scripts' LIBTPU_INIT_ARGS) overlaps the TP collectives
