@@ -49,6 +49,20 @@ def _training_step():
                           mesh, "tpu-v5p", batch=16, seq=4096)
 
 
+def _strategies():
+    np, sl = _sl()
+    from shardlab import train
+    from shardlab.models import presets
+
+    cfg = presets.get("llama2-13b").replace(num_layers=2)
+    plans = {"DP over 16": (train.Strategy("dp", data="x"), (16,)),
+             "FSDP over 16": (train.Strategy("fsdp", data="x", zero=3), (16,)),
+             "TP over 8": (train.Strategy("tp", model="x"), (8,))}
+    return sl.viz.strategies({name: train.estimate(cfg, s, sl.make_mesh(shape, ("x",), hardware="tpu-v5p", abstract=True),
+                                                   "tpu-v5p", batch=16, seq=4096) for name, (s, shape) in plans.items()},
+                             title="LLaMA-2 13B (2 layers), 16 sequences of 4k on TPU v5p: memory and traffic per chip")
+
+
 def _view(make):
     return lambda: make()._repr_html_()
 
@@ -164,6 +178,7 @@ PICTURES = {
     "ledger": lambda: _sl()[1].viz.ledger_view(_ledger())._repr_html_(),
     "timeline": lambda: _sl()[1].viz.timeline(_ledger())._repr_html_(),
     "timeline-training": lambda: _sl()[1].viz.timeline(_training_step().ledger)._repr_html_(),
+    "strategies": _view(_strategies),
     "pipeline-1f1b": _pipeline("1f1b"),
     "pipeline-interleaved": _pipeline("interleaved"),
     "pipeline-zero_bubble": _pipeline("zero_bubble"),

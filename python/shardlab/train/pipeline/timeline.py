@@ -71,7 +71,7 @@ def to_svg(tl, *, width: int = 1100, lane: int = 26, send_lane: int = 7, title: 
     height = top + p * row + 46
     total_w = left + width + 20
     title = tl.summary() if title is None else title
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_w}" height="{height}" '
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{total_w}" height="{height}" style="background:#fff" '
            f'font-family="sans-serif" font-size="11">',
            '<defs><pattern id="bubble" patternUnits="userSpaceOnUse" width="6" height="6" '
            'patternTransform="rotate(45)"><rect width="6" height="6" fill="#eeeeee"/>'
