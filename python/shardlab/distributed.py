@@ -19,7 +19,7 @@ import numpy as np
 
 from ._src.backends.mpi import dispatch as _dispatch
 from ._src.backends.mpi import runtime as _runtime
-from ._src.backends.mpi.placement import placement as _placement
+from ._src.core.processes import PROCESS as _PROCESS
 from ._src.backends.mpi.storage import RankStorage as _RankStorage
 
 is_initialized = _runtime.is_initialized
@@ -63,13 +63,8 @@ def addressable_devices(mesh) -> list:
         >>> len(sl.distributed.addressable_devices(sl.make_mesh((4, 2), ("x", "y"))))
         8
     """
-    if not is_initialized():
-        return list(np.asarray(mesh.devices).ravel())
-    p = _placement(mesh)
-    if p is None:
-        return list(np.asarray(mesh.devices).ravel())
-    idx = tuple(slice(c * b, (c + 1) * b) for c, b in zip(p.coords, p.block))
-    return list(np.asarray(mesh.devices)[idx].ravel())
+    devices = np.asarray(mesh.devices).ravel()
+    return [devices[i] for i in _PROCESS.addressable_positions(mesh)]
 
 
 def holds_block(storage) -> bool:

@@ -23,6 +23,7 @@ import numpy as np
 from ..core import tree, views
 from ..core.dtypes import canonicalize
 from ..core.mesh import Device
+from ..core.processes import PROCESS
 from ..core.sharding import NamedSharding, PartitionSpec, Sharding, SingleDeviceSharding, as_sharding
 from ..kernels.native import copy
 from .computed import ComputedArray
@@ -257,10 +258,10 @@ class ShardedArray(ComputedArray, Shaped, np.lib.mixins.NDArrayOperatorsMixin):
     @property
     def addressable_shards(self) -> list[Shard]:
         """One Shard per device of this process in mesh (row-major) order: every device, or
-        under MPI this rank's (the storage's ``addressable_positions``)."""
+        under MPI this rank's."""
         out = []
         devices = self.sharding.mesh.devices.ravel()
-        for pos in getattr(self._storage, "addressable_positions", range(len(devices))):
+        for pos in PROCESS.addressable_positions(self.sharding.mesh):
             dev = devices[pos]
             data = as_host(self._local(pos), committed=True, device=dev)  # JAX: an Array on that device
             out.append(Shard(dev, self.sharding._index(pos, self.shape), data, self.sharding.replica_id(pos)))

@@ -5,19 +5,28 @@ One process (index 0 of 1) unless a distributed backend sets it (``backends/mpi`
 
 Example:
     >>> from shardlab._src.core.processes import PROCESS
-    >>> PROCESS.index, PROCESS.count
-    (0, 1)
+    >>> import shardlab as sl
+    >>> PROCESS.index, PROCESS.count, list(PROCESS.addressable_positions(sl.make_mesh((4,), ("x",))))
+    (0, 1, [0, 1, 2, 3])
 """
 
 from __future__ import annotations
 
 
 class _Process:
-    __slots__ = ("index", "count")
+    __slots__ = ("index", "count", "positions")
 
     def __init__(self):
         self.index = 0
         self.count = 1
+        self.positions = None  # mesh -> row-major positions of its devices held here (set by backends/mpi)
+
+    def addressable_positions(self, mesh):
+        """Row-major positions of `mesh`'s devices whose data this process holds (all of them
+        on one process), as ``addressable_shards`` lists them."""
+        if self.positions is None or self.count == 1 or mesh.ndim == 0:
+            return range(mesh.size)
+        return self.positions(mesh)
 
 
 PROCESS = _Process()

@@ -125,7 +125,7 @@ def _impl_for(prim):
     if prim in _SPECIAL:
         run = _SPECIAL[prim]
     elif module in _COLLECTIVE_MODULES:
-        run = run_collective
+        run = run_collective  # a collective over params["axes"]; the others there run globally
     elif module in _LOCAL_MODULES:
         run = run_local
     else:
@@ -137,6 +137,8 @@ def _impl_for(prim):
             return fn(storages, mesh, **params)
         if run is run_local:
             return run(prim, p, storages, mesh, params)
+        if run is run_collective and "axes" not in params:  # ragged_keep: no axes, no exchange pattern
+            return run_global(prim, p, storages, mesh, params)
         enter(f"{prim.name}(axes={tuple(params.get('axes', ()))})")
         try:
             return run(prim, p, storages, mesh, params)

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 import shardlab._core as _core
 
 from ...core.mesh import Mesh
+from ...core.processes import PROCESS
 from .runtime import STATE
 
 
@@ -102,6 +105,11 @@ class Placement:
                 out.append(slice(None))
         return tuple(out)
 
+    def positions(self) -> list:
+        """Row-major positions in the mesh of this rank's devices."""
+        grid = np.arange(math.prod(self.sizes)).reshape(self.sizes)
+        return [int(i) for i in grid[tuple(slice(o, o + b) for o, b in zip(self.offsets(), self.block))].ravel()]
+
     def block_shape(self, shape) -> tuple:
         """The shape of this rank's block of a storage of global `shape`."""
         return tuple(b if s != 1 else 1 for s, b in zip(shape[:self.k], self.block)) + tuple(shape[self.k:])
@@ -129,6 +137,14 @@ def _partial_mesh(names, sizes) -> Mesh:
 
 
 _PLACEMENTS: dict = {}
+
+
+def addressable_positions(mesh) -> list:
+    """Row-major positions of `mesh`'s devices this rank holds."""
+    return placement(mesh).positions()
+
+
+PROCESS.positions = addressable_positions  # consulted while more than one process runs
 
 
 def placement(mesh: Mesh):

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import select
 import signal
-import socket
 import sys
 import threading
 import time
@@ -39,11 +38,10 @@ class _State:
         self.current = None  # the collective this rank is in (for the fault messages), or None
         self.since = 0.0
         self.watchdog = None
-        self.wakeup = None  # the socket the watchdog reads signals from while MPI blocks the main thread
+        self.wakeup = None  # the pipe the watchdog reads signals from while MPI blocks the main thread
 
 
 STATE = _State()
-_KEEP: list = []
 
 
 def launched_ranks() -> int:
@@ -94,7 +92,7 @@ def _watch():
         elif select.select([STATE.wakeup], [], [], interval)[0]:
             # a signal arrived while the main thread may be blocked in an MPI call (Python runs
             # signal handlers only between bytecodes of the main thread)
-            if signal.SIGTERM in STATE.wakeup.recv(64):
+            if signal.SIGTERM in os.read(STATE.wakeup, 64):
                 _on_term(signal.SIGTERM, None)
         if STATE.current is not None and time.monotonic() - STATE.since > STATE.timeout:
             sys.stderr.write(_fault(f"waited more than {STATE.timeout:g} s") + "; a rank is missing from it "
@@ -129,15 +127,14 @@ def initialize(*, axis_order=None, check_programs: bool = True, comm=None, timeo
     STATE.timeout = float(timeout if timeout is not None else os.environ.get("SHARDLAB_MPI_TIMEOUT", 600))
     if threading.current_thread() is threading.main_thread() and STATE.wakeup is None:
         signal.signal(signal.SIGTERM, _on_term)
-        r, w = socket.socketpair()
-        w.setblocking(False)
-        if signal.set_wakeup_fd(w.fileno(), warn_on_full_buffer=False) == -1:
-            STATE.wakeup = r
-            _KEEP.append(w)  # the write end stays open as long as the process
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        if signal.set_wakeup_fd(w, warn_on_full_buffer=False) == -1:
+            STATE.wakeup = r  # both ends stay open as long as the process
         else:  # another wakeup fd (an asyncio loop, say) is in use: leave it
             signal.set_wakeup_fd(-1)
-            r.close()
-            w.close()
+            os.close(r)
+            os.close(w)
     if STATE.watchdog is None or not STATE.watchdog.is_alive():
         STATE.watchdog = threading.Thread(target=_watch, name="shardlab-mpi-watchdog", daemon=True)
         STATE.watchdog.start()

@@ -40,13 +40,6 @@ class RankStorage(AbstractStorage):
         out = gather(self.placement, self.block, self.shape)
         return out if dtype is None else out.astype(dtype, copy=False)
 
-    @property
-    def addressable_positions(self) -> list:
-        """Row-major positions in the mesh of this rank's devices (``addressable_shards``)."""
-        p = self.placement
-        grid = np.arange(int(np.prod(p.sizes))).reshape(p.sizes)
-        return [int(i) for i in grid[tuple(slice(o, o + b) for o, b in zip(p.offsets(), p.block))].ravel()]
-
     def __getitem__(self, key):
         """One device's value (``storage[coords + (...,)]``, coordinates of a device of this rank)
         from the block; any other index of the gathered global storage (collective)."""
