@@ -139,14 +139,15 @@ MAMF = {"a100": (271.2 / 312, None), "h100": (794.5 / 989, 1402.6 / 1979), "h200
 
 #: The large-GEMM efficiency a training step sustains on the A100, fitted on Megatron-LM's Table 1
 #: (``train.validate.fit("megatron", ...)``: 0.70, mean |error| 2.1 %; torchtitan's table, held
-#: out, 9.1 %), and its ratio to the burst MAMF: clocks under sustained power and heat, and the
+#: out, 5.3 %, worst 7.7 %), and its ratio to the burst MAMF: clocks under sustained power and heat, and the
 #: GEMM shapes a model has rather than the best one. The other NVIDIA GPUs, with no published
 #: training table transcribed here, are derated by the same ratio (an assumption).
 A100_SUSTAINED = 0.70
 GPU_SUSTAINED_RATIO = A100_SUSTAINED / MAMF["a100"][0]
 
 #: TPU large-GEMM efficiency sustained in training, fitted per chip on the single-slice rows of
-#: MaxText's tables (held out: the multi-slice rows; docs/train.md): v5p 0.80, v5e 0.88. v4p and
+#: MaxText's tables (held out: the multi-slice rows, mean |error| v5p 6.4 %, v5e 9.1 %;
+#: docs/train.md): v5p 0.80, v5e 0.88. v4p and
 #: v6e have no table here: the mean of the two (an assumption).
 TPU_FITTED = {"tpu-v5p": 0.80, "tpu-v5e": 0.88}
 
