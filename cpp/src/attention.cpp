@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kernels/attention_tile.hpp"
+#include "kernels/dispatch.hpp"
 #include "shardlab/buffer_pool.hpp"
 #include "shardlab/cpu_features.hpp"
 
@@ -87,6 +88,21 @@ std::vector<double> reference_probs(const AttentionProblem& p, const void* q, co
 
 }  // namespace
 
+// The scalar build of the tiled kernels (dispatch.hpp).
+namespace kernels::scalar {
+
+void attention_forward(const AttentionProblem& p, const void* q, const void* k, const void* v, void* out,
+                       float* lse) {
+  detail::forward_dispatch<VecScalar>(p, q, k, v, out, lse);
+}
+
+void attention_backward(const AttentionProblem& p, const void* q, const void* k, const void* v, const void* out,
+                        const void* dout, const float* lse, float* dq, float* dk, float* dv) {
+  detail::backward_dispatch<VecScalar>(p, q, k, v, out, dout, lse, dq, dk, dv);
+}
+
+}  // namespace kernels::scalar
+
 void check_attention_problem(const AttentionProblem& p, const char* op) {
   const std::string name = std::string("[") + op + "] ";
   if (p.batch < 1 || p.q_len < 1 || p.kv_len < 1 || p.q_heads < 1 || p.kv_heads < 1 ||
@@ -112,24 +128,14 @@ void check_attention_problem(const AttentionProblem& p, const char* op) {
 void attention_forward(const AttentionProblem& p, const void* q, const void* k, const void* v,
                        void* out, float* lse) {
   check_attention_problem(p, "flash_attention");
-  const Isa isa = active_isa();
-  if (isa >= Isa::avx512) return detail::attention_forward_avx512(p, q, k, v, out, lse);
-  if (isa >= Isa::avx2) return detail::attention_forward_avx2(p, q, k, v, out, lse);
-  detail::forward_dispatch<VecScalar>(p, q, k, v, out, lse);
+  SHARDLAB_KERNEL(attention_forward)(p, q, k, v, out, lse);
 }
 
 void attention_backward(const AttentionProblem& p, const void* q, const void* k, const void* v,
                         const void* out, const void* dout, const float* lse, float* dq,
                         float* dk, float* dv) {
   check_attention_problem(p, "flash_attention_backward");
-  const Isa isa = active_isa();
-  if (isa >= Isa::avx512) {
-    return detail::attention_backward_avx512(p, q, k, v, out, dout, lse, dq, dk, dv);
-  }
-  if (isa >= Isa::avx2) {
-    return detail::attention_backward_avx2(p, q, k, v, out, dout, lse, dq, dk, dv);
-  }
-  detail::backward_dispatch<VecScalar>(p, q, k, v, out, dout, lse, dq, dk, dv);
+  SHARDLAB_KERNEL(attention_backward)(p, q, k, v, out, dout, lse, dq, dk, dv);
 }
 
 void attention_reference_forward(const AttentionProblem& p, const void* q, const void* k,

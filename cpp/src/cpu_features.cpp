@@ -11,9 +11,9 @@
 #include <string>
 
 namespace shardlab {
-namespace detail {
-double fma_peak_gflops_avx2(int threads, int64_t iters);  // kernels/fma_peak_avx2.cpp
-}  // namespace detail
+namespace kernels::avx2 {
+double fma_peak_gflops(int threads, int64_t iters);  // kernels/fma_peak_avx2.cpp
+}  // namespace kernels::avx2
 
 namespace {
 
@@ -110,10 +110,10 @@ double measure_fma_peak_gflops(int threads) {
   }
   // Calibrate to ~50 ms per run, then keep the best of 5: preemption only ever lowers it.
   int64_t iters = 1 << 16;
-  double gflops = detail::fma_peak_gflops_avx2(threads, iters);
+  double gflops = kernels::avx2::fma_peak_gflops(threads, iters);
   iters = std::max<int64_t>(iters, static_cast<int64_t>(0.05 * gflops * 1e9 / (2.0 * 8 * 12 * threads)));
   double best = 0.0;
-  for (int rep = 0; rep < 5; ++rep) best = std::max(best, detail::fma_peak_gflops_avx2(threads, iters));
+  for (int rep = 0; rep < 5; ++rep) best = std::max(best, kernels::avx2::fma_peak_gflops(threads, iters));
   return best;
 }
 

@@ -5,31 +5,12 @@
 #include <cmath>
 #include <vector>
 
-#include "shardlab/cpu_features.hpp"
+#include "kernels/dispatch.hpp"
+#include "kernels/fused_rows.hpp"
 #include "shardlab/thread_pool.hpp"
 
 namespace shardlab {
 
-// The per-ISA builds of the loops (cpp/src/kernels/fused_rows*.cpp).
-#define SHARDLAB_DECLARE_FUSED(NS)                                                                    \
-  namespace fused_detail::NS {                                                                         \
-  void silu_forward(const float*, float*, std::int64_t);                                               \
-  void silu_backward(const float*, const float*, float*, std::int64_t);                                \
-  void swiglu_forward(const float*, const float*, float*, std::int64_t);                               \
-  void swiglu_backward(const float*, const float*, const float*, float*, float*, std::int64_t);        \
-  float exp_sum_row(const float*, float, std::int64_t);                                                \
-  void exp_scale_row(const float*, float, float, float*, std::int64_t);                                \
-  void adamw_update(const AdamWStep&, const float*, const float*, const float*, const float*, float*, \
-                    float*, float*, std::int64_t);                                                     \
-  float rms_norm_row(const float*, const float*, float, float*, std::int64_t);                         \
-  void rms_norm_backward_row(const float*, const float*, float, const float*, float*, float*,          \
-                             std::int64_t);                                                            \
-  void rotary_row(const float*, const float*, const float*, float*, std::int64_t, std::int64_t);      \
-  }
-SHARDLAB_DECLARE_FUSED(scalar)
-SHARDLAB_DECLARE_FUSED(avx2)
-SHARDLAB_DECLARE_FUSED(avx512)
-#undef SHARDLAB_DECLARE_FUSED
 
 namespace {
 
@@ -56,30 +37,18 @@ void for_row_chunks(std::int64_t rows, std::int64_t cols, Body&& body) {
   });
 }
 
-// The build of a loop for the active ISA: one of its scalar, AVX2 and AVX-512 builds.
-template <class Fn>
-Fn for_isa(Fn scalar, Fn avx2, Fn avx512) {
-  switch (active_isa()) {
-    case Isa::avx512bf16:
-    case Isa::avx512: return avx512;
-    case Isa::avx2: return avx2;
-    case Isa::scalar: break;
-  }
-  return scalar;
-}
-#define SHARDLAB_FOR_ISA(FN) for_isa(&fused_detail::scalar::FN, &fused_detail::avx2::FN, &fused_detail::avx512::FN)
 
 float sigmoid_reference(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 }  // namespace
 
 void silu_forward(const float* x, float* y, std::int64_t n) {
-  const auto fn = SHARDLAB_FOR_ISA(silu_forward);
+  const auto fn = SHARDLAB_KERNEL(silu_forward);
   for_chunks(n, [&](std::int64_t lo, std::int64_t hi) { fn(x + lo, y + lo, hi - lo); });
 }
 
 void silu_backward(const float* x, const float* dy, float* dx, std::int64_t n) {
-  const auto fn = SHARDLAB_FOR_ISA(silu_backward);
+  const auto fn = SHARDLAB_KERNEL(silu_backward);
   for_chunks(n, [&](std::int64_t lo, std::int64_t hi) { fn(x + lo, dy + lo, dx + lo, hi - lo); });
 }
 
@@ -99,7 +68,7 @@ const float* RowsView::row(std::int64_t r) const {
 }
 
 void swiglu_forward(const RowsView& x, std::int64_t F, float* z) {
-  const auto fn = SHARDLAB_FOR_ISA(swiglu_forward);
+  const auto fn = SHARDLAB_KERNEL(swiglu_forward);
   for_row_chunks(x.rows(), F, [&](std::int64_t r) {
     const float* g = x.row(r);
     fn(g, g + F, z + r * F, F);
@@ -107,7 +76,7 @@ void swiglu_forward(const RowsView& x, std::int64_t F, float* z) {
 }
 
 void swiglu_backward(const RowsView& x, const RowsView& dz, std::int64_t F, float* dx) {
-  const auto fn = SHARDLAB_FOR_ISA(swiglu_backward);
+  const auto fn = SHARDLAB_KERNEL(swiglu_backward);
   for_row_chunks(x.rows(), F, [&](std::int64_t r) {
     const float* g = x.row(r);
     float* d = dx + r * 2 * F;
@@ -116,18 +85,18 @@ void swiglu_backward(const RowsView& x, const RowsView& dz, std::int64_t F, floa
 }
 
 void exp_sum_forward(const RowsView& x, const float* shift, std::int64_t C, float* s) {
-  const auto fn = SHARDLAB_FOR_ISA(exp_sum_row);
+  const auto fn = SHARDLAB_KERNEL(exp_sum_row);
   for_row_chunks(x.rows(), C, [&](std::int64_t r) { s[r] = fn(x.row(r), shift[r], C); });
 }
 
 void exp_sum_backward(const RowsView& x, const float* shift, const float* ct, std::int64_t C, float* dx) {
-  const auto fn = SHARDLAB_FOR_ISA(exp_scale_row);
+  const auto fn = SHARDLAB_KERNEL(exp_scale_row);
   for_row_chunks(x.rows(), C, [&](std::int64_t r) { fn(x.row(r), shift[r], ct[r], dx + r * C, C); });
 }
 
 void adamw_update(const AdamWStep& h, const float* p, const float* g, const float* m, const float* v,
                   float* p_out, float* m_out, float* v_out, std::int64_t n) {
-  const auto fn = SHARDLAB_FOR_ISA(adamw_update);
+  const auto fn = SHARDLAB_KERNEL(adamw_update);
   for_chunks(n, [&](std::int64_t lo, std::int64_t hi) {
     fn(h, p + lo, g + lo, m + lo, v + lo, p_out + lo, m_out + lo, v_out + lo, hi - lo);
   });
@@ -135,13 +104,13 @@ void adamw_update(const AdamWStep& h, const float* p, const float* g, const floa
 
 void rms_norm_forward(const float* x, const float* scale, float eps, float* y, float* rstd, std::int64_t P,
                       std::int64_t R, std::int64_t C) {
-  const auto row = SHARDLAB_FOR_ISA(rms_norm_row);
+  const auto row = SHARDLAB_KERNEL(rms_norm_row);
   for_row_chunks(P * R, C, [&](std::int64_t i) { rstd[i] = row(x + i * C, scale + (i / R) * C, eps, y + i * C, C); });
 }
 
 void rotary_embedding(const float* x, const float* cos, const float* sin, float* out, bool inverse, std::int64_t P,
                       std::int64_t B, std::int64_t T, std::int64_t N, std::int64_t H, std::int64_t half) {
-  const auto row = SHARDLAB_FOR_ISA(rotary_row);
+  const auto row = SHARDLAB_KERNEL(rotary_row);
   for_row_chunks(P * B * T, N * H, [&](std::int64_t i) {  // row i holds N head vectors of H
     static thread_local std::vector<float> neg;
     const std::int64_t p = i / (B * T), t = i % T;
@@ -158,7 +127,7 @@ void rotary_embedding(const float* x, const float* cos, const float* sin, float*
 
 void rms_norm_backward(const float* x, const float* scale, const float* rstd, const float* dy, float* dx,
                        float* dscale, std::int64_t P, std::int64_t R, std::int64_t C) {
-  const auto row = SHARDLAB_FOR_ISA(rms_norm_backward_row);
+  const auto row = SHARDLAB_KERNEL(rms_norm_backward_row);
   // Each chunk of rows sums its rows' dscale into its own partial over the groups p it covers;
   // the partials are added in chunk order afterwards, so the result does not depend on which
   // thread ran which chunk.
@@ -181,7 +150,6 @@ void rms_norm_backward(const float* x, const float* scale, const float* rstd, co
   }
 }
 
-#undef SHARDLAB_FOR_ISA
 
 void silu_forward_reference(const float* x, float* y, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) y[i] = x[i] * sigmoid_reference(x[i]);

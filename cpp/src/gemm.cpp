@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/dispatch.hpp"
 #include "kernels/gemm_microkernel.hpp"
 #include "shardlab/buffer_pool.hpp"
 #include "shardlab/cpu_features.hpp"
@@ -40,7 +41,13 @@ void kernel_scalar(int64_t kc, const void* a_, const void* b_, float* c, int64_t
 
 }  // namespace
 
-KernelSet kernels_scalar(DType type) {
+}  // namespace gemm_detail
+
+namespace kernels::scalar {
+
+using namespace gemm_detail;
+
+KernelSet gemm_kernels(DType type) {
   KernelSet ks;
   ks.mr = kScalarMr;
   ks.nr = kScalarNr;
@@ -52,21 +59,13 @@ KernelSet kernels_scalar(DType type) {
   return ks;
 }
 
-}  // namespace gemm_detail
+}  // namespace kernels::scalar
 
 namespace {
 
 using gemm_detail::KernelSet;
 
-KernelSet select_kernels(DType type) {
-  switch (active_isa()) {
-    case Isa::avx512bf16: return gemm_detail::kernels_avx512bf16(type);
-    case Isa::avx512: return gemm_detail::kernels_avx512(type);
-    case Isa::avx2: return gemm_detail::kernels_avx2(type);
-    case Isa::scalar: break;
-  }
-  return gemm_detail::kernels_scalar(type);
-}
+KernelSet select_kernels(DType type) { return SHARDLAB_KERNEL(gemm_kernels)(type); }
 
 // Per-thread packing buffers, kept between calls so many small batched GEMMs do not allocate.
 class PackBuffer {

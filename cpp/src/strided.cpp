@@ -1,6 +1,7 @@
 #include "shardlab/strided.hpp"
 
-#include "shardlab/cpu_features.hpp"
+#include "kernels/dispatch.hpp"
+#include "kernels/reduce_rows.hpp"
 #include "shardlab/thread_pool.hpp"
 
 #include <algorithm>
@@ -10,14 +11,6 @@
 #include <string>
 
 namespace shardlab {
-
-// Per-ISA builds of the reduction inner loop (cpp/src/kernels/reduce_rows*.cpp).
-void reduce_rows_scalar(DType, ReduceOp, const char* const*, std::int64_t, std::int64_t, char*, std::int64_t,
-                        std::int64_t, void*);
-void reduce_rows_avx2(DType, ReduceOp, const char* const*, std::int64_t, std::int64_t, char*, std::int64_t,
-                      std::int64_t, void*);
-void reduce_rows_avx512(DType, ReduceOp, const char* const*, std::int64_t, std::int64_t, char*, std::int64_t,
-                        std::int64_t, void*);
 
 namespace {
 
@@ -119,19 +112,6 @@ void check_same_shape(const char* op, const ArrayRef& a, const ArrayRef& b) {
     throw std::invalid_argument(std::string("[") + op + "] views have dtypes " +
                                 dtype_name(a.dtype) + " and " + dtype_name(b.dtype));
   }
-}
-
-using ReduceRowsFn = void (*)(DType, ReduceOp, const char* const*, std::int64_t, std::int64_t, char*,
-                             std::int64_t, std::int64_t, void*);
-
-ReduceRowsFn reduce_rows_for(Isa isa) {
-  switch (isa) {
-    case Isa::avx512bf16:
-    case Isa::avx512: return reduce_rows_avx512;
-    case Isa::avx2: return reduce_rows_avx2;
-    case Isa::scalar: break;
-  }
-  return reduce_rows_scalar;
 }
 
 }  // namespace
@@ -429,7 +409,7 @@ void reduce_strided(const ArrayRef& dst, const ArrayRef& src, int reduce_dims, R
   const std::int64_t chunks = (inner + chunk - 1) / chunk;
   const std::int64_t work = outer_count * chunks;
   const bool parallel = src.nbytes() >= kParallelBytes && work > 1;
-  const ReduceRowsFn rows = reduce_rows_for(active_isa());
+  const auto rows = SHARDLAB_KERNEL(reduce_rows);
 
   // One scratch row (8 bytes per element covers every accumulator) and source list per run.
   auto run_range = [&](std::int64_t w0, std::int64_t w1) {

@@ -44,15 +44,18 @@ struct VecAvx2 {
 
 }  // namespace
 
-void attention_forward_avx2(const AttentionProblem& p, const void* q, const void* k,
-                            const void* v, void* out, float* lse) {
-  forward_dispatch<VecAvx2>(p, q, k, v, out, lse);
-}
-
-void attention_backward_avx2(const AttentionProblem& p, const void* q, const void* k,
-                             const void* v, const void* out, const void* dout,
-                             const float* lse, float* dq, float* dk, float* dv) {
-  backward_dispatch<VecAvx2>(p, q, k, v, out, dout, lse, dq, dk, dv);
-}
-
 }  // namespace shardlab::detail
+
+namespace shardlab::kernels::avx2 {
+
+void attention_forward(const AttentionProblem& p, const void* q, const void* k, const void* v, void* out,
+                       float* lse) {
+  detail::forward_dispatch<detail::VecAvx2>(p, q, k, v, out, lse);
+}
+
+void attention_backward(const AttentionProblem& p, const void* q, const void* k, const void* v, const void* out,
+                        const void* dout, const float* lse, float* dq, float* dk, float* dv) {
+  detail::backward_dispatch<detail::VecAvx2>(p, q, k, v, out, dout, lse, dq, dk, dv);
+}
+
+}  // namespace shardlab::kernels::avx2

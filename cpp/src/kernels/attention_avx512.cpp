@@ -45,15 +45,18 @@ struct VecAvx512 {
 
 }  // namespace
 
-void attention_forward_avx512(const AttentionProblem& p, const void* q, const void* k,
-                              const void* v, void* out, float* lse) {
-  forward_dispatch<VecAvx512>(p, q, k, v, out, lse);
-}
-
-void attention_backward_avx512(const AttentionProblem& p, const void* q, const void* k,
-                               const void* v, const void* out, const void* dout,
-                               const float* lse, float* dq, float* dk, float* dv) {
-  backward_dispatch<VecAvx512>(p, q, k, v, out, dout, lse, dq, dk, dv);
-}
-
 }  // namespace shardlab::detail
+
+namespace shardlab::kernels::avx512 {
+
+void attention_forward(const AttentionProblem& p, const void* q, const void* k, const void* v, void* out,
+                       float* lse) {
+  detail::forward_dispatch<detail::VecAvx512>(p, q, k, v, out, lse);
+}
+
+void attention_backward(const AttentionProblem& p, const void* q, const void* k, const void* v, const void* out,
+                        const void* dout, const float* lse, float* dq, float* dk, float* dv) {
+  detail::backward_dispatch<detail::VecAvx512>(p, q, k, v, out, dout, lse, dq, dk, dv);
+}
+
+}  // namespace shardlab::kernels::avx512

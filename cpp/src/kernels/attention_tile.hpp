@@ -33,16 +33,26 @@
 #include "shardlab/thread_pool.hpp"
 #include "transpose8x8.hpp"
 
-namespace shardlab::detail {
+// The tiled kernels of one ISA (dispatch.hpp): attention.cpp (scalar), attention_avx2.cpp,
+// attention_avx512.cpp.
+namespace shardlab::kernels {
+#define SHARDLAB_DECLARE_ATTENTION(ISA)                                                                  \
+  namespace ISA {                                                                                        \
+  void attention_forward(const AttentionProblem&, const void*, const void*, const void*, void*, float*); \
+  void attention_backward(const AttentionProblem&, const void*, const void*, const void*, const void*,   \
+                          const void*, const float*, float*, float*, float*);                           \
+  }
+SHARDLAB_DECLARE_ATTENTION(scalar)
+SHARDLAB_DECLARE_ATTENTION(avx2)
+SHARDLAB_DECLARE_ATTENTION(avx512)
+#undef SHARDLAB_DECLARE_ATTENTION
+namespace avx512bf16 {
+using avx512::attention_backward;
+using avx512::attention_forward;
+}  // namespace avx512bf16
+}  // namespace shardlab::kernels
 
-void attention_forward_avx2(const AttentionProblem&, const void*, const void*, const void*,
-                            void*, float*);
-void attention_backward_avx2(const AttentionProblem&, const void*, const void*, const void*,
-                             const void*, const void*, const float*, float*, float*, float*);
-void attention_forward_avx512(const AttentionProblem&, const void*, const void*, const void*,
-                              void*, float*);
-void attention_backward_avx512(const AttentionProblem&, const void*, const void*, const void*,
-                               const void*, const void*, const float*, float*, float*, float*);
+namespace shardlab::detail {
 
 namespace {
 

@@ -8,9 +8,10 @@
 #include <chrono>
 #include <cstdint>
 
-namespace shardlab::detail {
+// AVX2 only (the peak it measures is the AVX2 path's): kernels::avx2, no other builds (dispatch.hpp).
+namespace shardlab::kernels::avx2 {
 
-double fma_peak_gflops_avx2(int threads, int64_t iters) {
+double fma_peak_gflops(int threads, int64_t iters) {
   // 12 accumulators: two FMA pipes x 4-cycle latency need 8 in flight; 12 leaves margin for
   // cores with longer latency or a third pipe, and with the two operands fits 16 ymm registers.
   constexpr int kChains = 12;
@@ -40,4 +41,4 @@ double fma_peak_gflops_avx2(int threads, int64_t iters) {
   return flops / secs / 1e9;
 }
 
-}  // namespace shardlab::detail
+}  // namespace shardlab::kernels::avx2

@@ -1,2 +1,2 @@
-#define SHARDLAB_FUSED_NS scalar
+#define SHARDLAB_ISA_NS scalar
 #include "fused_rows_impl.hpp"

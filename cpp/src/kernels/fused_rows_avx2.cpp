@@ -1,2 +1,2 @@
-#define SHARDLAB_FUSED_NS avx2
+#define SHARDLAB_ISA_NS avx2
 #include "fused_rows_impl.hpp"

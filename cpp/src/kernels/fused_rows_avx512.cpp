@@ -1,2 +1,2 @@
-#define SHARDLAB_FUSED_NS avx512
+#define SHARDLAB_ISA_NS avx512
 #include "fused_rows_impl.hpp"

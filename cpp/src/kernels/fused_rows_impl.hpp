@@ -1,15 +1,16 @@
 // The loops of the fused elementwise kernels (shardlab/fused.hpp), compiled once per ISA:
-// fused_rows.cpp, fused_rows_avx2.cpp and fused_rows_avx512.cpp define SHARDLAB_FUSED_NS and
-// include this file. Plain C++ the compiler vectorizes: the exponential is a branch-free
+// fused_rows.cpp, fused_rows_avx2.cpp and fused_rows_avx512.cpp define SHARDLAB_ISA_NS and
+// include this file (dispatch.hpp). Plain C++ the compiler vectorizes: the exponential is a branch-free
 // polynomial (no libm call), selects instead of branches.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
 
+#include "fused_rows.hpp"
 #include "shardlab/fused.hpp"
 
-namespace shardlab::fused_detail::SHARDLAB_FUSED_NS {
+namespace shardlab::kernels::SHARDLAB_ISA_NS {
 namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
@@ -155,4 +156,4 @@ void rotary_row(const float* x, const float* c, const float* sn, float* out, std
   for (std::int64_t j = 2 * half; j < H; ++j) out[j] = x[j];
 }
 
-}  // namespace shardlab::fused_detail::SHARDLAB_FUSED_NS
+}  // namespace shardlab::kernels::SHARDLAB_ISA_NS

@@ -91,7 +91,13 @@ void kernel_f32_rows_a(int64_t kc, const float* a, int64_t lda, const void* b_, 
 
 }  // namespace
 
-KernelSet kernels_avx2(DType type) {
+}  // namespace shardlab::gemm_detail
+
+namespace shardlab::kernels::avx2 {
+
+using namespace gemm_detail;
+
+KernelSet gemm_kernels(DType type) {
   KernelSet ks;
   ks.mr = kMr;
   ks.nr = kNr;
@@ -106,4 +112,4 @@ KernelSet kernels_avx2(DType type) {
   return ks;
 }
 
-}  // namespace shardlab::gemm_detail
+}  // namespace shardlab::kernels::avx2

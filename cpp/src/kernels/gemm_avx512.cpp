@@ -54,7 +54,13 @@ void kernel_f32(int64_t kc, const void* a_, const void* b_, float* c, int64_t ld
 
 }  // namespace
 
-KernelSet kernels_avx512(DType type) {
+}  // namespace shardlab::gemm_detail
+
+namespace shardlab::kernels::avx512 {
+
+using namespace gemm_detail;
+
+KernelSet gemm_kernels(DType type) {
   KernelSet ks;
   ks.mr = kMr;
   ks.nr = kNr;
@@ -68,4 +74,4 @@ KernelSet kernels_avx512(DType type) {
   return ks;
 }
 
-}  // namespace shardlab::gemm_detail
+}  // namespace shardlab::kernels::avx512

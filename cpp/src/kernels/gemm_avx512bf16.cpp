@@ -57,8 +57,14 @@ void kernel_bf16(int64_t kc, const void* a_, const void* b_, float* c, int64_t l
 
 }  // namespace
 
-KernelSet kernels_avx512bf16(DType type) {
-  if (type == DType::float32) return kernels_avx512(type);
+}  // namespace shardlab::gemm_detail
+
+namespace shardlab::kernels::avx512bf16 {
+
+using namespace gemm_detail;
+
+KernelSet gemm_kernels(DType type) {
+  if (type == DType::float32) return avx512::gemm_kernels(type);
   KernelSet ks;
   ks.mr = kMr;
   ks.nr = kNr;
@@ -73,4 +79,4 @@ KernelSet kernels_avx512bf16(DType type) {
   return ks;
 }
 
-}  // namespace shardlab::gemm_detail
+}  // namespace shardlab::kernels::avx512bf16

@@ -43,10 +43,18 @@ struct KernelSet {
   MicroKernelRowsA kernel_rows_a = nullptr;  // fp32 only; nullptr where A is always packed
 };
 
-KernelSet kernels_scalar(DType type);
-KernelSet kernels_avx2(DType type);
-KernelSet kernels_avx512(DType type);
-KernelSet kernels_avx512bf16(DType type);
+}  // namespace shardlab::gemm_detail
+
+// The micro-kernels, packers and blocking of one ISA for `type` (dispatch.hpp): gemm.cpp
+// (scalar), gemm_avx2.cpp, gemm_avx512.cpp, gemm_avx512bf16.cpp.
+namespace shardlab::kernels {
+namespace scalar { gemm_detail::KernelSet gemm_kernels(DType type); }
+namespace avx2 { gemm_detail::KernelSet gemm_kernels(DType type); }
+namespace avx512 { gemm_detail::KernelSet gemm_kernels(DType type); }
+namespace avx512bf16 { gemm_detail::KernelSet gemm_kernels(DType type); }
+}  // namespace shardlab::kernels
+
+namespace shardlab::gemm_detail {
 
 // The packing templates below are instantiated in every ISA file. They live in an anonymous
 // namespace on purpose: with external linkage the linker would keep ONE instantiation, maybe

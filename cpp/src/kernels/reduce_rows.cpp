@@ -1,2 +1,2 @@
-#define SHARDLAB_REDUCE_ROWS_NAME reduce_rows_scalar
+#define SHARDLAB_ISA_NS scalar
 #include "reduce_rows_impl.hpp"

@@ -1,2 +1,2 @@
-#define SHARDLAB_REDUCE_ROWS_NAME reduce_rows_avx2
+#define SHARDLAB_ISA_NS avx2
 #include "reduce_rows_impl.hpp"

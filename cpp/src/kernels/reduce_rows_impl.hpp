@@ -1,14 +1,15 @@
-// The inner loop of every reduction collective, compiled once per ISA (reduce_rows.cpp,
-// reduce_rows_avx2.cpp, reduce_rows_avx512.cpp define SHARDLAB_REDUCE_ROWS_NAME and include
-// this file). dst[i] = op over r of src[r][i] for one row of n elements.
+// kernels::<isa>::reduce_rows (reduce_rows.hpp), compiled once per ISA: reduce_rows.cpp,
+// reduce_rows_avx2.cpp and reduce_rows_avx512.cpp define SHARDLAB_ISA_NS and include this file
+// (dispatch.hpp). dst[i] = op over r of src[r][i] for one row of n elements.
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 
 #include "shardlab/dtype.hpp"
+#include "reduce_rows.hpp"
 #include "shardlab/strided.hpp"
 
-namespace shardlab {
+namespace shardlab::kernels::SHARDLAB_ISA_NS {
 namespace {
 
 template <class T> struct Acc { using type = T; };
@@ -100,9 +101,8 @@ void rows(ReduceOp op, const char* const* srcs, std::int64_t count, std::int64_t
 
 }  // namespace
 
-void SHARDLAB_REDUCE_ROWS_NAME(DType dtype, ReduceOp op, const char* const* srcs, std::int64_t count,
-                               std::int64_t ss, char* dst, std::int64_t ds, std::int64_t n,
-                               void* scratch) {
+void reduce_rows(DType dtype, ReduceOp op, const char* const* srcs, std::int64_t count, std::int64_t ss, char* dst,
+                 std::int64_t ds, std::int64_t n, void* scratch) {
   switch (dtype) {
     case DType::float32: rows<float, float>(op, srcs, count, ss, dst, ds, n, scratch); break;
     case DType::float64: rows<double, double>(op, srcs, count, ss, dst, ds, n, scratch); break;
@@ -113,4 +113,4 @@ void SHARDLAB_REDUCE_ROWS_NAME(DType dtype, ReduceOp op, const char* const* srcs
   }
 }
 
-}  // namespace shardlab
+}  // namespace shardlab::kernels::SHARDLAB_ISA_NS
