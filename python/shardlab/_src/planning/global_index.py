@@ -445,9 +445,9 @@ def _iterate(x: ShardedArray):
     return (device_put(value[i], rep) for i in range(x.shape[0]))
 
 
-jnp.GLOBAL["getitem"] = getitem
-jnp.GLOBAL[np.take] = take
-jnp.GLOBAL[np.take_along_axis] = take_along_axis
+jnp.register_global("getitem", getitem)
+jnp.register_global(np.take, take)
+jnp.register_global(np.take_along_axis, take_along_axis)
 ShardedArray.__getitem__ = getitem  # registered here, as LocalArray's methods are by the ops layer
 ShardedArray.__iter__ = _iterate
 ShardedArray.at = at_property(IndexOps(get=_at_get, scatter=_at_scatter))

@@ -398,14 +398,15 @@ cumsum_lax, cumprod_lax, cummax, cummin, cumlogsumexp = (
 
 # -- registration ------------------------------------------------------------------------------------
 for _fn in (np.sum, np.mean, np.max, np.min, np.prod, np.any, np.all, np.var, np.std):
-    jnp.GLOBAL[_fn] = _reduce(_fn)
-jnp.GLOBAL[np.amax], jnp.GLOBAL[np.amin] = jnp.GLOBAL[np.max], jnp.GLOBAL[np.min]
-jnp.GLOBAL[np.argmax] = _arg_reduce(np.argmax)
-jnp.GLOBAL[np.argmin] = _arg_reduce(np.argmin)
-jnp.GLOBAL[np.cumsum] = _np_cum("cumsum")
-jnp.GLOBAL[np.cumprod] = _np_cum("cumprod")
+    jnp.register_global(_fn, _reduce(_fn))
+jnp.register_global(np.amax, jnp.GLOBAL[np.max])
+jnp.register_global(np.amin, jnp.GLOBAL[np.min])
+jnp.register_global(np.argmax, _arg_reduce(np.argmax))
+jnp.register_global(np.argmin, _arg_reduce(np.argmin))
+jnp.register_global(np.cumsum, _np_cum("cumsum"))
+jnp.register_global(np.cumprod, _np_cum("cumprod"))
 if hasattr(np, "cumulative_sum"):
-    jnp.GLOBAL[np.cumulative_sum] = _cumulative_np("cumsum")
-    jnp.GLOBAL[np.cumulative_prod] = _cumulative_np("cumprod")
+    jnp.register_global(np.cumulative_sum, _cumulative_np("cumsum"))
+    jnp.register_global(np.cumulative_prod, _cumulative_np("cumprod"))
 for _fn, _impl in ((np.where, where), (np.clip, clip), (np.sort, sort), (np.argsort, argsort)):
-    jnp.GLOBAL[_fn] = _impl
+    jnp.register_global(_fn, _impl)

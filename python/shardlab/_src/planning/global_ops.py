@@ -739,12 +739,12 @@ def _map(fn, tree):
 
 
 register_global_ufunc(elementwise)
-jnp.GLOBAL["contract"] = contract
-jnp.GLOBAL["matmul"] = contract_matmul
-jnp.GLOBAL["elementwise"] = elementwise
-jnp.GLOBAL["fallback"] = global_fallback
-jnp.GLOBAL["astype"] = astype
-jnp.GLOBAL["out_sharding"] = R.out_sharding
-jnp.GLOBAL["reshard"] = reshard
-jnp.GLOBAL[np.copy] = copy
+jnp.register_global("contract", contract)
+jnp.register_global("matmul", contract_matmul)
+jnp.register_global("elementwise", elementwise)
+jnp.register_global("fallback", global_fallback)
+jnp.register_global("astype", astype)
+jnp.register_global("out_sharding", R.out_sharding)
+jnp.register_global("reshard", reshard)
+jnp.register_global(np.copy, copy)
 _jit.register_reshard(reshard)  # jit(out_shardings=) moves results with the planner (this layer is above jit)

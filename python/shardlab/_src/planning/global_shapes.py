@@ -498,4 +498,4 @@ for _fn, _impl in ((np.transpose, transpose), (np.reshape, reshape), (np.ravel, 
                    (np.moveaxis, moveaxis), (np.squeeze, squeeze), (np.expand_dims, expand_dims),
                    (np.broadcast_to, broadcast_to), (np.concatenate, concatenate), (np.stack, stack),
                    (np.split, split)):
-    jnp.GLOBAL[_fn] = _impl
+    jnp.register_global(_fn, _impl)

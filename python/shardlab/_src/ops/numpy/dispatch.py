@@ -17,7 +17,7 @@ from ...core.context import CTX as _CTX
 from ...core.mesh import get_mesh as _get_mesh
 from ...core.sharding import NamedSharding as _NamedSharding, PartitionSpec as _P
 
-__all__ = ["GLOBAL"]
+__all__ = ["GLOBAL", "register_global"]
 
 
 _PY_SCALARS = frozenset((int, float, complex, bool))
@@ -65,6 +65,13 @@ def _host_operand(v, op: str):
 # Reserved string keys: "elementwise", "contract", "matmul", "astype", "fallback",
 # "out_sharding", "reshard" (planning/global_ops.py).
 GLOBAL: dict = {}
+
+
+def register_global(key, impl):
+    """Registers `impl` as the implementation of `key` (a numpy function or a reserved name) on
+    global ShardedArrays; the planning layer calls it beside each implementation. Returns `impl`."""
+    GLOBAL[key] = impl
+    return impl
 
 
 def _global(np_fn, x, **kw):
