@@ -232,7 +232,7 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
              dp_overlap: bool = True, attention: str = "flash", dropout: bool = False,
              pipeline_link: str | None = None, elementwise_scale: float = 1.0,
              execute_layers: int | None = None, kernels: str = "fused", fused_norm: bool | None = None,
-             reduce_dtype: str | None = None) -> Estimate:
+             reduce_dtype: str | None = None, fsdp_copies: bool = False) -> Estimate:
     """Runs one training step of ``cfg`` shape-only and prices it on ``hardware``.
 
     Args:
@@ -277,6 +277,11 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
         reduce_dtype: the dtype the gradient reductions over the data axes run in when it is not
             the gradients' own (FSDP2's ``MixedPrecisionPolicy(reduce_dtype=torch.float32)``):
             their bytes are priced at its size; None keeps the ledger's.
+        fsdp_copies: the framework copies each gathered weight buffer out to the parameters and
+            each gradient into the reduce-scatter buffer, cast to ``reduce_dtype`` (PyTorch
+            FSDP2's ``foreach_all_gather_copy_out`` and ``foreach_reduce_scatter_copy_in``):
+            read and write those bytes as memory-bound work of the phase; XLA's gathers land in
+            place (False).
 
     Returns:
         An :class:`Estimate`.
@@ -400,9 +405,16 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
             kind = "overlap" if async_tp else "exposed"
         else:
             kind = "exposed"
+        scale = 1.0
         if reduce_size and kind == "dp" and e["op"] in ("psum", "psum_scatter"):
             scale = reduce_size / np.dtype(e["dtype"]).itemsize   # the gradient reduced in reduce_dtype
             e = dict(e, bytes_in=e["bytes_in"] * scale, bytes_out=e["bytes_out"] * scale)
+        if fsdp_copies and axes <= data_axes and e["op"] in ("all_gather", "psum_scatter") and phase != "optimizer":
+            # copy-out: read and write the gathered weights; copy-in: read the gradient, write it cast
+            # (the backward's re-gather is recorded in the recompute phase: its copy is the backward's)
+            moved = 2 * e["bytes_out"] if e["op"] == "all_gather" else e["bytes_in"] * (1 + 1 / scale)
+            ph_c = "backward" if phase == "recompute" else phase
+            comp[(where, ph_c)] = comp.get((where, ph_c), 0.0) + price_ew(moved, hw, p_list, 1) * w
         k4 = (where, phase, key, kind)
         comm_b[k4] = comm_b.get(k4, 0.0) + price_event(e, hw, p_list, mesh=m) * w
     comm: dict = {}

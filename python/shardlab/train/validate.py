@@ -216,7 +216,7 @@ def _torchtitan_row(row: dict, prices) -> tuple[Estimate, float]:
     e = estimate(torchtitan_config(row), strat, {"data_ib": _titan.GPUS // 8, "data_nv": 8}, A100,
                  batch=_titan.GPUS * row["local_batch"], seq=_titan.SEQ_LEN, remat=row["ac"], prices=prices,
                  kernels=_titan.KERNELS, fused_norm=_titan.FUSED_NORM[row["model"]],
-                 reduce_dtype=_titan.REDUCE_DTYPE)
+                 reduce_dtype=_titan.REDUCE_DTYPE, fsdp_copies=_titan.FSDP_COPIES)
     return e, row["local_batch"] * _titan.SEQ_LEN / row["wps"]
 
 

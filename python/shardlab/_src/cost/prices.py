@@ -139,7 +139,7 @@ MAMF = {"a100": (271.2 / 312, None), "h100": (794.5 / 989, 1402.6 / 1979), "h200
 
 #: The large-GEMM efficiency a training step sustains on the A100, fitted on Megatron-LM's Table 1
 #: (``train.validate.fit("megatron", ...)``: 0.70, mean |error| 2.1 %; torchtitan's table, held
-#: out, 5.3 %, worst 7.7 %), and its ratio to the burst MAMF: clocks under sustained power and heat, and the
+#: out, 3.4 %, worst 4.5 %), and its ratio to the burst MAMF: clocks under sustained power and heat, and the
 #: GEMM shapes a model has rather than the best one. The other NVIDIA GPUs, with no published
 #: training table transcribed here, are derated by the same ratio (an assumption).
 A100_SUSTAINED = 0.70

@@ -42,6 +42,11 @@ REDUCE_DTYPE = "float32"
 #: The norm kernel of each model's config: 13B ``norm_type = "fused_rmsnorm"`` (a Triton kernel),
 #: 70B ``norm_type = "rmsnorm"`` (``models/norms.py`` ``RMSNorm``: eager, in fp32).
 FUSED_NORM = {"13B": True, "70B": False}
+#: FSDP2 (``torch.distributed._composable.fsdp``, ``_fsdp_collectives.py``) copies each
+#: all-gather's output into the unsharded parameters (``foreach_all_gather_copy_out``) and the
+#: unsharded gradients into the reduce-scatter input in ``reduce_dtype``
+#: (``foreach_reduce_scatter_copy_in``): ``train.estimate(fsdp_copies=True)``.
+FSDP_COPIES = True
 SEQ_LEN = 4096
 VOCAB = 32000
 GPUS = 64
