@@ -13,7 +13,7 @@ several axes. Each stage's band draws the links of its ring, line or switch
 they fit, and says how many steps it takes and its time (its busiest link over the link
 bandwidth); the stage times add up to the title's time.
 
-Example:
+Examples:
     >>> import shardlab as sl
     >>> from shardlab import viz
     >>> mesh = sl.make_mesh((4, 2), ("x", "y"), hardware="tpu-v5e")
@@ -51,7 +51,7 @@ def group_bytes(event: dict) -> float:
     """V of a ledger event: the array one group's collective works on (docs/cost_model.md);
     the cost model's own formula (``shardlab.cost.formulas.group_bytes``).
 
-    Example:
+    Examples:
         >>> group_bytes({"op": "all_gather", "group_size": 4, "bytes_in": 8, "bytes_out": 32})
         32.0
     """
@@ -191,7 +191,7 @@ def collective(op, mesh=None, axis=None, *, nbytes: float | None = None) -> View
         busiest, seconds), ``link_bytes`` (each link's bytes over all stages, by axis position in
         the group), ``topology`` and ``seconds`` (the cost model's time).
 
-    Example:
+    Examples:
         >>> import shardlab as sl
         >>> from shardlab import viz
         >>> mesh = sl.make_mesh((8,), ("x",), hardware="tpu-v5e")

@@ -6,7 +6,7 @@ ledger event draws every physical axis it uses as a 1-D, 2-D or 3-D torus (3-D a
 slices, the links between slices as short diagonal strokes at each node), each link coloured on one
 sequential scale (with its legend) and labelled with its bytes where there is room, the busiest named.
 
-Example:
+Examples:
     >>> from shardlab import cost, viz
     >>> v = viz.link_traffic(cost.schedule("all_gather", 4, "line", 1024))
     >>> v.data["busiest"]["bytes"], v.data["busiest"]["src"], v.data["busiest"]["dst"]
@@ -68,7 +68,7 @@ def link_traffic(x, mesh=None, *, nbytes: float | None = None) -> View:
         bytes, seconds) and maps each link, as (src coords, dst coords or None for a switch,
         dim), to its bytes under ``links``.
 
-    Example:
+    Examples:
         >>> from shardlab import cost, viz
         >>> c = cost.all_reduce_time((4096, 4096), "bfloat16", axes=("X", "Y"),
         ...                          mesh_shape={"X": 4, "Y": 4}, hardware="tpu-v5p")

@@ -5,7 +5,7 @@ Each strategy is a ``train.Estimate`` (its ``memory``, its ledger, its chip's HB
 ``memory`` ({part: bytes per device}) and either ``bytes`` ({axis: bytes sent per device}) or a
 ``ledger`` (whose collectives are summed by mesh axes).
 
-Example:
+Examples:
     >>> from shardlab import viz
     >>> v = viz.strategies({"dp": {"memory": {"params": 4e9, "optimizer": 12e9}, "bytes": {"data": 8e9}},
     ...                     "fsdp": {"memory": {"params": 5e8, "optimizer": 1.5e9}, "bytes": {"data": 12e9}}},
@@ -29,7 +29,7 @@ _BAR_W = 300   # px of the longest bar in each panel
 def bytes_by_axes(ledger) -> dict[str, float]:
     """Bytes each device sends, summed per mesh axes of the collectives ("data", "x+y", ...).
 
-    Example:
+    Examples:
         >>> bytes_by_axes([{"axes": ("x",), "bytes_sent": 8.0}, {"axes": ("x", "y"), "bytes_sent": 2.0},
         ...                {"axes": (), "bytes_sent": 0, "flops": 1.0}])
         {'x': 8.0, 'x+y': 2.0}

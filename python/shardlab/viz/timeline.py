@@ -19,7 +19,7 @@ block per consecutive (phase, label, lane) run (``collapse=``), and the HTML off
 zoom in a horizontally scrolling frame. :func:`chrome_trace` writes the same spans in the Chrome
 trace format that ui.perfetto.dev and chrome://tracing open.
 
-Example:
+Examples:
     >>> import numpy as np, shardlab as sl
     >>> from shardlab import P, viz
     >>> mesh = sl.make_mesh((8,), ("x",), hardware="tpu-v5e")
@@ -58,7 +58,7 @@ def _lane(e: dict) -> str:
 def schedule_events(events, overlap: str = "deps") -> list[dict]:
     """Start and end of every event: {"op", "lane" ("compute"/"comm"), "start", "end", ...}.
 
-    Example:
+    Examples:
         >>> ev = [{"op": "matmul", "flops": 1.0, "seconds": 2.0}, {"op": "psum", "flops": 0, "seconds": 1.0}]
         >>> [(s["lane"], s["start"], s["end"]) for s in schedule_events(ev, "max")]
         [('compute', 0.0, 2.0), ('comm', 0.0, 1.0)]
@@ -164,7 +164,7 @@ def timeline(ledger, *, overlap: str = "deps", mesh=None, collapse: bool | None 
         (busy seconds per lane), ``phases`` and ``layers`` (the marked runs) and ``chrome_trace``
         (the spans as a Chrome trace dict).
 
-    Example:
+    Examples:
         >>> from shardlab import viz
         >>> ev = [{"op": "matmul", "flops": 1, "seconds": 1e-3, "phase": "forward", "label": "layer0/mlp"},
         ...       {"op": "psum", "axes": ("x",), "seconds": 5e-4, "phase": "forward", "label": "layer0/mlp"}]
@@ -281,7 +281,7 @@ def chrome_trace(spans, *, device: str = "device", path: str | None = None) -> d
     Returns:
         ``{"traceEvents": [...], "displayTimeUnit": "ns"}``, times in microseconds.
 
-    Example:
+    Examples:
         >>> t = chrome_trace([{"op": "matmul", "lane": "compute", "start": 0.0, "end": 2e-3}])
         >>> e = t["traceEvents"][-1]; (e["name"], e["ph"], e["ts"], e["dur"])
         ('matmul', 'X', 0.0, 2000.0)

@@ -9,7 +9,7 @@ Jupyter (``Timeline._repr_html_``, in a frame that scrolls sideways instead of b
 a matplotlib figure, and :func:`to_chrome_trace` the Chrome trace / Perfetto JSON (open it in
 ui.perfetto.dev): one track per stage for compute and one for its sends.
 
-Example:
+Examples:
     >>> from shardlab.train import pipeline as pp
     >>> svg = pp.clock(pp.gpipe(2, 2)).to_svg()
     >>> svg.startswith("<svg") and "F1" in svg and "bubble" in svg
@@ -161,7 +161,7 @@ def to_chrome_trace(tl, path: str | None = None, *, time_unit: float | None = No
         ``{"traceEvents": [...]}``: per stage a compute track (F/B/I/W blocks named like the
         picture's labels, microbatch and chunk in ``args``) and a send track.
 
-    Example:
+    Examples:
         >>> from shardlab.train import pipeline as pp
         >>> t = to_chrome_trace(pp.clock(pp.gpipe(2, 2)))
         >>> [e["name"] for e in t["traceEvents"] if e["ph"] == "X" and e["tid"] == 0][:2]
