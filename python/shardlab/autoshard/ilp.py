@@ -24,6 +24,8 @@ subject to sum_v s_v . m_v <= the per-device memory limit.
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 import warnings
 
@@ -50,6 +52,21 @@ def _highs():
         raise ImportError("shardlab.autoshard needs HiGHS: pip install 'highspy>=1.7' "
                           "(or pip install 'shardlab[autoshard]')") from e
     return highspy
+
+
+
+def _quiet_highs(highspy):
+    """A HiGHS solver, made with the process's stdout pointed at /dev/null: HiGHS prints its
+    banner from C (past Python's sys.stdout, into a notebook's output) when the first one is made."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            return highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def solve(problem: Problem, *, shrink: bool = True, time_limit_s: float | None = 60.0,
@@ -80,7 +97,7 @@ def solve(problem: Problem, *, shrink: bool = True, time_limit_s: float | None =
         return Solution.from_choice(problem, red.expand([]), method="ilp", proven_optimal=True,
                                     solve_seconds=time.perf_counter() - t0,
                                     size_after=red.size_after, status="solved by shrinking")
-    h = highspy.Highs()
+    h = _quiet_highs(highspy)
     h.setOptionValue("output_flag", bool(verbose))
     h.setOptionValue("mip_rel_gap", float(rel_gap))
     h.setOptionValue("mip_abs_gap", 0.0)
