@@ -118,10 +118,10 @@ def _collapse(spans: list[dict]) -> list[dict]:
     return out
 
 
-def _ticks(total: float) -> list[float]:
+def _ticks(total: float, count: int = 6) -> list[float]:
     if total <= 0:
         return [0.0]
-    raw = total / 6
+    raw = total / count
     p = 10 ** math.floor(math.log10(raw))
     step = min(m * p for m in (1, 2, 5, 10) if m * p >= raw)
     return [i * step for i in range(int(total / step + 1e-9) + 1)]
@@ -226,7 +226,7 @@ def _svg(blocks, phases, layers, colors, total, W, who, n_dev) -> str:
     scale = (W - left - 20) / total if total else 0.0
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="system-ui,sans-serif" '
            f'font-size="11">']
-    for t in _ticks(total):
+    for t in _ticks(total, max(6, round(6 * (W - left) / (_W - left)))):   # more ticks when zoomed in
         x = left + t * scale
         out.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{y_lanes + 2 * lane_h + 4}" stroke="#e3e3e3"/>'
                    f'<text x="{x:.1f}" y="{top - 6}" text-anchor="middle" fill="#444">{esc(units.fmt_seconds(t))}</text>')
