@@ -45,12 +45,13 @@ py-test:
 	$(PYTHON) -m pytest -q -p no:cacheprovider tests/python --doctest-modules --pyargs shardlab
 
 # The MPI suite (tests/mpi) on 2 ranks, and a smoke run on 4: every rank compares the MPI run
-# with the one-process run. Open MPI comes with system-deps, mpi4py with the [mpi] extra; the
+# with the one-process run. Open MPI comes with system-deps, mpi4py with the [test] extra; the
 # OMPI_* variables let mpirun run as root (in a container).
 MPIRUN := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe
+# On 2 ranks: tests/mpi and the shard_map suites (JAX comparisons included), 128 tests.
 mpi-test: install
-	$(PYTHON) -m pip install -q "mpi4py>=3.1"  # the [mpi] extra, without reinstalling shardlab
-	$(MPIRUN) -n 2 $(PYTHON) -m pytest -q -p no:cacheprovider tests/mpi
+	$(MPIRUN) -n 2 $(PYTHON) -m pytest -q -p no:cacheprovider tests/mpi tests/python/test_shard_map.py \
+	  tests/python/test_shard_map_api.py
 	$(MPIRUN) -n 4 $(PYTHON) -m pytest -q -p no:cacheprovider tests/mpi -k "reductions or all_gather or faults"
 
 # Every benchmark script in benchmarks/ with their extra (torch for SDPA, threadpoolctl for the
