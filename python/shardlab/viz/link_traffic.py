@@ -27,6 +27,7 @@ from .view import View, esc
 __all__ = ["link_traffic"]
 
 _BOX = 560  # px of a 2-D slice's longest side
+_MAX_SLICES = 4  # slices of a 3-D torus drawn (the others carry the same traffic)
 
 
 def _axis_links(sched, scale: float = 1.0) -> dict:
@@ -133,6 +134,8 @@ def _draw(dims, edges, top):
     n_dims = len(dims)
     out = []
 
+    tips = sum(1 for k in edges) <= 3000   # hover titles, unless they would bloat a big torus
+
     def edge(x1, y1, x2, y2, v, off, title, label=False):
         dx, dy = x2 - x1, y2 - y1
         L = math.hypot(dx, dy) or 1.0
@@ -144,7 +147,8 @@ def _draw(dims, edges, top):
         out.append(f'<line class="sl-link" data-bytes="{v:g}" x1="{x1 + ox + ux * sh * 0.5:.1f}" '
                    f'y1="{y1 + oy + uy * sh * 0.5:.1f}" x2="{x2 + ox - ux * sh * 0.5:.1f}" '
                    f'y2="{y2 + oy - uy * sh * 0.5:.1f}" stroke="{c}" stroke-width="{wd:.1f}" '
-                   f'stroke-linecap="round"><title>{esc(title)}: {esc(units.fmt_bytes(v))}</title></line>')
+                   f'stroke-linecap="round">'
+                   + (f'<title>{esc(title)}: {esc(units.fmt_bytes(v))}</title>' if tips else "") + '</line>')
         if label:  # the bytes beside the link, on its own side of the pair
             mx, my = (x1 + x2) / 2 + ox * 3.2, (y1 + y2) / 2 + oy * 3.2
             rot = "" if abs(dx) >= abs(dy) else f' transform="rotate(-90 {mx:.1f} {my + 3:.1f})"'
@@ -172,7 +176,9 @@ def _draw(dims, edges, top):
     # grids: dims[0] down, dims[1] across, dims[2] as separate slices
     rows = dims[0][1] if n_dims >= 2 else 1
     cols = dims[1][1] if n_dims >= 2 else dims[0][1]
-    slices = dims[2][1] if n_dims == 3 else 1
+    all_slices = dims[2][1] if n_dims == 3 else 1
+    # every slice carries the same traffic: draw the first few (at most ~256 nodes)
+    slices = min(all_slices, _MAX_SLICES, max(1, 256 // max(1, rows * cols)))
     step = max(14.0, min(96.0, (_BOX if slices == 1 else 960 / slices - 40) / max(rows, cols)))
     pad = 30
     sw = cols * step + 2 * pad
@@ -186,14 +192,14 @@ def _draw(dims, edges, top):
             r_, c_, z = c[0], c[1], (c[2] if n_dims == 3 else 0)
         return z * sw + pad + (c_ + 0.5) * step, pad + (16 if slices > 1 else 0) + (r_ + 0.5) * step
 
-    pos = {c: xy(c) for c in itertools.product(*[range(d[1]) for d in dims])}
+    pos = {c: xy(c) for c in itertools.product(*[range(d[1]) for d in dims]) if n_dims < 3 or c[2] < slices}
     if slices > 1:
         for z in range(slices):
             out.append(f'<text x="{z * sw + sw / 2:.1f}" y="14" text-anchor="middle" fill="#333">'
                        f'{esc(dims[2][0])} = {z}</text>')
     label = step >= 60
     for (s, d, i), v in edges.items():
-        if d is None:
+        if d is None or s not in pos:
             continue
         x1, y1 = pos[s]
         if i == 2:  # a z link joins two slices: a short diagonal stroke out of the node, ↗ +z, ↙ -z
@@ -216,8 +222,12 @@ def _draw(dims, edges, top):
         edge(x1, y1, x2, y2, v, 3.5, f"{_coord(s)} → {_coord(d)}", label=label)
     _nodes(out, pos, step >= 30)
     if slices > 1:
+        more = (f"; slices {slices}–{all_slices - 1} carry the same and are not drawn"
+                if all_slices > slices else "")
         out.append(f'<text x="4" y="{H - 4}" fill="#444">{esc(dims[2][0])} links run between the slices: the short '
-                   f'diagonal strokes, ↗ to the next slice, ↘ to the previous (hover a link for its bytes)</text>')
+                   f'diagonal strokes, ↗ to the next slice, ↘ to the previous{" (hover a link for its bytes)" if tips else ""}'
+                   f'{esc(more)}'
+                   f'</text>')
     return _svg(out, W, H), W, H
 
 
