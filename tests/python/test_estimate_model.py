@@ -101,3 +101,8 @@ def test_the_estimate_displays_itself():
     console.print(e)
     shown = console.export_text()
     assert "recompute" in shown and "activations" in shown and "MFU" in shown
+
+
+def test_a_chip_without_a_preset_is_refused_with_how_to_build_one():
+    with pytest.raises(ValueError, match=r"\[estimate\] unknown preset 'tpu-v9'.*shardlab.hardware.Hardware\(name="):
+        train.estimate(CFG, "fsdp", {"data": 8}, "tpu-v9", batch=8, seq=128)

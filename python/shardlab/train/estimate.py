@@ -48,7 +48,7 @@ import shardlab as sl
 import shardlab.hardware as hw_mod
 from shardlab import units
 from shardlab.cost import formulas, price_event, price_list
-from shardlab.models import flops_per_token, param_axes, remat_policy, training_memory
+from shardlab.models import flops_per_token, get_hardware, param_axes, remat_policy, training_memory
 
 from . import pipeline as _pp
 from . import strategy as _strategy
@@ -290,6 +290,7 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
         ValueError: a bad strategy, mesh, batch, pipeline split or schedule name.
     """
     op = "estimate"
+    hardware = get_hardware(hardware, op)  # a chip without a preset: the error says how to build one
     for name, v in (("batch", batch), ("seq", seq), ("microbatches", microbatches), ("pipeline", pipeline),
                     ("virtual_stages", virtual_stages)):
         _check(op, name, v)
