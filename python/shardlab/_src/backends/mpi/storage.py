@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...arrays.storage import AbstractStorage
-from .runtime import STATE
+from .runtime import STATE, enter, leave
 
 
 class RankStorage(AbstractStorage):
@@ -94,7 +94,11 @@ def gather(p, block: np.ndarray, shape) -> np.ndarray:
     comm = p.sub(dims)
     n = comm.Get_size()
     recv = np.empty((n,) + block.shape, block.dtype)
-    comm.Allgather(_buf(block), _buf(recv))
+    enter(f"process_allgather(global storage {tuple(shape)} {block.dtype})")  # np.asarray and friends
+    try:
+        comm.Allgather(_buf(block), _buf(recv))
+    finally:
+        leave()
     return assemble(recv, block.shape, dims, tuple(p.grid[j] for j in dims))
 
 
