@@ -24,6 +24,18 @@ def test_import_shardlab_does_not_load_mpi4py():
     assert out.stdout.split() == ["False", "1"], out.stderr
 
 
+def test_under_mpirun_without_mpi4py_each_rank_runs_alone_with_a_warning():
+    code = ("import sys, warnings; sys.modules['mpi4py'] = None; warnings.simplefilter('always')\n"
+            "with warnings.catch_warnings(record=True) as w:\n"
+            "    import shardlab\n"
+            "print(shardlab.process_count(), [str(x.message) for x in w if 'mpi4py' in str(x.message)])")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI"))}
+    env["OMPI_COMM_WORLD_SIZE"] = "2"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.stdout.startswith("1 ["), out.stderr
+    assert "pip install shardlab[mpi]" in out.stdout and "each rank runs the whole program on its own" in out.stdout
+
+
 def test_one_process_is_index_0_of_1_and_holds_every_device():
     mesh = sl.make_mesh((2, 4), ("x", "y"))
     assert (sl.process_index(), sl.process_count(), sl.distributed.is_initialized()) == (0, 1, False)

@@ -18,6 +18,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 
 from ...core.processes import PROCESS
 from ...primitives.primitive import REAL_BACKEND
@@ -154,6 +155,11 @@ def is_initialized() -> bool:
 
 def auto_initialize() -> None:
     """``initialize()`` when launched by mpirun with more than one rank, unless
-    SHARDLAB_MPI=0."""
+    SHARDLAB_MPI=0; a RuntimeWarning (and one process per rank, as without MPI) when mpi4py is
+    missing."""
     if os.environ.get("SHARDLAB_MPI", "1") != "0" and launched_ranks() > 1:
-        initialize()
+        try:
+            initialize()
+        except ImportError as e:  # without mpi4py nothing changes: each rank runs on its own
+            warnings.warn(f"{e}; started by an MPI launcher with {launched_ranks()} ranks, each rank runs the "
+                          f"whole program on its own", RuntimeWarning, stacklevel=2)
