@@ -41,8 +41,9 @@ class RankStorage(AbstractStorage):
         return out if dtype is None else out.astype(dtype, copy=False)
 
     def __getitem__(self, key):
-        """One device's value (``storage[coords + (...,)]``, coordinates of a device of this rank)
-        from the block; any other index of the gathered global storage (collective)."""
+        """One device's value (``storage[coords + (...,)]``) from the block when the device is
+        this rank's; any other index (another rank's device included: code above the backends
+        reads devices alike on every rank) of the gathered global storage, so collective."""
         p = self.placement
         if (type(key) is tuple and len(key) == p.k + 1 and key[-1] is Ellipsis
                 and all(isinstance(c, (int, np.integer)) for c in key[:-1])):
@@ -53,12 +54,10 @@ class RankStorage(AbstractStorage):
                     continue
                 o = p.coords[j] * p.block[j] if p.grid[j] > 1 else 0
                 if not o <= c < o + self.block.shape[j]:
-                    raise IndexError(f"[mpi] the device at mesh coordinates {tuple(int(x) for x in key[:-1])} "
-                                     f"lives on another rank (this is rank {p.comm.Get_rank()}); np.asarray "
-                                     f"gathers every device's value (collective), addressable_shards lists "
-                                     f"this rank's")
+                    break  # another rank's device: from the gathered storage (collective)
                 local.append(int(c) - o)
-            return self.block[tuple(local) + (Ellipsis,)]
+            else:
+                return self.block[tuple(local) + (Ellipsis,)]
         return np.asarray(self)[key]
 
     def __array_function__(self, func, types, args, kwargs):
