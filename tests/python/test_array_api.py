@@ -170,10 +170,7 @@ METHODS = {
 }
 # Methods whose shardlab.numpy function does not yet do on global ShardedArrays what JAX does
 # (the jnp rules are other work of issue #24); xfail(strict=False) so they count once it lands.
-PENDING = {
-    "nonzero": "jnp.nonzero on a global ShardedArray: no sharded rule yet",
-    "repeat": "jnp.repeat on a sharded global array: JAX asks for out_sharding=, shardlab's rule does not refuse yet",
-}
+PENDING: dict = {}
 
 
 def _method_params():

@@ -129,3 +129,33 @@ def test_sum_of_shard_map_output_squared_and_mean_match_jax_with_gradients():
     with jax.set_mesh(jmesh):
         want = jax.grad(theirs)(jx)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=1e-5)
+
+
+def _nonzero_repeat(api, np_, spec):
+    """nonzero / repeat on a (2, 2)-mesh array under set_mesh: each result's type and values, or
+    the error's class (JAX refuses both on sharded inputs, and asks repeat for out_sharding=)."""
+    mesh = api.make_mesh((2, 2), ("X", "Y"), devices=api.devices()[:4])
+    x = api.device_put(np.arange(16.0, dtype=np.float32).reshape(4, 4) - 3, api.NamedSharding(mesh, spec(api.P)))
+    calls = {"nonzero": lambda v: v.nonzero(), "repeat_free_dim": lambda v: v.repeat(2, axis=1),
+             "repeat_dim0": lambda v: v.repeat(2, axis=0),
+             "repeat_out_sharding": lambda v: np_.repeat(v, 2, axis=0, out_sharding=api.P("X")),
+             "repeat_total_length": lambda v: np_.repeat(v, 2, axis=1, total_repeat_length=5, out_sharding=api.P())}
+    out = {}
+    with api.set_mesh(mesh):
+        for name, f in calls.items():
+            try:
+                r = f(x)
+            except Exception as e:  # noqa: BLE001 - compared by class with JAX's
+                out[name] = type(e).__name__
+                continue
+            rs = r if isinstance(r, tuple) else (r,)
+            out[name] = [(str(api.typeof(v)), np.asarray(v).tolist()) for v in rs]
+    return out
+
+
+@pytest.mark.jax
+@pytest.mark.parametrize("spec", [lambda P: P("X", "Y"), lambda P: P("X", None), lambda P: P()],
+                         ids=["X,Y", "X", "replicated"])
+def test_nonzero_and_repeat_follow_jax_s_explicit_rules(spec):
+    jax = pytest.importorskip("jax")
+    assert _nonzero_repeat(sl, snp, spec) == _nonzero_repeat(jax, jax.numpy, spec)

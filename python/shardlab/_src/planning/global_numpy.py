@@ -43,13 +43,15 @@ from ..arrays.local_array import LocalArray
 from ..arrays.sharded_array import ShardedArray
 from ..core import dtypes as _dt
 from ..core.errors import ShardingTypeError
-from ..core.sharding import P
+from ..core.sharding import NamedSharding, P
 from ..ops import lax
 from ..ops import numpy as jnp
 from ..ops.numpy.conversion import _inexact
 from ..ops import numpy_fallback as _fb
 from .global_common import (as_global, axes_of, check_reduced, free_dims, norm_axis, run, same_mesh, sharding_str,
                             spec_of, type_str, with_spec, _norm_axes)
+from .global_ops import global_fallback
+from .global_ops import reshard as _plan_reshard
 from .global_shapes import broadcast_to, concatenate, ravel, reshape
 
 
@@ -396,6 +398,72 @@ cumsum_lax, cumprod_lax, cummax, cummin, cumlogsumexp = (
     _lax_cum("cumsum"), _lax_cum("cumprod"), _lax_cum("cummax"), _lax_cum("cummin"), _lax_cum("cumlogsumexp"))
 
 
+# -- nonzero and repeat: JAX's refusals on sharded arrays --------------------------------------------
+def _nonzero_like(np_fn, name: str):
+    def fn(a, *args, **kwargs):
+        """``jnp.{name}`` on a global array: JAX computes it with a cumulative sum over the flat
+        array, which its rule allows only on a fully replicated input (ShardingTypeError
+        otherwise, as JAX); a replicated input runs once (a recorded fallback)."""
+        a = as_global(a, name)
+        if any(axes_of(e) for e in spec_of(a)):
+            raise ShardingTypeError(f"[{name}] The input should be fully replicated when axis is not specified to "
+                                    f"cumsum. Got input type={type_str(a)}; reshard it to P() first "
+                                    f"(shardlab.reshard(x, P()))")
+        return global_fallback(np_fn, name, (a, *args), kwargs)
+
+    fn.__name__ = name
+    fn.__doc__ = fn.__doc__.format(name=name)
+    return fn
+
+
+def repeat(a, repeats, axis=None, *, total_repeat_length=None, out_sharding=None):
+    """``jnp.repeat`` on a global array, with JAX's explicit-sharding rule: repeating along an
+    unsharded dim keeps the input's sharding and each device repeats its own block (no
+    communication); along a sharded dim (or with ``axis=None``, on the flattened array, when it
+    is sharded) JAX asks for ``out_sharding=`` (ValueError), and with it the result is computed
+    once and placed there (a recorded fallback, then the move).
+
+    Example:
+        >>> import numpy as np, shardlab as sl, shardlab.numpy as jnp
+        >>> from shardlab import P
+        >>> mesh = sl.make_mesh((2,), ("X",))
+        >>> a = sl.device_put(np.arange(4.0).reshape(2, 2), sl.NamedSharding(mesh, P("X")))
+        >>> r = jnp.repeat(a, 2, axis=1)
+        >>> np.asarray(r).tolist(), r.sharding.spec
+        ([[0.0, 0.0, 1.0, 1.0], [2.0, 2.0, 3.0, 3.0]], P('X', None))
+    """
+    op = "repeat"
+    a = as_global(a, op)
+    if axis is None:
+        a, axis = ravel(a), 0
+    axis = norm_axis(axis, a.ndim, op)
+    sharded = bool(axes_of(spec_of(a)[axis]))
+    if out_sharding is None and sharded:
+        raise ValueError(f"[{op}] Please pass sharding to `jnp.repeat` via `out_sharding` parameter. The repeated "
+                         f"dim {axis} of {type_str(a)} is sharded, so the result's sharding is yours to choose "
+                         f"(e.g. out_sharding=P())")
+    if out_sharding is None and total_repeat_length is None and np.ndim(repeats) == 0:
+        spec = a.sharding.spec.padded(a.ndim)
+        return run(lambda v: jnp.repeat(v, int(repeats), axis=axis), [a], spec, op)
+
+    def whole(x, r, axis):
+        out = np.repeat(x, r, axis=axis)
+        if total_repeat_length is not None:  # JAX pads with the last value, or cuts
+            n = out.shape[axis]
+            if total_repeat_length <= n:
+                out = np.take(out, np.arange(total_repeat_length), axis=axis)
+            else:
+                last = np.take(out, [n - 1], axis=axis)
+                out = np.concatenate([out] + [last] * (total_repeat_length - n), axis=axis)
+        return out
+
+    res = global_fallback(whole, op, (a, np.asarray(repeats), axis), {})
+    target = out_sharding if out_sharding is not None else a.sharding
+    if isinstance(target, P):
+        target = NamedSharding(a.sharding.mesh, target)
+    return _plan_reshard(res, target)
+
+
 # -- registration ------------------------------------------------------------------------------------
 for _fn in (np.sum, np.mean, np.max, np.min, np.prod, np.any, np.all, np.var, np.std):
     jnp.register_global(_fn, _reduce(_fn))
@@ -410,3 +478,6 @@ if hasattr(np, "cumulative_sum"):
     jnp.register_global(np.cumulative_prod, _cumulative_np("cumprod"))
 for _fn, _impl in ((np.where, where), (np.clip, clip), (np.sort, sort), (np.argsort, argsort)):
     jnp.register_global(_fn, _impl)
+for _fn in (np.nonzero, np.flatnonzero, np.argwhere):
+    jnp.register_global(_fn, _nonzero_like(_fn, _fn.__name__))
+jnp.register_global(np.repeat, repeat)

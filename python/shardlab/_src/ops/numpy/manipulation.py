@@ -206,9 +206,25 @@ def tile(x, reps):
 
 
 @_implements(np.repeat)
-def repeat(x, repeats, axis=None):
+def repeat(x, repeats, axis=None, *, total_repeat_length=None, out_sharding=None):
+    """``jnp.repeat`` (JAX's signature). ``total_repeat_length`` fixes the result's length along
+    the axis (padded with the last value, or cut); ``out_sharding`` places a global array's
+    result (see the global rule)."""
+    if out_sharding is not None:
+        raise TypeError("[repeat] out_sharding= places a global array's result; device_put the input onto a "
+                        "mesh first (here it is a host or per-device value)")
     if not isinstance(x, LocalArray):
-        return np.repeat(x, repeats, axis=axis)
+        out = np.repeat(x, repeats, axis=axis)
+        if total_repeat_length is None:
+            return out
+        ax = 0 if axis is None else axis
+        n = out.shape[ax]
+        if total_repeat_length <= n:
+            return np.take(out, np.arange(total_repeat_length), axis=ax)
+        last = np.take(out, [n - 1], axis=ax)
+        return np.concatenate([out] + [last] * (total_repeat_length - n), axis=ax)
+    if total_repeat_length is not None:
+        raise NotImplementedError("[repeat] total_repeat_length= is not supported on per-device values")
     if not isinstance(repeats, (int, np.integer)):
         raise NotImplementedError("[repeat] per-element repeat counts are not supported on per-device values")
     if axis is None:
