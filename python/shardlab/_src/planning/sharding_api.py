@@ -441,6 +441,10 @@ def with_sharding_constraint(x, shardings):
                              f"with_sharding_constraint can only refer to Auto axes of the mesh. Got spec={spec} and "
                              f"mesh={mesh!r}. You probably meant to use `reshard` API?")
         current = spec_of(v) if isinstance(v, ShardedArray) else [None] * ndim
-        target = [current[d] if unconstrained[d] else entry(axes_of(user[d])) for d in range(ndim)]
+        # the constraint is on Auto axes only: a dim's Explicit axes are its type, and stay (JAX)
+        explicit = {a for a, t in types.items() if t == AxisType.Explicit}
+        target = [current[d] if unconstrained[d] else
+                  entry(tuple(a for a in axes_of(current[d]) if a in explicit) + axes_of(user[d]))
+                  for d in range(ndim)]
         out.append(_reshard_one(v, NamedSharding(mesh, P(*target))))
     return tree.unflatten(treedef, out)
