@@ -183,3 +183,22 @@ def test_device_put_to_unreduced_keeps_each_devices_part_as_jax(src):
     for a, b in zip(_shards(ours), _shards(theirs)):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(np.asarray(sl.reshard(ours, sl.NamedSharding(mesh, sl.P()))), x)
+
+
+def _partial_matmul_grads(api, np_):
+    """JAX 301's matmul_partial: a shard_map returning partial sums (out_specs unreduced), reduced
+    by a reshard; the gradients flow back through both (an unreduced value's cotangent is reduced)."""
+    a = api.device_put(np_.arange(4.0).reshape(2, 2), api.P(None, "X"))
+    b = api.device_put(np_.arange(4.0).reshape(2, 2) + 1, api.P("X", None))
+    mm = api.shard_map(lambda a, b: api.lax.pcast(a @ b, "X", to="unreduced"),
+                       in_specs=(api.P(None, "X"), api.P("X", None)), out_specs=api.P(None, None, unreduced={"X"}))
+    grads = api.grad(lambda a, b: np_.sum(api.reshard(mm(a, b), api.P(None, None))), argnums=(0, 1))(a, b)
+    return [(str(api.typeof(g)), np.asarray(g).tolist()) for g in grads]
+
+
+def test_gradient_through_a_shard_map_that_returns_partial_sums_as_jax():
+    with sl.set_mesh(sl.make_mesh((2,), ("X",))):
+        ours = _partial_matmul_grads(sl, jnp)
+    with jax.set_mesh(jax.make_mesh((2,), ("X",), devices=jax.devices()[:2])):
+        theirs = _partial_matmul_grads(jax, jjnp)
+    assert ours == theirs

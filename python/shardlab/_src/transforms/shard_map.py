@@ -366,6 +366,9 @@ class _Enter:
             ct = bind(col.PSUM, [ct], mesh, axes=partial, reduction="sum")
         if reduced:  # JAX: a reduced value's cotangent is unreduced (its partial sums stay apart)
             return [_unreduced_cotangent(ct, x, mesh, global_shape)]
+        if sharding.spec.unreduced:  # and an unreduced value's is reduced: every partial gets the same
+            sharding = NamedSharding(mesh, sharding.spec.update(unreduced=frozenset(), reduced=sharding.spec.unreduced),
+                                     memory_kind=sharding.memory_kind, _check_axis_types=False)
         storage = full_storage(ct.storage, sharding, global_shape)
         g = ShardedArray(storage, sharding, global_shape)
         if isinstance(x, ShardedArray):
