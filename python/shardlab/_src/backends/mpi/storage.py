@@ -41,9 +41,9 @@ class RankStorage(AbstractStorage):
         return out if dtype is None else out.astype(dtype, copy=False)
 
     def __getitem__(self, key):
-        """One device's value (``storage[coords + (...,)]``) from the block when the device is
-        this rank's; any other index (another rank's device included: code above the backends
-        reads devices alike on every rank) of the gathered global storage, so collective."""
+        """One device's value (``storage[coords + (...,)]``) from the block (IndexError for another
+        rank's device, as JAX's non-addressable shards); any other index of the gathered global
+        storage (collective)."""
         p = self.placement
         if (type(key) is tuple and len(key) == p.k + 1 and key[-1] is Ellipsis
                 and all(isinstance(c, (int, np.integer)) for c in key[:-1])):
@@ -54,10 +54,14 @@ class RankStorage(AbstractStorage):
                     continue
                 o = p.coords[j] * p.block[j] if p.grid[j] > 1 else 0
                 if not o <= c < o + self.block.shape[j]:
-                    break  # another rank's device: from the gathered storage (collective)
+                    # Gathering here would be a collective that only the ranks not holding the
+                    # device join (the owner reads its block): the ranks would wait on each other.
+                    raise IndexError(f"[mpi] the device at mesh coordinates {tuple(int(x) for x in key[:-1])} "
+                                     f"lives on another rank (this is rank {p.comm.Get_rank()}); np.asarray "
+                                     f"gathers every device's value (collective), addressable_shards lists "
+                                     f"this rank's")
                 local.append(int(c) - o)
-            else:
-                return self.block[tuple(local) + (Ellipsis,)]
+            return self.block[tuple(local) + (Ellipsis,)]
         return np.asarray(self)[key]
 
     def __array_function__(self, func, types, args, kwargs):
