@@ -116,11 +116,14 @@ def test_device_put_with_a_named_sharding_holds_each_devices_block(spec, shape, 
         np.testing.assert_array_equal(np.asarray(shard.data), x[index[shard.device]])
 
 
-@pytest.mark.xfail(strict=True, reason="found by the fuzzing above: reshard's result spec drops trailing Nones "
-                                       "(P('X',)) where JAX 0.10.2 pads it to the rank (P('X', None))")
-def test_reshard_pads_the_result_spec_to_the_rank_as_jax():
+def test_reshard_spells_the_result_spec_as_jax():
+    """Found by the fuzzing above: reshard kept the planner's spelling (P('X',)); JAX keeps a
+    NamedSharding's spec as given and pads a bare PartitionSpec to the rank."""
     x = sl.device_put(np.ones((8, 8), np.float32), sl.NamedSharding(MESH, P()))
     assert sl.reshard(x, sl.NamedSharding(MESH, P("X", None))).sharding.spec == P("X", None)
+    assert sl.reshard(x, sl.NamedSharding(MESH, P("X"))).sharding.spec == P("X")
+    with sl.set_mesh(MESH):
+        assert sl.reshard(x, P("X")).sharding.spec == P("X", None)
 
 
 # -- training ----------------------------------------------------------------------------------

@@ -119,7 +119,17 @@ def _resolve(s, x, op: str) -> NamedSharding:
     if mesh is None:
         raise ValueError(f"[{op}] a PartitionSpec {s} needs a mesh: call shardlab.set_mesh(mesh) or pass a "
                          f"NamedSharding")
-    return NamedSharding(_under_abstract_mesh(mesh), s)
+    mesh = _under_abstract_mesh(mesh)
+    auto = [a for a in s.mesh_axes() if a in mesh.axis_names and
+            mesh.axis_types[mesh.axis_names.index(a)] != AxisType.Explicit]
+    if auto and op == "reshard":
+        a = auto[0]
+        raise ValueError(f"[{op}] PartitionSpec passed to reshard cannot contain axis names that are of type Auto or "
+                         f"Manual. Got PartitionSpec: {s} with axis name: {a} of type: "
+                         f"{mesh.axis_types[mesh.axis_names.index(a)]}; pass a NamedSharding to reshard onto Auto "
+                         f"axes")
+    # a bare PartitionSpec is taken padded to the array's rank, as JAX's canonicalize_sharding
+    return NamedSharding(mesh, s.padded(np.ndim(x)) if len(s) < np.ndim(x) else s)
 
 
 def _under_abstract_mesh(mesh: Mesh) -> Mesh:
@@ -212,8 +222,8 @@ def reshard(xs, out_shardings, *, unreduced=()):
         >>> a = sl.device_put(np.arange(8.0), sl.NamedSharding(mesh, P("X")))
         >>> with sl.Ledger() as ledger:
         ...     b, c = reshard((a, a), P())
-        >>> b.sharding.spec, [e["op"] for e in ledger.events]
-        (P(), ['all_gather', 'all_gather'])
+        >>> b.sharding.spec, [e["op"] for e in ledger.events]  # a bare spec is padded to the rank, as JAX
+        (P(None,), ['all_gather', 'all_gather'])
     """
     leaves, treedef = tree.flatten(xs)
     for s in tree.flatten(out_shardings, _is_sharding_leaf)[0]:
@@ -222,8 +232,23 @@ def reshard(xs, out_shardings, *, unreduced=()):
                             f"for one axis write P({s!r}) (`out_sharding` argument of reshard only supports "
                             f"instances of `NamedSharding` or `PartitionSpec`)")
     shardings = _prefix(out_shardings, xs, "out_shardings", "reshard")
-    out = [_reshard_one(x, _resolve(s, x, "reshard"), unreduced) for x, s in zip(leaves, shardings)]
+    out = []
+    for x, s in zip(leaves, shardings):
+        want = _resolve(s, x, "reshard")
+        out.append(_spelled(_reshard_one(x, want, unreduced), want))
     return tree.unflatten(treedef, out)
+
+
+def _spelled(y, want: NamedSharding):
+    """`y` with its sharding spelled as the user asked (``P('X', None)`` stays so, where the
+    planner writes ``P('X',)``): the same layout and storage, as JAX keeps the requested spec."""
+    if not isinstance(y, ShardedArray) or y.sharding.spec == want.spec or y.unreduced != want.spec.unreduced or \
+            y.sharding.mesh != want.mesh or not y.sharding.is_equivalent_to(want, y.ndim):
+        return y
+    out = ShardedArray(y._storage, NamedSharding(y.sharding.mesh, want.spec, memory_kind=y.sharding.memory_kind,
+                                                 _check_axis_types=False), y.shape, y.unreduced)
+    push_entry(_Relabel, {"sharding": y.sharding}, [y], [out], y.sharding.mesh)
+    return _seen(y, out)
 
 
 # -- auto_axes / explicit_axes ------------------------------------------------------------------------
