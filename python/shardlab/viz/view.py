@@ -384,6 +384,7 @@ class Displayed:
     (``print``) and ``save(path)`` (HTML, SVG, PNG), all from that one view."""
 
     def view(self) -> View:  # pragma: no cover - every subclass defines it
+        """The one View every display of the object comes from."""
         raise NotImplementedError(f"{type(self).__name__} must define view() -> shardlab.viz.View")
 
     def _repr_html_(self) -> str:

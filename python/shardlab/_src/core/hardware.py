@@ -142,6 +142,7 @@ class Hardware(views.Viewable):
         return self.peak_flops[dtype]
 
     def has_peak(self, dtype: str) -> bool:
+        """True if the chip lists a peak FLOP/s for `dtype`."""
         return dtype in self.peak_flops
 
     def wraps(self, size: int) -> bool:
@@ -237,6 +238,7 @@ class AxisLink:
     latency: float
 
     def as_core(self) -> tuple:
+        """The link as the C++ core's cost model takes it: (size, topology, bandwidth, latency, label)."""
         return (self.size, self.topology, self.bandwidth, self.latency, f"{self.mesh_axis} ({self.link})")
 
 

@@ -54,6 +54,7 @@ class Roofline(views.Viewable):
     notes: list
 
     def rows(self) -> list[tuple[str, str]]:
+        """(name, time) rows of the roofline: T_math, T_hbm, T_comms and T_comms per mesh axis."""
         rows = [("T_math", _us(self.t_math)), ("T_hbm", _us(self.t_hbm)), ("T_comms", _us(self.t_comms))]
         rows += [(f"  T_comms[{k}]", _us(v)) for k, v in self.t_comms_by_axes.items()]
         rows += [(f"total ({self.overlap})", _us(self.total_seconds)), ("bound", self.bound),

@@ -174,12 +174,14 @@ class Plan(views.Viewable):
 
     @property
     def comm_seconds(self) -> float | None:
+        """Seconds of the plan's collectives on the mesh's hardware (None without a preset)."""
         if self.mesh.hardware is None:
             return None
         return float(sum(s.seconds or 0.0 for s in self.steps if s.op not in ("einsum", "dynamic_slice")))
 
     @property
     def compute_seconds(self) -> float | None:
+        """Seconds of the plan's local contraction on the mesh's hardware (None without a preset)."""
         if self.mesh.hardware is None:
             return None
         return float(sum(s.seconds or 0.0 for s in self.steps if s.op == "einsum"))
@@ -199,6 +201,7 @@ class Plan(views.Viewable):
 
     @property
     def ops(self) -> tuple:
+        """The collectives the plan runs, in order (e.g. ``('all_gather', 'psum')``)."""
         return tuple(s.op for s in self.steps if s.op not in ("einsum", "dynamic_slice"))
 
     def alternative(self, ops) -> "Plan | None":
@@ -229,10 +232,12 @@ class Plan(views.Viewable):
 
     @property
     def out_sharding(self) -> NamedSharding:
+        """The result's sharding."""
         return NamedSharding(self.mesh, self.output.layout.spec())
 
     @property
     def out_unreduced(self) -> frozenset:
+        """Mesh axes the result is left unreduced along (partial sums)."""
         return self.output.layout.unreduced
 
     def summary(self, fmt: str = "text") -> str:
@@ -247,6 +252,7 @@ class Plan(views.Viewable):
         return s
 
     def text(self) -> str:
+        """The plan as text: the cases considered, each step with its bytes and time, the totals."""
         lines = [f"Plan: {self.subscripts}  on {self.mesh}"]
         lines += [f"  {c}" for c in self.cases]
         for i, s in enumerate(self.steps, 1):

@@ -54,10 +54,12 @@ class ShapeDtypeStruct:
 
     @property
     def ndim(self) -> int:
+        """The rank."""
         return len(self.shape)
 
     @property
     def size(self) -> int:
+        """The number of elements."""
         return int(np.prod(self.shape, dtype=np.int64))
 
     def __repr__(self):
