@@ -37,7 +37,18 @@ from ..core.memory import is_refusal
 from ..core.context import CTX
 from ..ledger.ledger import record
 
-REAL_BACKEND = ["emulated"]  # the backend for real data: "mpi" once backends/mpi is initialized
+_real_backend = "emulated"  # the backend for real data: use_backend("mpi") once backends/mpi is initialized
+
+
+def use_backend(name: str) -> None:
+    """Selects the backend that runs primitives on real data ("emulated", or "mpi" while the MPI
+    backend is initialized; abstract values always run on "abstract")."""
+    global _real_backend
+    if name not in ("emulated", "mpi"):
+        raise ValueError(f"[use_backend] unknown backend {name!r}: use 'emulated' or 'mpi'")
+    _real_backend = name
+
+
 REGISTRY: list = []  # every Primitive ever made: the mpi backend wraps each one's impl when it starts
 
 
@@ -68,7 +79,7 @@ def bind(prim: Primitive, args, mesh, **params):
     """Runs `prim` on LocalArrays `args` (all of `mesh`); returns a LocalArray, or a list of
     them for primitives with several results."""
     storages = [a.storage if type(a) is LocalArray else a for a in args]
-    backend = REAL_BACKEND[0]
+    backend = _real_backend
     if mesh.abstract:
         backend = "abstract"
     else:

@@ -21,7 +21,7 @@ import time
 import warnings
 
 from ...core.processes import PROCESS
-from ...primitives.primitive import REAL_BACKEND
+from ...primitives.primitive import use_backend
 
 # Environment variables through which launchers give the world size (Open MPI, MPICH/PMI, PMIx).
 _SIZE_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS")
@@ -124,7 +124,7 @@ def initialize(*, axis_order=None, check_programs: bool = True, comm=None, timeo
     STATE.check_programs = bool(check_programs)
     PROCESS.index = STATE.comm.Get_rank()
     PROCESS.count = STATE.comm.Get_size()
-    REAL_BACKEND[0] = "mpi"
+    use_backend("mpi")
     STATE.timeout = float(timeout if timeout is not None else os.environ.get("SHARDLAB_MPI_TIMEOUT", 600))
     if threading.current_thread() is threading.main_thread() and STATE.wakeup is None:
         signal.signal(signal.SIGTERM, _on_term)
@@ -145,7 +145,7 @@ def shutdown() -> None:
     """Back to the one-process emulated backend (the MPI library stays initialized)."""
     STATE.comm = None
     PROCESS.index, PROCESS.count = 0, 1
-    REAL_BACKEND[0] = "emulated"
+    use_backend("emulated")
 
 
 def is_initialized() -> bool:
