@@ -202,7 +202,13 @@ def test_plots():
     f = sl.shard_map(lambda a, b: sl.lax.psum(a @ b, "Y"), mesh=mesh, in_specs=(P(None, "Y"), P("Y")), out_specs=P())
     with sl.Ledger() as led:
         f(np.ones((64, 128), np.float32), np.ones((128, 64), np.float32))
-    fig = viz.roofline_plot(led.roofline())
-    assert len(fig.axes[0].lines) >= 2
+    r = led.roofline()
+    fig = viz.roofline_plot(r)
+    labels = [ln.get_label() for ln in fig.axes[0].lines]
+    assert any(lb.startswith("communication roof") for lb in labels)  # the psum's roof beside HBM's
+    comm = next(ln for ln in fig.axes[0].lines if ln.get_label().startswith("communication roof"))
+    x, y = comm.get_data()
+    np.testing.assert_allclose(y[0], x[0] * r.comm_bytes / r.t_comms, rtol=1e-9)  # the priced rate
+    assert len(labels) >= 4
     fig = viz.strategy_sweep([8, 512], mesh=mesh)
     assert 2 <= len(fig.axes[0].lines) <= 6

@@ -39,7 +39,10 @@ def _fmt_axis(ax, which: str, kind: str) -> None:
 
 
 def roofline_plot(roofline, *, ax=None):
-    """The roofline of the hardware with the program's point on it.
+    """The roofline of the hardware with the program's point on it, and, when the program
+    communicates, its communication roof: FLOP/s against FLOPs per byte sent over the links, at
+    the rate the cost model charged its collectives (comm bytes / T_comms), with the program's
+    point on that roof too (the book's ICI roofline beside the HBM one).
 
     Args:
         roofline: a ``shardlab.cost.Roofline`` (``ledger.roofline()``).
@@ -57,19 +60,30 @@ def roofline_plot(roofline, *, ax=None):
     ai = roofline.arithmetic_intensity
     lo = min(crit / 100, ai / 4 if math.isfinite(ai) and ai > 0 else crit / 100)
     hi = max(crit * 100, ai * 4 if math.isfinite(ai) else crit * 100)
+    comm = roofline.comm_bytes > 0 and roofline.t_comms > 0 and roofline.flops > 0
+    if comm:  # the communication roof, at the collectives' priced rate
+        rate = roofline.comm_bytes / roofline.t_comms
+        ci = roofline.flops / roofline.comm_bytes
+        lo, hi = min(lo, ci / 4, peak / rate / 100), max(hi, ci * 4, peak / rate * 100)
     x = np.logspace(math.log10(lo), math.log10(hi), 200)
-    ax.loglog(x, np.minimum(peak, x * bw), color="#2f5597", lw=2, label=f"{hw.name} roof (bf16)")
+    ax.loglog(x, np.minimum(peak, x * bw), color="#2f5597", lw=2, label=f"{hw.name} HBM roof (bf16)")
+    if comm:
+        ax.loglog(x, np.minimum(peak, x * rate), color="#7f6000", lw=1.5, ls="--",
+                  label=f"communication roof ({units.fmt_bandwidth(rate)} priced)")
     ax.axvline(crit, color="#999", ls="--", lw=1)
     ax.text(crit, peak * 1.15, f"critical {units.fmt_count(crit, 'FLOP/B')}", ha="center", fontsize=8)
     if math.isfinite(ai) and roofline.total_seconds > 0:
         achieved = roofline.flops / roofline.total_seconds
         ax.plot([ai], [achieved], "o", color="#c0392b", ms=8,
                 label=f"program: {units.fmt_flop_rate(achieved)}, {roofline.bound}-bound")
-    ax.set_xlabel("arithmetic intensity (FLOP per HBM byte)")
+        if comm:
+            ax.plot([ci], [achieved], "s", color="#7f6000", ms=7,
+                    label=f"program per byte sent: {units.fmt_count(ci, 'FLOP/B')}")
+    ax.set_xlabel("FLOP per byte (HBM bytes; dashed roof: bytes sent)")
     ax.set_ylabel("FLOP/s per device")
     _fmt_axis(ax, "y", "flop_rate")
     ax.set_ylim(top=peak * 2)
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=8, loc="lower right")
     ax.set_title(f"Roofline on {hw.description}", fontsize=10)
     ax.grid(True, which="major", alpha=0.3)
     return fig
