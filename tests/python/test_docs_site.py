@@ -15,8 +15,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 def test_docs_site_builds_strict(tmp_path):
     for mod in ("mkdocs", "material", "mkdocstrings_handlers.python", "mkdocs_jupyter", "mathjax"):
         pytest.importorskip(mod, reason=f"the docs site needs {mod}: pip install '.[docs]'")
+    # mkdocstrings reads python/ itself (mkdocs.yml paths); the pictures hook imports the shardlab
+    # this process sees (the installed package, or a dev tree with its SHARDLAB_CORE_DIR)
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "python"), env.get("PYTHONPATH", "")])
     site = tmp_path / "site"
     r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(site)],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

@@ -196,7 +196,8 @@ def collective(op, mesh=None, axis=None, *, nbytes: float | None = None) -> View
         >>> from shardlab import viz
         >>> mesh = sl.make_mesh((8,), ("x",), hardware="tpu-v5e")
         >>> v = viz.collective("psum", mesh, "x", nbytes=2**30)
-        >>> sum(s["seconds"] for s in v.data["stages"]) == v.data["bandwidth_seconds"]
+        >>> import math   # the stages add up to the cost model's time (to the last bit or so)
+        >>> math.isclose(sum(s["seconds"] for s in v.data["stages"]), v.data["bandwidth_seconds"], rel_tol=1e-12)
         True
         >>> v.data["values_after"][0][0] == sum(range(1, 9))   # 1 + 2 + ... + 8
         True
