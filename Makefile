@@ -57,16 +57,17 @@ mpi-test: install
 # Every benchmark script in benchmarks/ with their extra (torch for SDPA, threadpoolctl for the
 # OpenBLAS kernel name), OpenBLAS on its best kernel for this CPU; each prints ours, the
 # competitor's figure from the same run and the ratio (docs/benchmarks.md keeps the current ones).
-BENCHMARKS := $(sort $(wildcard benchmarks/bench_*.py)) benchmarks/attention_memory.py
+BENCHMARKS := $(filter-out benchmarks/bench_mpi.py,$(sort $(wildcard benchmarks/bench_*.py))) benchmarks/attention_memory.py
 bench: install
-	$(PYTHON) -m pip install -q --no-build-isolation ".[bench]"
+	$(PYTHON) -m pip install -q --no-build-isolation ".[bench]" "mpi4py>=3.1"
 	@for b in $(BENCHMARKS); do echo "== $$b"; \
 	  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PYTHON) $$b || exit 1; done
+	@echo "== benchmarks/bench_mpi.py (2 ranks)"; $(MPIRUN) -n 2 $(PYTHON) benchmarks/bench_mpi.py collectives
 
 # The docs site (MkDocs strict mode: broken links and docstring warnings fail) into site/.
-docs:
+docs: install
 	$(PYTHON) -m pip install -q ".[docs]"
-	PYTHONPATH=python $(PYTHON) -m mkdocs build --strict -d site
+	$(PYTHON) -m mkdocs build --strict -d site
 
 # Re-executes the notebooks in place (their committed outputs are the current code's).
 notebooks: install
