@@ -247,7 +247,13 @@ def save_from_both_policies(policy_1, policy_2):
     return policy
 
 
-checkpoint_policies = types.SimpleNamespace(
+class _Policies(types.SimpleNamespace):
+    """The rematerialization policies, as ``jax.checkpoint_policies``: pass one as
+    ``checkpoint(f, policy=...)`` (``dots_saveable``, ``nothing_saveable``,
+    ``save_only_these_names(...)``, ...)."""
+
+
+checkpoint_policies = _Policies(
     everything_saveable=everything_saveable,
     nothing_saveable=nothing_saveable,
     dots_saveable=dots_saveable,
