@@ -45,6 +45,15 @@ def test_reshard_to_unreduced_keeps_each_devices_part_as_jax(case):
     np.testing.assert_array_equal(np.asarray(back), x)
 
 
+def _both(program):
+    """``program(api, numpy)`` run by shardlab and by JAX, each under a set 2-device mesh X."""
+    with sl.set_mesh(sl.make_mesh((2,), ("X",))):
+        ours = program(sl, jnp)
+    with jax.set_mesh(jax.make_mesh((2,), ("X",), devices=jax.devices()[:2])):
+        theirs = program(jax, jjnp)
+    return ours, theirs
+
+
 def _loss(np_, w, x):
     return np_.sum((x @ w) ** 2)
 
@@ -66,10 +75,7 @@ def _run_grads(api, np_):
 
 
 def test_cotangent_of_a_reduced_value_is_unreduced_as_jax():
-    with sl.set_mesh(sl.make_mesh((2,), ("X",))):
-        ours = _run_grads(sl, jnp)
-    with jax.set_mesh(jax.make_mesh((2,), ("X",), devices=jax.devices()[:2])):
-        theirs = _run_grads(jax, jjnp)
+    ours, theirs = _both(_run_grads)
     assert [t for t, _ in ours] == [t for t, _ in theirs] == ["float32[4,2]{U:X}", "float32[4,2]"]
     for (_, a), (_, b) in zip(ours, theirs):
         np.testing.assert_allclose(a, b, rtol=1e-6)
@@ -101,10 +107,7 @@ def _microbatched_step(api, np_):
 
 
 def test_microbatched_unreduced_gradients_through_scan_as_jax():
-    with sl.set_mesh(sl.make_mesh((2,), ("X",))):
-        ours = _microbatched_step(sl, jnp)
-    with jax.set_mesh(jax.make_mesh((2,), ("X",), devices=jax.devices()[:2])):
-        theirs = _microbatched_step(jax, jjnp)
+    ours, theirs = _both(_microbatched_step)
     assert ours[0] == theirs[0]
     np.testing.assert_allclose(ours[1], theirs[1], rtol=1e-5, atol=1e-7)
 
@@ -117,10 +120,7 @@ def _reduced_types(api, np_):
 
 
 def test_elementwise_ops_and_scan_slices_keep_reduced_types_as_jax():
-    with sl.set_mesh(sl.make_mesh((2,), ("X",))):
-        ours = _reduced_types(sl, jnp)
-    with jax.set_mesh(jax.make_mesh((2,), ("X",), devices=jax.devices()[:2])):
-        theirs = _reduced_types(jax, jjnp)
+    ours, theirs = _both(_reduced_types)
     assert ours == theirs
     assert ours[0] == "float32[3,4,4]{R:X}" and ours[-1] == "float32[4,4]{R:X}"
 
@@ -141,10 +141,7 @@ def _mixing_errors(api, np_):
 
 
 def test_reduced_meets_replicated_or_sharded_raises_as_jax():
-    with sl.set_mesh(sl.make_mesh((2,), ("X",))):
-        ours = _mixing_errors(sl, jnp)
-    with jax.set_mesh(jax.make_mesh((2,), ("X",), devices=jax.devices()[:2])):
-        theirs = _mixing_errors(jax, jjnp)
+    ours, theirs = _both(_mixing_errors)
     assert ours == theirs
     assert ours[0] == ("ShardingTypeError", "Inputs cannot be replicated on the same")
     assert ours[3:] == ["float32[4,4]{R:X}"] * 2
@@ -197,8 +194,5 @@ def _partial_matmul_grads(api, np_):
 
 
 def test_gradient_through_a_shard_map_that_returns_partial_sums_as_jax():
-    with sl.set_mesh(sl.make_mesh((2,), ("X",))):
-        ours = _partial_matmul_grads(sl, jnp)
-    with jax.set_mesh(jax.make_mesh((2,), ("X",), devices=jax.devices()[:2])):
-        theirs = _partial_matmul_grads(jax, jjnp)
+    ours, theirs = _both(_partial_matmul_grads)
     assert ours == theirs
