@@ -468,6 +468,9 @@ def trace_program(f, *args, mesh, memory_limit_bytes: float | None = None, merge
             if c is not None and np.size(c) == 1:
                 lifted[id(e.outvars[0])] = np.asarray(c).reshape(()).astype(e.outvars[0].aval.dtype).item()
                 continue
+            if c is not None:  # a numpy array constant (a mask, a one-hot's arange): a const value with layouts
+                new_value(e.outvars[0], f"const{len(values)}", "const", const=np.asarray(c))
+                continue
         if e.prim not in SUPPORTED:
             hint = ("a shard_map is already sharded by hand: autoshard takes global-view programs"
                     if e.prim.startswith("shard_map") or e.prim in ("psum", "all_gather", "psum_scatter", "all_to_all",
