@@ -8,7 +8,10 @@ Three published tables, transcribed with their configurations in :mod:`shardlab.
 * ``"maxtext-v5p"`` and ``"maxtext-v5e"``: MaxText's TPU tables, 16B to 1T on 1 to 32 slices,
   FSDP + TP inside a slice, data parallelism over the DCN (:mod:`~shardlab.train.data.maxtext_tpu`);
 * ``"torchtitan-a100"``: LLaMA 13B / 70B with FSDP2 on 64 A100s
-  (:mod:`~shardlab.train.data.torchtitan_a100`).
+  (:mod:`~shardlab.train.data.torchtitan_a100`);
+* ``"torch-h100"`` and ``"torch-h200"``: training steps of two LLaMA-style models that the
+  shardlab team ran with PyTorch on one H100 and one H200, eager and compiled, with
+  and without full recompute (:mod:`~shardlab.train.data.gpu_measured`).
 
 Each row is turned into a model, a strategy, a mesh and the framework's options (the schedule,
 the recompute policy, asynchronous TP for XLA's collective matmuls, DDP's overlap), estimated
@@ -35,13 +38,15 @@ from shardlab import units
 from shardlab.models import ModelConfig
 
 from .data import maxtext_tpu as _maxtext
+from .data import gpu_measured as _gpu
 from .data import megatron_table1 as _table1
 from .data import torchtitan_a100 as _titan
 from .estimate import Estimate, _clock, estimate
 from .hierarchical import hierarchical
 from .strategy import Strategy
 
-__all__ = ["A100", "TABLES", "RowEstimate", "table", "estimate_row", "validate", "fit", "gpt_config",
+__all__ = ["A100", "TABLES", "RowEstimate", "table", "estimate_row", "validate", "fit", "gpt_config", "gpu_config",
+           "sdpa_efficiency",
            "paper_flops", "MegatronEstimate", "estimate_megatron", "validate_megatron", "fit_efficiency",
            "pipeline_seconds", "activation_bytes", "EFFICIENCY"]
 
@@ -50,7 +55,7 @@ __all__ = ["A100", "TABLES", "RowEstimate", "table", "estimate_row", "validate",
 A100 = hw_mod.get("a100")
 
 #: The tables :func:`table` knows.
-TABLES = ("megatron", "maxtext-v5p", "maxtext-v5e", "torchtitan-a100")
+TABLES = ("megatron", "maxtext-v5p", "maxtext-v5e", "torchtitan-a100", "torch-h100", "torch-h200")
 
 #: The A100's large-GEMM efficiency in ``cost.price_list("a100")`` (Bekman's MAMF, 86.9 %); kept
 #: as the name the Megatron validation used for its one constant.
@@ -64,7 +69,8 @@ def table(name: str = "megatron") -> list[dict]:
         ValueError: an unknown table name (the message lists :data:`TABLES`).
     """
     rows = {"megatron": _table1.ROWS, "maxtext-v5p": _maxtext.V5P, "maxtext-v5e": _maxtext.V5E,
-            "torchtitan-a100": [r for r in _titan.ROWS if r["estimable"]]}.get(name)
+            "torchtitan-a100": [r for r in _titan.ROWS if r["estimable"]],
+            "torch-h100": _gpu.TRAIN["h100"], "torch-h200": _gpu.TRAIN["h200"]}.get(name)
     if rows is None:
         raise ValueError(f"[validate.table] {name!r} is not a table; use one of {', '.join(TABLES)}")
     return [dict(r, table=name) for r in rows]
@@ -92,6 +98,8 @@ class RowEstimate:
             return f"{r['params_b']}B t{r['t']} p{r['p']} ({r['gpus']} GPUs)"
         if self.table.startswith("maxtext"):
             return f"{r['scale']}B {r['slices']}x{r['chips_per_slice']} chips"
+        if self.table.startswith("torch-"):
+            return f"{r['model']} b{r['batch']}x{r['seq']} remat {r['remat']}, {r['kernels']}"
         ac = r["ac"] if isinstance(r["ac"], str) else "op"
         return f"{r['model']} b{r['local_batch']} AC {ac}"
 
@@ -220,8 +228,49 @@ def _torchtitan_row(row: dict, prices) -> tuple[Estimate, float]:
     return e, row["local_batch"] * _titan.SEQ_LEN / row["wps"]
 
 
+def gpu_config(row: dict) -> ModelConfig:
+    """The model of a :mod:`~shardlab.train.data.gpu_measured` row (MHA, SwiGLU, RMSNorm, rotary, untied)."""
+    return ModelConfig(**_gpu.MODELS[row["model"]], max_seq_len=row["seq"], name=row["model"])
+
+
+def sdpa_efficiency(chip: str, backend: str = "default") -> tuple[float, float]:
+    """(forward, backward) fraction of ``chip``'s bf16 peak that PyTorch's
+    ``scaled_dot_product_attention`` reached in :data:`~shardlab.train.data.gpu_measured.ATTENTION`
+    (the mean over its causal shapes; FLOPs as ``cost.attention_flops``, the backward 2.5 times
+    the forward). The price lists' own attention figures are FlashAttention-3's; a PyTorch run
+    uses this kernel, so the ``"torch-*"`` tables price attention with it.
+
+    Example:
+        >>> fwd, bwd = sdpa_efficiency("h100")
+        >>> 0.5 < fwd < 0.6 and 0.4 < bwd < 0.55
+        True
+    """
+    rows = [r for r in _gpu.ATTENTION.get(chip, ()) if r[0] == backend]
+    if not rows:
+        raise ValueError(f"[validate.sdpa_efficiency] no {backend!r} attention measured on {chip!r}: "
+                         f"chips {', '.join(sorted(_gpu.ATTENTION))}; backends default, flash, cudnn, efficient")
+    peak = hw_mod.get(chip).peak("bfloat16")
+    fwd = bwd = 0.0
+    for _, b, h, s, t_fwd, t_both in rows:
+        flops = cost.attention_flops(b, s, s, h, 128, causal=True)
+        fwd += flops / t_fwd / peak / len(rows)
+        bwd += 2.5 * flops / (t_both - t_fwd) / peak / len(rows)
+    return fwd, bwd
+
+
+def _gpu_row(row: dict, prices) -> tuple[Estimate, float]:
+    # one GPU, PyTorch: eager kernels (RMSNorm in fp32, complex rotary) or each block torch.compile'd;
+    # attention is PyTorch's SDPA (cuDNN), priced at what it reached on the same chip
+    chip = row["table"].removeprefix("torch-")
+    if prices is None:
+        prices = cost.price_list(chip).replace(attention_efficiency=sdpa_efficiency(chip))
+    e = estimate(gpu_config(row), "dp", {"data": 1}, chip, batch=row["batch"], seq=row["seq"],
+                 remat=row["remat"], prices=prices, kernels=row["kernels"])
+    return e, row["step_seconds"]
+
+
 _BUILDERS = {"megatron": _megatron, "maxtext-v5p": _maxtext_row, "maxtext-v5e": _maxtext_row,
-             "torchtitan-a100": _torchtitan_row}
+             "torchtitan-a100": _torchtitan_row, "torch-h100": _gpu_row, "torch-h200": _gpu_row}
 
 
 def estimate_row(row: dict, prices=None) -> RowEstimate:

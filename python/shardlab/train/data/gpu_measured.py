@@ -1,0 +1,156 @@
+"""Measurements on real NVIDIA GPUs, made for shardlab: the chip's GEMMs, copies, attention and a
+small model's training step, next to which :func:`shardlab.train.validate.validate` puts the
+estimate of the same work (tables ``"torch-h100"`` and ``"torch-h200"``).
+
+Source: ``benchmarks/device/measure_gpu.py``, run by the shardlab team on 2026-11-27 on one
+NVIDIA H100 80GB HBM3 and one NVIDIA H200 (141 GB), driver 580.159.04, PyTorch 2.11.0 with
+CUDA 13.0 and cuDNN 9.19, each figure the median of timed repetitions after warm-ups (CUDA
+events; a training step: the median of 8 steps after 3). Nothing here was fitted: the price lists
+(:func:`shardlab.cost.price_list`) were set from other sources before these runs.
+
+The training steps are LLaMA-style models written as torchtitan writes them: eager RMSNorm in
+fp32, rotary through complex numbers, SwiGLU as ``silu`` then ``*``, fp32 logits for the
+cross-entropy, ``scaled_dot_product_attention`` (PyTorch's default backend, cuDNN's fused
+attention here), bf16 parameters with fp32 master weights and AdamW moments (``fused=True``),
+gradient clipping, one GPU. ``kernels="fused"`` rows ``torch.compile`` each block (inductor
+leaves the complex rotary product to eager kernels). The script keeps an fp32 copy of the
+gradients for the master update (4 bytes per parameter that ``estimate``'s mixed precision does
+not hold) and measures ``torch.cuda.max_memory_allocated``.
+
+Example:
+    >>> from shardlab.train.data.gpu_measured import TRAIN, DEVICES
+    >>> DEVICES["h100"]["name"], TRAIN["h100"][0]["model"], TRAIN["h100"][0]["step_seconds"]
+    ('NVIDIA H100 80GB HBM3', 'llama-1b', 0.2619)
+"""
+
+__all__ = ["SOURCE", "DEVICES", "MODELS", "TRAIN", "GEMM", "MEMORY", "ATTENTION"]
+
+SOURCE = ("shardlab benchmarks/device/measure_gpu.py, 2026-11-27, one NVIDIA H100 80GB HBM3 and one NVIDIA H200, "
+          "driver 580.159.04, PyTorch 2.11.0+cu130, cuDNN 9.19")
+
+#: The two GPUs: name, memory in bytes, multiprocessors, nvidia-smi's max SM clock and power limit.
+DEVICES = {
+    "h100": {"name": "NVIDIA H100 80GB HBM3", "memory_bytes": 85017493504, "sms": 132,
+             "max_sm_clock": "1980 MHz", "power_limit": "700.00 W"},
+    "h200": {"name": "NVIDIA H200", "memory_bytes": 150109880320, "sms": 132,
+             "max_sm_clock": "1980 MHz", "power_limit": "700.00 W"},
+}
+
+#: The models of the training rows (ModelConfig fields; MHA, RMSNorm, rotary, SwiGLU, untied).
+MODELS = {
+    "llama-1b": {'num_layers': 16, 'd_model': 2048, 'ffw_dim': 5632, 'num_heads': 16, 'vocab_size': 32000},
+    "llama-7b-8l": {'num_layers': 8, 'd_model': 4096, 'ffw_dim': 14336, 'num_heads': 32, 'vocab_size': 32000},
+}
+
+#: chip -> training rows: model, sequences, tokens each, recompute, kernels, median step seconds,
+#: peak bytes allocated.
+_TRAIN_FIELDS = ("model", "batch", "seq", "remat", "kernels", "step_seconds", "peak_bytes")
+_TRAIN = {
+    "h100": [
+        ("llama-1b", 8, 2048, "none", "eager", 0.2619, 48503519744),
+        ("llama-1b", 8, 2048, "full", "eager", 0.3293, 24861260288),
+        ("llama-7b-8l", 2, 4096, "none", "eager", 0.2580, 57202858496),
+        ("llama-7b-8l", 2, 4096, "full", "eager", 0.3122, 45956505088),
+        ("llama-1b", 8, 2048, "none", "fused", 0.2099, 41254713856),
+        ("llama-7b-8l", 2, 4096, "none", "fused", 0.2282, 53176326656),
+        ("llama-1b", 8, 2048, "full", "fused", 0.2658, 28754754048),
+    ],
+    "h200": [
+        ("llama-1b", 8, 2048, "none", "eager", 0.2353, 48503519744),
+        ("llama-1b", 8, 2048, "full", "eager", 0.2939, 24861260288),
+        ("llama-7b-8l", 2, 4096, "none", "eager", 0.2322, 57202858496),
+        ("llama-7b-8l", 2, 4096, "full", "eager", 0.2860, 45956505088),
+        ("llama-1b", 8, 2048, "none", "fused", 0.1896, 41254713856),
+        ("llama-7b-8l", 2, 4096, "none", "fused", 0.2123, 53176326656),
+        ("llama-1b", 8, 2048, "full", "fused", 0.2471, 24862308864),
+    ],
+}
+TRAIN = {chip: [dict(zip(_TRAIN_FIELDS, r)) for r in rows] for chip, rows in _TRAIN.items()}
+
+#: chip -> GEMMs ``(dtype, M, K, N, seconds)``: ``(M, K) @ (K, N)``, bf16 through ``torch.matmul``,
+#: fp8 (e4m3, bf16 output) through ``torch._scaled_mm``.
+GEMM = {
+    "h100": [
+        ("bfloat16", 256, 256, 256, 1.886e-05), ("bfloat16", 512, 512, 512, 1.855e-05),
+        ("bfloat16", 1024, 1024, 1024, 1.89e-05),
+        ("bfloat16", 2048, 2048, 2048, 2.463e-05), ("bfloat16", 4096, 4096, 4096, 0.0001842),
+        ("bfloat16", 8192, 8192, 8192, 0.001573),
+        ("bfloat16", 16384, 16384, 16384, 0.01206), ("bfloat16", 1, 8192, 8192, 4.857e-05),
+        ("bfloat16", 16, 8192, 8192, 4.889e-05),
+        ("bfloat16", 64, 8192, 8192, 4.957e-05), ("bfloat16", 128, 8192, 8192, 5.021e-05),
+        ("bfloat16", 256, 8192, 8192, 5.578e-05),
+        ("bfloat16", 1024, 8192, 8192, 0.0002084), ("bfloat16", 16384, 2048, 2048, 0.0002027),
+        ("bfloat16", 16384, 2048, 5632, 0.0005654),
+        ("bfloat16", 16384, 5632, 2048, 0.0005967), ("bfloat16", 16384, 2048, 32000, 0.003545),
+        ("bfloat16", 8192, 4096, 4096, 0.0004283),
+        ("bfloat16", 8192, 4096, 14336, 0.001364), ("bfloat16", 8192, 14336, 4096, 0.001346),
+        ("bfloat16", 8192, 4096, 32000, 0.003035),
+        ("float8", 2048, 2048, 2048, 2.886e-05), ("float8", 4096, 4096, 4096, 0.0001104),
+        ("float8", 8192, 8192, 8192, 0.0008872),
+        ("float8", 16384, 16384, 16384, 0.007139),
+    ],
+    "h200": [
+        ("bfloat16", 256, 256, 256, 1.165e-05), ("bfloat16", 512, 512, 512, 1.115e-05),
+        ("bfloat16", 1024, 1024, 1024, 1.134e-05),
+        ("bfloat16", 2048, 2048, 2048, 2.385e-05), ("bfloat16", 4096, 4096, 4096, 0.0001939),
+        ("bfloat16", 8192, 8192, 8192, 0.001605),
+        ("bfloat16", 16384, 16384, 16384, 0.01245), ("bfloat16", 1, 8192, 8192, 3.5e-05),
+        ("bfloat16", 16, 8192, 8192, 3.353e-05),
+        ("bfloat16", 64, 8192, 8192, 3.509e-05), ("bfloat16", 128, 8192, 8192, 3.886e-05),
+        ("bfloat16", 256, 8192, 8192, 5.617e-05),
+        ("bfloat16", 1024, 8192, 8192, 0.0001977), ("bfloat16", 16384, 2048, 2048, 0.0002016),
+        ("bfloat16", 16384, 2048, 5632, 0.0005745),
+        ("bfloat16", 16384, 5632, 2048, 0.0005722), ("bfloat16", 16384, 2048, 32000, 0.003324),
+        ("bfloat16", 8192, 4096, 4096, 0.0003999),
+        ("bfloat16", 8192, 4096, 14336, 0.00142), ("bfloat16", 8192, 14336, 4096, 0.00137),
+        ("bfloat16", 8192, 4096, 32000, 0.003072),
+        ("float8", 2048, 2048, 2048, 1.655e-05), ("float8", 4096, 4096, 4096, 0.0001199),
+        ("float8", 8192, 8192, 8192, 0.0009116),
+        ("float8", 16384, 16384, 16384, 0.006825),
+    ],
+}
+
+#: chip -> memory-bound kernels ``(kernel, bytes moved, seconds)``: a bf16 copy (read + write) and
+#: an add (read two, write one).
+MEMORY = {
+    "h100": [
+        ("copy", 2097152, 1.066e-05), ("add", 3145728, 9.638e-06), ("copy", 8388608, 1.066e-05),
+        ("add", 12582912, 1.007e-05), ("copy", 33554432, 1.044e-05), ("add", 50331648, 1.889e-05),
+        ("copy", 134217728, 4.817e-05), ("add", 201326592, 6.912e-05), ("copy", 536870912, 0.0001808),
+        ("add", 805306368, 0.000266), ("copy", 2147483648, 0.0007154), ("add", 3221225472, 0.001054),
+        ("copy", 8589934592, 0.002844), ("add", 12884901888, 0.004214),
+    ],
+    "h200": [
+        ("copy", 2097152, 6.277e-06), ("add", 3145728, 6.71e-06), ("copy", 8388608, 6.051e-06),
+        ("add", 12582912, 5.831e-06), ("copy", 33554432, 6.578e-06), ("add", 50331648, 1.348e-05),
+        ("copy", 134217728, 3.483e-05), ("add", 201326592, 4.883e-05), ("copy", 536870912, 0.0001292),
+        ("add", 805306368, 0.000185), ("copy", 2147483648, 0.0005057), ("add", 3221225472, 0.0007311),
+        ("copy", 8589934592, 0.00201), ("add", 12884901888, 0.00292),
+    ],
+}
+
+#: chip -> causal attention, bf16, head width 128: ``(backend, B, heads, S, forward seconds,
+#: forward + backward seconds)``; "default" is what ``scaled_dot_product_attention`` picks
+#: (cuDNN here), "flash" FlashAttention-2, "efficient" the memory-efficient kernel.
+ATTENTION = {
+    "h100": [
+        ("default", 8, 16, 2048, 0.0002678, 0.001402), ("flash", 8, 16, 2048, 0.0005011, 0.002337),
+        ("cudnn", 8, 16, 2048, 0.0002773, 0.001419), ("efficient", 8, 16, 2048, 0.0009086, 0.004441),
+        ("default", 4, 32, 4096, 0.001008, 0.00431), ("flash", 4, 32, 4096, 0.001794, 0.007476),
+        ("cudnn", 4, 32, 4096, 0.001007, 0.004518), ("efficient", 4, 32, 4096, 0.003333, 0.01521),
+        ("default", 1, 32, 8192, 0.001019, 0.004057), ("flash", 1, 32, 8192, 0.001825, 0.006907),
+        ("cudnn", 1, 32, 8192, 0.001009, 0.004148), ("efficient", 1, 32, 8192, 0.003388, 0.01462),
+        ("default", 1, 16, 16384, 0.001983, 0.007513), ("flash", 1, 16, 16384, 0.003503, 0.01244),
+        ("cudnn", 1, 16, 16384, 0.002049, 0.007518), ("efficient", 1, 16, 16384, 0.007036, 0.02817),
+    ],
+    "h200": [
+        ("default", 8, 16, 2048, 0.0002731, 0.001248), ("flash", 8, 16, 2048, 0.0004889, 0.002209),
+        ("cudnn", 8, 16, 2048, 0.0002701, 0.001297), ("efficient", 8, 16, 2048, 0.0009025, 0.004348),
+        ("default", 4, 32, 4096, 0.001023, 0.004177), ("flash", 4, 32, 4096, 0.00175, 0.007211),
+        ("cudnn", 4, 32, 4096, 0.001023, 0.004277), ("efficient", 4, 32, 4096, 0.003353, 0.01525),
+        ("default", 1, 32, 8192, 0.0009903, 0.003846), ("flash", 1, 32, 8192, 0.001778, 0.006793),
+        ("cudnn", 1, 32, 8192, 0.0009935, 0.003924), ("efficient", 1, 32, 8192, 0.003458, 0.01463),
+        ("default", 1, 16, 16384, 0.001909, 0.00711), ("flash", 1, 16, 16384, 0.003441, 0.01245),
+        ("cudnn", 1, 16, 16384, 0.001904, 0.007231), ("efficient", 1, 16, 16384, 0.006593, 0.02818),
+    ],
+}
