@@ -130,13 +130,25 @@ class Problem:
             if not n.strategies:
                 raise ValueError(f"Problem: node {n.name!r} has no strategies")
             self.index[n.name] = i
-        self.compute = [np.array([s.compute_s for s in n.strategies], float) for n in self.nodes]
-        self.comm = [np.array([s.comm_s for s in n.strategies], float) for n in self.nodes]
-        self.memory = [np.array([s.memory_bytes for s in n.strategies], float) for n in self.nodes]
-        for n, c, d, m in zip(self.nodes, self.compute, self.comm, self.memory):
-            _check_costs(f"node {n.name!r} compute_s", c)
-            _check_costs(f"node {n.name!r} comm_s", d)
-            _check_costs(f"node {n.name!r} memory_bytes", m)
+        # nodes of repeated layers usually share one strategies tuple: its arrays are made and
+        # checked once (read-only, shared)
+        arrays: dict = {}
+        self.compute, self.comm, self.memory = [], [], []
+        for n in self.nodes:
+            hit = arrays.get(id(n.strategies))
+            if hit is None or hit[0] is not n.strategies:
+                c, d, m = (np.array([getattr(s, f) for s in n.strategies], float)
+                           for f in ("compute_s", "comm_s", "memory_bytes"))
+                _check_costs(f"node {n.name!r} compute_s", c)
+                _check_costs(f"node {n.name!r} comm_s", d)
+                _check_costs(f"node {n.name!r} memory_bytes", m)
+                for a in (c, d, m):
+                    a.flags.writeable = False
+                hit = arrays[id(n.strategies)] = (n.strategies, c, d, m)
+            self.compute.append(hit[1])
+            self.comm.append(hit[2])
+            self.memory.append(hit[3])
+        checked: set = set()
         for e in self.edges:
             for end in (e.src, e.dst):
                 if end not in self.index:
@@ -149,7 +161,9 @@ class Problem:
                 raise ValueError(f"Edge {e.src!r} -> {e.dst!r}: reshard_s has shape "
                                  f"{e.reshard_s.shape}, expected {want} (strategies of "
                                  f"{e.src!r} x strategies of {e.dst!r})")
-            _check_costs(f"edge {e.src!r} -> {e.dst!r} reshard_s", e.reshard_s)
+            if id(e.reshard_s) not in checked:
+                _check_costs(f"edge {e.src!r} -> {e.dst!r} reshard_s", e.reshard_s)
+                checked.add(id(e.reshard_s))
         self._classes = self._tie_classes()
 
     def node(self, name: str) -> Node:

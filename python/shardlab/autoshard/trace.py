@@ -196,14 +196,19 @@ class _Pricer:
     def local_bytes(self, shape, dtype, dims) -> int:
         return math.prod(local_shape(shape, dims, self.shape)) * np.dtype(dtype).itemsize
 
-    def op(self, op: Op, values: list, in_dims: tuple, out_kw) -> Candidate | None:
+    def signature(self, op: Op, values: list) -> tuple:
+        """What an op's prices depend on: the primitive, its parameters, operand and result
+        shapes and dtypes (equal for the same op in every copy of a repeated layer)."""
         sig = self._sigs.get(op.index)
         if sig is None or sig[0] is not op:
             avals = tuple((values[i].shape, values[i].dtype.name) if k == "value" else ("lit", repr(i))
                           for k, i in op.inputs)
             sig = self._sigs[op.index] = (op, (op.prim, repr(sorted(op.params.items())), avals,
-                                               values[op.output].shape))
-        key = (sig[1], in_dims, out_kw)
+                                               values[op.output].shape, values[op.output].dtype.name))
+        return sig[1]
+
+    def op(self, op: Op, values: list, in_dims: tuple, out_kw) -> Candidate | None:
+        key = (self.signature(op, values), in_dims, out_kw)
         if key in self._ops:
             return self._ops[key]
         cand = None
@@ -509,7 +514,13 @@ def trace_program(f, *args, mesh, memory_limit_bytes: float | None = None, merge
     if pricer is None or pricer.mesh is not mesh:
         pricer = _Pricer(mesh)
     mshape = pricer.shape
-    input_dims = {v.index: tensor_dims(v.shape, mshape) for v in values if v.kind in ("input", "const") and v.consumers}
+    by_shape: dict = {}  # one list of layouts per shape: inputs of a repeated layer share it
+    input_dims = {}
+    for v in values:
+        if v.kind in ("input", "const") and v.consumers:
+            if v.shape not in by_shape:
+                by_shape[v.shape] = tensor_dims(v.shape, mshape)
+            input_dims[v.index] = by_shape[v.shape]
     for i, dims in _fixed_layouts(in_specs, args, values, inputs).items():
         if i in input_dims:
             if dims not in input_dims[i]:
@@ -517,10 +528,22 @@ def trace_program(f, *args, mesh, memory_limit_bytes: float | None = None, merge
                 raise ValueError(f"[autoshard] in_specs gives {v.name} {pspec(dims)}, which cannot shard its shape "
                                  f"{v.shape} on the mesh {mshape}")
             input_dims[i] = [dims]
+    layouts = _Layouts(values, ops, input_dims)
+    # the same op in every copy of a repeated layer (same signature, operands with the same
+    # candidate layouts) gets the same candidate list: enumerated and priced once
+    memo: dict = {}
     for op in progress.track(ops_live, f"autoshard: pricing the shardings of {len(ops_live)} ops"):
-        op.candidates, op.follows = _follow(op, values, ops, input_dims, pricer) if follow else ([], None)
-        if not op.candidates:
-            op.candidates = _candidates(op, values, pricer, mshape)
+        sig = pricer.signature(op, values)
+        key = (sig,) if op.prim == "einsum" or not follow else (
+            sig, tuple(id(layouts.of(i)) if k == "value" else None for k, i in op.inputs))
+        hit = memo.get(key)
+        if hit is None:
+            cands, main = _follow(op, values, layouts, pricer) if follow else ([], None)
+            if not cands:
+                cands, main = _candidates(op, values, pricer, mshape), None
+            hit = memo[key] = (cands, main)
+        op.candidates = hit[0]
+        op.follows = None if hit[1] is None else layouts.leader(op.inputs[hit[1]][1])
         if not op.candidates:
             raise UntraceableError(f"[autoshard] no layout of {op.prim} (scope {op.scope or '-'}) can run on the "
                                    f"mesh {mshape}")
@@ -535,10 +558,35 @@ def _broadcast_in(out_shape, out_dims, shape) -> Dims:
     return tuple(() if s == 1 and out_shape[off + d] != 1 else out_dims[off + d] for d, s in enumerate(shape))
 
 
-def _follow(op: Op, values, ops, input_dims, pricer: _Pricer):
+class _Layouts:
+    """The output layouts of each value's producer (an input's candidate layouts, or the
+    out_dims of an op's candidates), as one interned tuple per distinct content: values of
+    repeated layers share it, so its ``id`` keys the candidates of the ops that read them."""
+
+    def __init__(self, values, ops, input_dims):
+        self.values, self.ops, self.input_dims = values, ops, input_dims
+        self._of_list: dict = {}  # id(candidate list or input layouts) -> (the list, interned layouts)
+        self._interned: dict = {}
+
+    def leader(self, i) -> tuple:
+        p = self.values[i].producer
+        return ("input", i) if p is None else ("op", p)
+
+    def of(self, i) -> tuple:
+        p = self.values[i].producer
+        src = self.input_dims.get(i, ()) if p is None else self.ops[p].candidates
+        hit = self._of_list.get(id(src))
+        if hit is None or hit[0] is not src:
+            lay = tuple(src) if p is None else tuple(c.out_dims for c in src)
+            hit = self._of_list[id(src)] = (src, self._interned.setdefault(lay, lay))
+        return hit[1]
+
+
+def _follow(op: Op, values, layouts: _Layouts, pricer: _Pricer):
     """Alpa's follow nodes: an op that is not a contraction takes its main operand's layouts
     (the first operand of the output's shape, else the first), one candidate per candidate of
-    the operand's producer, in the same order. Returns ([], None) where that cannot be done."""
+    the operand's producer, in the same order. Returns (candidates, the main operand's slot),
+    or ([], None) where that cannot be done."""
     if op.prim == "einsum":
         return [], None
     arrays = [(slot, i) for slot, (k, i) in enumerate(op.inputs) if k == "value"]
@@ -546,22 +594,16 @@ def _follow(op: Op, values, ops, input_dims, pricer: _Pricer):
         return [], None
     out_shape = values[op.output].shape
 
-    def layouts_of(i):
-        v = values[i]
-        if v.producer is None:
-            return ("input", i), input_dims.get(i, [])
-        return ("op", v.producer), [c.out_dims for c in ops[v.producer].candidates]
-
     # the operand of the output's shape with the most distinct layouts (not grad's replicated seed)
-    full = [i for _, i in arrays if values[i].shape == out_shape] or [arrays[0][1]]
-    main = max(full, key=lambda i: len(set(layouts_of(i)[1])))
+    full = [(slot, i) for slot, i in arrays if values[i].shape == out_shape] or [arrays[0]]
+    main_slot, main = max(full, key=lambda si: len(set(layouts.of(si[1]))))
     v = values[main]
-    leader, layouts = layouts_of(main)
-    if not layouts:
+    lays = layouts.of(main)
+    if not lays:
         return [], None
     shapes = [values[i].shape if k == "value" else None for k, i in op.inputs]
     out = []
-    for lay in layouts:
+    for lay in lays:
         if op.prim in _ELEMENTWISE and v.shape == out_shape:
             tries = (tuple(None if s is None else _broadcast_in(out_shape, lay, s) for s in shapes), lay)
         elif len(arrays) == 1:
@@ -572,7 +614,7 @@ def _follow(op: Op, values, ops, input_dims, pricer: _Pricer):
         if c is None:
             return [], None
         out.append(c)
-    return out, leader
+    return out, main_slot
 
 
 def _candidates(op: Op, values, pricer: _Pricer, mshape) -> list:
@@ -599,18 +641,37 @@ def _candidates(op: Op, values, pricer: _Pricer, mshape) -> list:
     return out
 
 
-def _signature(op: Op, values, ops) -> str:
-    def base(o):
-        shapes = tuple(values[i].shape if k == "value" else "lit" for k, i in o.inputs)
-        return (o.prim, repr(sorted((k, repr(v)) for k, v in o.params.items())), shapes, o.phase)
+class _Signatures:
+    """Each op's structural signature (see `_problem`), computed once per op."""
 
-    prod = tuple(base(ops[values[i].producer]) if k == "value" and values[i].producer is not None
-                 else ("input", values[i].shape) if k == "value" else "lit" for k, i in op.inputs)
-    cons = tuple(sorted(repr(base(ops[c])) + str(s) for c, s in values[op.output].consumers))
-    return hashlib.sha1(repr((base(op), prod, cons)).encode()).hexdigest()[:16]
+    def __init__(self, values, ops):
+        self.values, self.ops = values, ops
+        self._base: dict = {}
+        self._sig: dict = {}
+
+    def base(self, o) -> tuple:
+        hit = self._base.get(o.index)
+        if hit is None:
+            shapes = tuple(self.values[i].shape if k == "value" else "lit" for k, i in o.inputs)
+            hit = self._base[o.index] = (o.prim, repr(sorted((k, repr(v)) for k, v in o.params.items())), shapes,
+                                         o.phase)
+        return hit
+
+    def __call__(self, op: Op) -> str:
+        hit = self._sig.get(op.index)
+        if hit is None:
+            values, ops = self.values, self.ops
+            prod = tuple(self.base(ops[values[i].producer]) if k == "value" and values[i].producer is not None
+                         else ("input", values[i].shape) if k == "value" else "lit" for k, i in op.inputs)
+            cons = tuple(sorted(repr(self.base(ops[c])) + str(s) for c, s in values[op.output].consumers))
+            hit = self._sig[op.index] = hashlib.sha1(repr((self.base(op), prod, cons)).encode()).hexdigest()[:16]
+        return hit
 
 
 def _problem(values, ops, input_dims, pricer: _Pricer, memory_limit_bytes, merge_layers):
+    """The Problem of the priced ops. Ops and inputs of repeated layers share their candidate
+    lists (see `trace_program`), so their strategies and edge matrices are built once per list
+    and shared too (read-only)."""
     nodes, node_of, node_list = [], {}, []
     all_ops = {op.index: op for op in ops}
     op_seq = [None] * (max(all_ops) + 1 if all_ops else 0)
@@ -619,12 +680,17 @@ def _problem(values, ops, input_dims, pricer: _Pricer, memory_limit_bytes, merge
     sig_count: dict = {}
     sigs = {}
     if merge_layers:
+        signature = _Signatures(values, op_seq)
+        cand_hash: dict = {}
         for op in ops:
-            cands = hashlib.sha1(repr([(c.in_dims, c.out_dims) for c in op.candidates]).encode()).hexdigest()[:8]
-            sigs[("op", op.index)] = "op:" + _signature(op, values, op_seq) + cands
+            h = cand_hash.get(id(op.candidates))
+            if h is None:
+                h = cand_hash[id(op.candidates)] = hashlib.sha1(
+                    repr([(c.in_dims, c.out_dims) for c in op.candidates]).encode()).hexdigest()[:8]
+            sigs[("op", op.index)] = "op:" + signature(op) + h
         for vi in input_dims:
             v = values[vi]
-            cons = tuple(sorted("op:" + _signature(op_seq[c], values, op_seq) + str(s) for c, s in v.consumers))
+            cons = tuple(sorted("op:" + signature(op_seq[c]) + str(s) for c, s in v.consumers))
             sigs[("input", vi)] = "in:" + hashlib.sha1(repr((v.shape, v.dtype.name, cons)).encode()).hexdigest()[:16]
         for s in sigs.values():
             sig_count[s] = sig_count.get(s, 0) + 1
@@ -633,38 +699,48 @@ def _problem(values, ops, input_dims, pricer: _Pricer, memory_limit_bytes, merge
         s = sigs.get(key)
         return ("repeated", s) if s is not None and sig_count[s] > 1 else (None, None)
 
+    strat_memo: dict = {}  # (candidate list, shapes, ...) -> strategies, shared by repeated layers
+    keep_alive = []  # the lists whose id keys a memo
     for vi, cands in input_dims.items():
         v = values[vi]
-        strategies = [Strategy(str(pspec(d)), memory_bytes=pricer.local_bytes(v.shape, v.dtype, d), spec=pspec(d))
-                      for d in cands]
+        key = ("input", id(cands), v.shape, v.dtype.name)
+        strategies = strat_memo.get(key)
+        if strategies is None:
+            keep_alive.append(cands)
+            strategies = strat_memo[key] = tuple(
+                Strategy(str(pspec(d)), memory_bytes=pricer.local_bytes(v.shape, v.dtype, d), spec=pspec(d))
+                for d in cands)
         lc, pos = tie(("input", vi))
         node_of[("input", vi)] = len(nodes)
         nodes.append(Node(v.name, strategies, layer_class=lc, position=pos))
         node_list.append(("input", vi))
     for op in ops:
         v = values[op.output]
-        strategies = []
-        for c in op.candidates:
-            mem = pricer.local_bytes(v.shape, v.dtype, c.out_dims) if op.saved else 0.0
-            shapes = tuple(values[i].shape for k, i in op.inputs if k == "value")
-            lk = (shapes, v.shape, c.in_dims, c.out_dims)
-            label = pricer._labels.get(lk)
-            if label is None:
-                label = pricer._labels[lk] = (
-                    ",".join(dims_str(values[i].shape, d) for (k, i), d in zip(op.inputs, c.in_dims) if k == "value")
-                    + " -> " + dims_str(v.shape, c.out_dims))
-            strategies.append(Strategy(label, compute_s=c.compute_s, comm_s=c.comm_s, memory_bytes=mem,
-                                       spec=pspec(c.out_dims)))
+        shapes = tuple(values[i].shape for k, i in op.inputs if k == "value")
+        key = ("op", id(op.candidates), op.saved, shapes, v.shape, v.dtype.name)
+        strategies = strat_memo.get(key)
+        if strategies is None:
+            keep_alive.append(op.candidates)
+            strategies = []
+            for c in op.candidates:
+                mem = pricer.local_bytes(v.shape, v.dtype, c.out_dims) if op.saved else 0.0
+                lk = (shapes, v.shape, c.in_dims, c.out_dims)
+                label = pricer._labels.get(lk)
+                if label is None:
+                    label = pricer._labels[lk] = (
+                        ",".join(dims_str(values[i].shape, d) for (k, i), d in zip(op.inputs, c.in_dims) if k == "value")
+                        + " -> " + dims_str(v.shape, c.out_dims))
+                strategies.append(Strategy(label, compute_s=c.compute_s, comm_s=c.comm_s, memory_bytes=mem,
+                                           spec=pspec(c.out_dims)))
+            strategies = strat_memo[key] = tuple(strategies)
         lc, pos = tie(("op", op.index))
         node_of[("op", op.index)] = len(nodes)
         leader = nodes[node_of[op.follows]].name if op.follows is not None else None
         nodes.append(Node(op.name, strategies, follows=leader, layer_class=lc, position=pos))
         node_list.append(("op", op.index))
 
-    def out_dims_of(key):
-        kind, i = key
-        return input_dims[i] if kind == "input" else op_seq[i].candidates
-
+    layouts = _Layouts(values, op_seq, input_dims)
+    mat_memo: dict = {}  # (src layouts, dst candidates, slot, shape, dtype) -> matrix, shared
     mats: dict = {}
     for op in ops:
         dst = node_of[("op", op.index)]
@@ -672,11 +748,14 @@ def _problem(values, ops, input_dims, pricer: _Pricer, memory_limit_bytes, merge
             if k != "value":
                 continue
             v = values[i]
-            key = ("input", i) if v.producer is None else ("op", v.producer)
-            src = node_of[key]
-            srcs = out_dims_of(key)
-            srcs = srcs if key[0] == "input" else [c.out_dims for c in srcs]
-            m = pricer.matrix(v.shape, v.dtype, srcs, [c.in_dims[slot] for c in op.candidates])
+            src = node_of[layouts.leader(i)]
+            srcs = layouts.of(i)
+            key = (id(srcs), id(op.candidates), slot, v.shape, v.dtype.name)
+            m = mat_memo.get(key)
+            if m is None:
+                keep_alive.append((srcs, op.candidates))
+                m = mat_memo[key] = pricer.matrix(v.shape, v.dtype, srcs, [c.in_dims[slot] for c in op.candidates])
+                m.flags.writeable = False
             mats[(src, dst)] = mats[(src, dst)] + m if (src, dst) in mats else m
     edges = [Edge(nodes[s].name, nodes[d].name, m) for (s, d), m in mats.items()]
     return Problem(nodes, edges, memory_limit_bytes=memory_limit_bytes), node_list
