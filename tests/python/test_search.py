@@ -9,6 +9,7 @@ from shardlab import train
 from shardlab.models import ModelConfig, presets
 
 search_mod = importlib.import_module("shardlab.train.search")   # train.search is the function
+estimate_mod = importlib.import_module("shardlab.train.estimate")
 
 SMALL = ModelConfig(num_layers=2, d_model=1024, ffw_dim=4096, num_heads=16, vocab_size=32000, max_seq_len=2048)
 
@@ -87,3 +88,37 @@ def test_a_strategy_of_your_own_is_laid_out_too():
     assert {tuple(e.mesh) for e in r.table} <= {("x", "y", "model"), ("x", "model")} and r.best.strategy == "mine"
     with pytest.raises(ValueError, match=r"\[search\] strategy 'hierarchical' cannot be laid over the mesh axes"):
         train.search(SMALL, "tpu-v5p", chips=16, batch=16, seq=2048, strategies=(train.hierarchical(),))
+
+
+LONG = ModelConfig(num_layers=4, d_model=1024, ffw_dim=4096, num_heads=8, vocab_size=32000, max_seq_len=32768)
+
+
+def test_a_long_sequence_picks_context_parallelism_and_short_ones_do_not():
+    assert {"cp", "fsdp_cp"} <= set(search_mod.DEFAULT_STRATEGIES)
+    long = train.search(LONG, "tpu-v5p", chips=4, batch=1, seq=32768)
+    assert long.best.strategy in ("cp", "fsdp_cp") and long.best.mesh["context"] > 1
+    # the data-parallel plans cut the one sequence over their axes and gather each layer's K/V
+    fsdp = next(e for e in long.table if e.strategy == "fsdp")
+    assert fsdp.sequence_chunks == 4 and any("K/V gathered" in n for n in fsdp.notes)
+    assert fsdp.step_seconds > long.best.step_seconds
+    short = train.search(LONG, "tpu-v5p", chips=4, batch=4, seq=2048)
+    assert "context" not in short.best.mesh
+    # ring chunks of fewer than MIN_RING_CHUNK tokens are not tried
+    sizes = [m["context"] for s, m in search_mod.plans("tpu-v5p", 4096, ("fsdp_cp",), seq=32768)]
+    assert sizes == [2, 4, 8, 16, 32, 64, 128] and 32768 // (2 * 128) == search_mod.MIN_RING_CHUNK
+
+
+@pytest.mark.parametrize("strategy, mesh", [("fsdp_cp", {"data": 2, "context": 8}), ("cp", {"context": 4})])
+def test_the_ring_in_closed_form_prices_what_executing_it_does(monkeypatch, strategy, mesh):
+    def est():
+        return train.estimate(LONG, strategy, mesh, "tpu-v5p", batch=2, seq=4096, remat="full")
+
+    closed = est()
+    monkeypatch.setattr(estimate_mod._Ring, "RUN", 10**9)      # no closed form: every ring step executed
+    executed = est()
+    assert executed.step_seconds == pytest.approx(closed.step_seconds, rel=1e-9)
+    assert executed.comm_seconds == pytest.approx(closed.comm_seconds, rel=1e-9)
+    assert executed.phases == pytest.approx(closed.phases, rel=1e-9)
+    assert executed.hfu == pytest.approx(closed.hfu, rel=1e-9) and executed.memory == closed.memory
+    hops = [e for e in executed.ledger.events if e["op"] == "ppermute"]
+    assert len(hops) > len([e for e in closed.ledger.events if e["op"] == "ppermute"])

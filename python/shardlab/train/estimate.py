@@ -12,7 +12,10 @@ overlaps as the frameworks do it:
   gradient reduce-scatters and all-reduces (DP, bucketed) overlap the backward pass; one
   layer's worth of each stays exposed (the first gather, the last reduction);
 * tensor-parallel collectives are on the critical path unless ``async_tp=True``;
-* context-parallel ring exchanges overlap the attention;
+* context-parallel ring exchanges overlap the attention; a context axis of ``C > 2`` executes
+  its ring over 2 devices holding the same blocks and counts the ring of ``C`` in closed form
+  (``2C + 1`` blocks of scores, ``C - 1`` hops of each K/V block: the sums executing it gives),
+  so pricing it does not grow with ``C``;
 * pipeline stages (``pipeline=p``) are clocked with the schedule of :mod:`shardlab.train.pipeline`
   (1F1B, interleaved 1F1B, zero bubble, ...) with a send between stages; the idle time is the
   bubble.
@@ -243,8 +246,10 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
         hardware: a preset name.
         batch: sequences per step; seq: tokens per sequence. When the data axes are more than
             the sequences, the tokens are split instead (each sequence cut into
-            :func:`sequence_chunks` pieces, as context parallelism does); attention is then
-            priced over whole sequences, the K/V exchange of ring attention is not counted.
+            :func:`sequence_chunks` pieces); attention is then priced over whole sequences and
+            each layer gathers the K/V of a piece's sequence over the data axes before its
+            attention (the backward reduce-scatters their gradients), on the critical path --
+            what a context-parallel ring (a ``context`` axis) hides under the attention.
         remat: a recompute policy (``shardlab.models.remat_policy``: None / "none", "full",
             "selective", "dots", "ffw_outputs" or a set of checkpoint names).
         microbatches: gradient accumulation steps (pipeline microbatches with ``pipeline > 1``).
@@ -330,8 +335,14 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
     chunks = sequence_chunks(run_batch, seq, X, Y if s.sequence_parallel else 1, run_mb)
     rows, cols = run_batch * chunks, seq // chunks
     s.validate(cfg, m, rows, cols)
+    # a context axis of C > 2 executes as a ring of 2 over the same local blocks (the sequence
+    # cut to 2 of its C pieces); its steps are counted in closed form below (_Ring)
+    C = s.context_size(m)
+    ring = _Ring(C, m, s.context, hw) if C > _Ring.RUN else None
+    m_run = ring.run_mesh if ring else m
+    cols_run = cols * _Ring.RUN // C if ring else cols
     uniform = len({cfg.is_moe_layer(i) for i in range(L)}) == 1 if hasattr(cfg, "is_moe_layer") else True
-    n_run = min(L, 2) if uniform else L
+    n_run = min(L, _LAYERS_RUN) if uniform else L
     if execute_layers is not None:
         _check(op, "execute_layers", execute_layers)
         if execute_layers > L or (not uniform and execute_layers != L) or (pipeline > 1 and execute_layers != n_run):
@@ -339,12 +350,12 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
                              f"are alike ({L} otherwise; the default without a pipeline)")
         n_run = execute_layers
     cfg_run = cfg.replace(num_layers=n_run) if n_run != L else cfg
-    t = Trainer(cfg_run, s, m, optimizer=optimizer, precision=precision, remat=remat, microbatches=run_mb)
+    t = Trainer(cfg_run, s, m_run, optimizer=optimizer, precision=precision, remat=remat, microbatches=run_mb)
     params = _param_structs(cfg_run, t, t.dtype, t.param_spec)
     master = _param_structs(cfg_run, t, t.master_dtype, t.state_spec) if (t.mixed or s.zero in (1, 2)) else None
     base = master if master is not None else _param_structs(cfg_run, t, np.float32, t.param_spec)
     opt = {n: base for n in t.opt.state_names}
-    tok = sl.ShapeDtypeStruct((rows // run_mb, cols), np.int32, sharding=t.sharding(s.batch_spec()))
+    tok = sl.ShapeDtypeStruct((rows // run_mb, cols_run), np.int32, sharding=t.sharding(s.batch_spec()))
     out = {}
 
     def run(params, master, opt, tok):
@@ -387,6 +398,14 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
             phase = "backward"
         else:
             phase = e["phase"] if e["phase"] in _PHASES else "forward"
+        if s.context and e["op"] == "einsum" and "/attn" in label:
+            # a ring step's blocks are FlashAttention kernels (ring flash attention): their
+            # efficiency, and the blocks of all C steps when the ring ran as 2
+            e = dict(e, op="attention" if phase != "backward" else "attention_vjp", hbm_bytes=0.0)  # scores on chip
+            w *= ring.blocks if ring else 1.0
+        elif ring is not None and s.context in e["axes"]:
+            e, times = ring.event(e)
+            w *= times
         if not e["axes"]:
             scale = attn_scale if e["op"].startswith("attention") else 1.0
             comp[(where, phase)] = comp.get((where, phase), 0.0) + price_event(e, hw, p_list) * scale * w
@@ -421,6 +440,17 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
     comm: dict = {}
     for (_, _, key, _), v in comm_b.items():
         comm[key] = comm.get(key, 0.0) + v
+    # sequences cut over the data axes: each piece's attention needs the K/V of its sequence's
+    # other pieces, gathered before it (and their gradients reduce-scattered), on the critical path
+    kv_exchange = 0.0
+    if chunks > 1 and s.data:
+        attn_again = any(e["phase"] == "recompute" and (e["label"] or "").startswith(unit_label + "/attn")
+                         for e in events)
+        kv_exchange = _kv_exchange_seconds(cfg, s, m, hw, p_list, rows // (X * run_mb), seq // C, chunks,
+                                           Y if s.model else 1, np.dtype(t.dtype).itemsize, attn_again)
+        kv_exchange *= layers_dev * run_mb
+        dkey = "+".join(s.data)
+        comm[dkey] = comm.get(dkey, 0.0) + kv_exchange
 
     # memory-bound work the ledger does not record
     tokens_dev = rows // run_mb * cols / (X * s.context_size(m)) if X else 0
@@ -541,6 +571,11 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
         notes.append(f"{sched} over {pipeline} stages x {microbatches} microbatches"
                      f"{f' ({v} chunks per stage)' if v > 1 else ''}: bubble {units.fmt_seconds(bubble)}, "
                      f"send {units.fmt_seconds(send)} between stages")
+    if kv_exchange:
+        dkey = "+".join(s.data)
+        exposed[dkey] = exposed.get(dkey, 0.0) + kv_exchange
+        notes.append(f"each sequence cut into {chunks} pieces over the data axes: its K/V gathered for attention, "
+                     f"{units.fmt_seconds(kv_exchange)} exposed")
     phases["optimizer"] = opt_seconds + sum(v for (w_, ph, k, kind), v in comm_b.items() if ph == "optimizer")
     for k, v in exposed.items():
         phases[f"comm:{k}"] = v
@@ -568,6 +603,20 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
                    chips=chips, pipeline=pipeline, prices=p_list.chip if p_list.chip != hw.name else f"{hw.name} list",
                    layers_executed=n_run, hbm_capacity=hw.hbm_capacity, notes=notes, tokens_per_step=batch * seq)
     return est
+
+
+def _kv_exchange_seconds(cfg, s, mesh, hw, prices, pieces: int, seq_local: int, chunks: int, tp: int,
+                        itemsize: int, again: bool) -> float:
+    """One layer's K/V exchange between the ``chunks`` pieces of a sequence cut over the data
+    axes: the forward (and the recompute, ``again``) all-gathers each piece's K and V into the
+    whole sequence's (``seq_local`` tokens: the sequence over the context axis), the backward
+    reduce-scatters their gradients."""
+    full = pieces * seq_local * 2 * (cfg.num_kv_heads // tp) * cfg.head_dim * itemsize
+    ev = {"op": "all_gather", "axes": tuple(s.data), "group_size": chunks, "bytes_in": full / chunks,
+          "bytes_out": full, "dtype": "bfloat16"}
+    gather = price_event(ev, hw, prices, mesh=mesh)
+    scatter = price_event(dict(ev, op="psum_scatter", bytes_in=full, bytes_out=full / chunks), hw, prices, mesh=mesh)
+    return gather * (2 if again else 1) + scatter
 
 
 def price_ew(nbytes: float, hw, prices, kernels: int) -> float:
@@ -617,6 +666,34 @@ def _clock(sched: str, p: int, m: int, v: int, fwd, bwd, send, *, exact: bool = 
 
 
 # the layer's memory-bound work by the checkpoint name whose recompute re-runs it
+class _Ring:
+    """Context parallelism in closed form: the step runs with a context axis of :attr:`RUN`
+    devices holding the same local blocks as the real ``C``; each event of the ring is then
+    counted for ``C``. The zig-zag ring of ``C`` computes ``2C + 1`` blocks of ``c x c`` scores
+    (``train.context``: 3 on its first step, 2 on each of the ``C - 1`` others) where the run
+    computed ``2·RUN + 1``, and sends ``C - 1`` hops of each K/V block where it sent ``RUN - 1``;
+    a reduction over the context axis (the replicated weights' gradients) has ``C`` members.
+    The sums equal those of executing the ring of ``C`` (checked in tests/python/test_search.py)
+    in a time that does not grow with ``C``."""
+
+    RUN = 2
+
+    def __init__(self, C: int, mesh, axis: str, hw):
+        self.C, self.axis = C, axis
+        self.blocks = (2 * C + 1) / (2 * self.RUN + 1)
+        shape = {a: (self.RUN if a == axis else n) for a, n in dict(mesh.shape).items()}
+        self.run_mesh = sl.make_mesh(tuple(shape.values()), tuple(shape), hardware=hw, abstract=True)
+
+    def event(self, e: dict) -> tuple[dict, float]:
+        """(the run's event over the context axis as the real ring's, how many of it the ring has)."""
+        n = int(e.get("group_size") or self.RUN) * self.C // self.RUN
+        if e["op"] == "ppermute":   # each hop a neighbour exchange, as the run's (routing C pairs is slow)
+            return dict(e, group_size=n), (self.C - 1) / (self.RUN - 1)
+        return dict(e, group_size=n), 1.0
+
+
+_LAYERS_RUN = 2   # layers a dense model executes by default (the last counted for the rest)
+
 _EW_SHARE = {"attn_norm": 0.25, "mlp_norm": 0.25, "mlp_act": 0.4, "attn_out": 0.1}
 
 

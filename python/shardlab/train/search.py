@@ -39,12 +39,16 @@ from . import strategy as _strategy
 from .estimate import estimate
 from .rooflines import crossover_batches, x_opt
 
-__all__ = ["search", "SearchResult", "plans", "DEFAULT_STRATEGIES", "clear_cache"]
+__all__ = ["search", "SearchResult", "plans", "DEFAULT_STRATEGIES", "MIN_RING_CHUNK", "clear_cache"]
 
-#: what :func:`search` tries when ``strategies`` is not given (context and expert parallelism:
-#: pass ``strategies=train.strategy.NAMES``)
-DEFAULT_STRATEGIES = ("dp", "zero1", "zero2", "fsdp", "tp", "tp_sp", "fsdp_tp")
+#: what :func:`search` tries when ``strategies`` is not given (expert parallelism is added for a
+#: MoE model; every name: ``strategies=train.strategy.NAMES``)
+DEFAULT_STRATEGIES = ("dp", "zero1", "zero2", "fsdp", "tp", "tp_sp", "fsdp_tp", "cp", "fsdp_cp")
 _CACHE: dict = {}
+#: the fewest tokens a ring-attention chunk holds in a plan :func:`search` tries: a tile of the
+#: flash-attention kernels (FlashAttention-2's and TPU splash attention's blocks are 128 and up);
+#: smaller chunks leave the matrix units idle and make the ring all latency
+MIN_RING_CHUNK = 128
 
 
 def clear_cache() -> None:
@@ -81,12 +85,14 @@ def _data_axes(n: int, k: int, names: tuple) -> dict:
     return dict(zip(names, _balanced(n, k)))
 
 
-def plans(hardware, chips: int, strategies=None, *, moe: bool = False) -> list:
+def plans(hardware, chips: int, strategies=None, *, moe: bool = False, seq: int | None = None) -> list:
     """The (Strategy, mesh) pairs :func:`search` prices for ``chips`` chips of ``hardware``.
 
     Pure data strategies spread the batch over all the mesh axes (``M_X`` of them); a strategy
     with a model (or context) axis takes each size ``Y`` that divides the chips (``1 < Y``;
-    ``Y = N`` for tensor parallelism alone) and spreads the data over the other axes.
+    ``Y = N`` for tensor or context parallelism alone) and spreads the data over the other axes.
+    With ``seq``, a context axis of size ``C`` is tried only where each of the ``2C`` zig-zag
+    chunks of a sequence holds at least :data:`MIN_RING_CHUNK` tokens.
 
     Example:
         >>> [(s.name, m) for s, m in plans("tpu-v5p", 64, ("fsdp", "fsdp_tp"))][:3]
@@ -106,6 +112,8 @@ def plans(hardware, chips: int, strategies=None, *, moe: bool = False) -> list:
             out.append((_with_axes(s, tuple(data)), data))
             continue
         for y in divisors:
+            if s.context and not s.model and seq is not None and seq < 2 * y * MIN_RING_CHUNK:
+                continue
             if not s.data and y != chips:
                 continue
             if s.data and y == chips:
@@ -241,8 +249,10 @@ def search(cfg, hardware, chips: int, batch: int, seq: int, *, remat="full", str
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"[{op}] {name}={v!r} must be an int >= 1")
     policies = [remat_policy(r, op) for r in (remat if isinstance(remat, (tuple, list)) else (remat,))]
-    todo = [(s, m, p) for s, m in plans(hw, chips, strategies, moe=cfg.is_moe) for p in policies]
+    todo = [(s, m, p) for s, m in plans(hw, chips, strategies, moe=cfg.is_moe, seq=seq) for p in policies]
     table, skipped = [], []
+    # the layers of a dense model are alike: one executed layer prices them all (a MoE model's differ)
+    one_layer = None if cfg.is_moe else 1
     start = time.perf_counter()
     items = progress.track(todo, f"train.search: {len(todo)} plans", enabled=show_progress)
     for s, mesh, policy in items:
@@ -251,7 +261,7 @@ def search(cfg, hardware, chips: int, batch: int, seq: int, *, remat="full", str
         if found is None:
             try:
                 found = estimate(cfg, s, mesh, hw, batch, seq, remat=policy, precision=precision, optimizer=optimizer,
-                                 prices=prices)
+                                 prices=prices, execute_layers=one_layer)
             except ValueError as err:
                 found = err
             _CACHE[key] = found
