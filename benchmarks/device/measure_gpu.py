@@ -2,7 +2,7 @@
 
 Run on a machine with the GPU (not part of ``make bench``: it needs CUDA and PyTorch)::
 
-    python benchmarks/device/measure_gpu.py --out gpu_measured.json
+    python benchmarks/device/measure_gpu.py --out gpu_measured.json [--parts gemm,memory,attention,train,serve]
 
 It measures, each as the median of timed repetitions after warm-ups (CUDA events):
 
@@ -14,8 +14,12 @@ It measures, each as the median of timed repetitions after warm-ups (CUDA events
 * **training steps**: two LLaMA-style models written as torchtitan writes them (eager RMSNorm
   in fp32, rotary through complex numbers, SwiGLU as ``silu`` then ``*``, fp32 logits for the
   cross-entropy, flash attention), bf16 parameters with fp32 master weights and AdamW moments,
-  gradient clipping; without recompute, with full recompute, and (model 1) with each block
-  ``torch.compile``d; step time and peak memory.
+  gradient clipping; without recompute, with full recompute, and with each block
+  ``torch.compile``d; step time and peak memory;
+* **serving** (model 2, bf16): decode steps at a 2,048-token context for batches 1, 16 and 64,
+  eager, replayed as a CUDA graph, and (batches 1 and 64) ``torch.compile(mode="reduce-overhead")``
+  (fused kernels; inductor skips the CUDA graph because the K/V writes mutate inputs), with the
+  kernels each launches (PyTorch's profiler); prefills of 1 and 8 prompts of 2,048 tokens.
 
 The figures are written as JSON; ``python/shardlab/train/data/gpu_measured.py`` transcribes them
 with the device named, and ``shardlab.train.validate.validate("torch-h100")`` (or ``"torch-h200"``)
@@ -246,6 +250,106 @@ def train_step_time(cfg, batch, seq, remat, compiled, steps=8):
             "step_seconds_min": times[0], "peak_bytes": peak}
 
 
+def decode_fn(model, caches, pos):
+    """One decoding step of ``model`` at position ``pos`` with static K/V caches (B, heads, T, hd)."""
+    freqs = model.freqs[:, pos:pos + 1]
+
+    def step(tokens):
+        x = model.tok(tokens)
+        b = x.shape[0]
+        for layer, (kc, vc) in zip(model.layers, caches):
+            h = layer.attention_norm(x)
+            q, k, v = (w(h).view(b, 1, layer.heads, -1) for w in (layer.wq, layer.wk, layer.wv))
+            q, k = rotary(q, freqs), rotary(k, freqs)
+            kc[:, :, pos] = k[:, 0]
+            vc[:, :, pos] = v[:, 0]
+            o = F.scaled_dot_product_attention(q.transpose(1, 2), kc[:, :, :pos + 1], vc[:, :, :pos + 1])
+            x = x + layer.wo(o.transpose(1, 2).reshape(b, 1, -1))
+            h = layer.ffn_norm(x)
+            x = x + layer.w2(F.silu(layer.w1(h)) * layer.w3(h))
+        return model.output(model.norm(x)).argmax(-1)
+    return step
+
+
+def kernel_count(fn):
+    """GPU kernels (and copies) one call of ``fn`` launches, from the profiler's CUDA events."""
+    from torch.profiler import ProfilerActivity, profile
+    for _ in range(2):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type.name == "CUDA")
+
+
+def prefill_fn(model):
+    """The forward pass over a prompt, logits of its last token (the K/V writes are left out)."""
+    def run(tokens):
+        x = model.tok(tokens)
+        for layer in model.layers:
+            x = layer(x, model.freqs[:, :tokens.shape[1]])
+        return model.output(model.norm(x[:, -1:])).argmax(-1)
+    return run
+
+
+@torch.no_grad()
+def serve_steps():
+    """Decode steps (eager and replayed as a CUDA graph) and prefills of llama-7b-8l in bf16."""
+    cfg = MODELS[1][0]
+    context = 2048
+    torch.manual_seed(0)
+    model = Llama(cfg["num_layers"], cfg["d_model"], cfg["ffw_dim"], cfg["num_heads"], cfg["vocab_size"],
+                  context + 16, False).cuda().to(torch.bfloat16).eval()
+    model.freqs = model.freqs.cuda()
+    hd = cfg["d_model"] // cfg["num_heads"]
+    out = []
+    for batch in (1, 16, 64):
+        caches = [tuple(torch.randn(batch, cfg["num_heads"], context + 16, hd, device="cuda", dtype=torch.bfloat16)
+                        for _ in range(2)) for _ in range(cfg["num_layers"])]
+        tokens = torch.randint(0, cfg["vocab_size"], (batch, 1), device="cuda")
+        step = decode_fn(model, caches, context)
+        eager = timed(lambda: step(tokens))
+        row = {"phase": "decode", "model": cfg["name"], "batch": batch, "context": context, "eager_seconds": eager}
+        try:
+            graph = torch.cuda.CUDAGraph()
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(3):
+                    step(tokens)
+            torch.cuda.current_stream().wait_stream(s)
+            with torch.cuda.graph(graph):
+                step(tokens)
+            row["graph_seconds"] = timed(graph.replay)
+            del graph
+        except Exception as exc:  # noqa: BLE001 -- keep the eager figure
+            row["graph_error"] = repr(exc)[:200]
+        row["kernels"] = kernel_count(lambda: step(tokens))
+        if batch in (1, 64):
+            try:
+                fused = torch.compile(step)                                      # inductor's fused kernels
+                row["compiled_kernels"] = kernel_count(lambda: fused(tokens))
+                # asked to replay as a CUDA graph; inductor declines (the K/V writes mutate inputs) and
+                # launches the fused kernels one by one
+                fast = torch.compile(step, mode="reduce-overhead")
+                row["compiled_seconds"] = timed(lambda: fast(tokens), warm=5)
+            except Exception as exc:  # noqa: BLE001
+                row["compiled_error"] = repr(exc)[:200]
+            torch._dynamo.reset()
+        out.append(row)
+        print(" ", row, flush=True)
+        del caches
+        torch.cuda.empty_cache()
+    run = prefill_fn(model)
+    for batch, tokens_each in ((1, 2048), (8, 2048)):
+        tokens = torch.randint(0, cfg["vocab_size"], (batch, tokens_each), device="cuda")
+        out.append({"phase": "prefill", "model": cfg["name"], "batch": batch, "tokens": tokens_each,
+                    "seconds": timed(lambda: run(tokens))})
+        print(" ", out[-1], flush=True)
+    return out
+
+
 MODELS = [
     ({"name": "llama-1b", "num_layers": 16, "d_model": 2048, "ffw_dim": 5632, "num_heads": 16, "vocab_size": 32000},
      8, 2048),
@@ -258,6 +362,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="gpu_measured.json")
     ap.add_argument("--budget", type=float, default=300.0, help="seconds; optional parts are skipped past it")
+    ap.add_argument("--parts", default="gemm,memory,attention,train,serve", help="comma-separated parts to run")
     args = ap.parse_args()
     props = torch.cuda.get_device_properties(0)
     smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm,power.limit",
@@ -272,7 +377,10 @@ def main():
         with open(args.out, "w") as f:
             json.dump(res, f, indent=1)
 
-    for name, fn in (("gemm", gemms), ("memory", memory_bound), ("attention", attention)):
+    parts = set(args.parts.split(","))
+    for name, fn in (("gemm", gemms), ("memory", memory_bound), ("attention", attention), ("serve", serve_steps)):
+        if name not in parts:
+            continue
         t = time.time()
         try:
             res[name] = fn()
@@ -282,6 +390,8 @@ def main():
         for row in res[name] if isinstance(res[name], list) else [res[name]]:
             print(" ", row, flush=True)
         save()
+    if "train" not in parts:
+        return
     res["train"] = []
     plan = [(0, False, False), (0, True, False), (1, False, False), (1, True, False), (0, False, True),
             (1, False, True), (0, True, True)]

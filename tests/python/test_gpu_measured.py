@@ -7,6 +7,7 @@ import pytest
 from shardlab import cost
 from shardlab import hardware
 from shardlab import models
+from shardlab import serve
 from shardlab.train import validate
 from shardlab.train.data import gpu_measured as g
 
@@ -83,3 +84,42 @@ def test_sdpa_efficiency_is_below_flashattention3s_and_errors_name_the_choices()
         assert validate.sdpa_efficiency(chip, "flash")[0] < 0.35
     with pytest.raises(ValueError, match=r"no 'default' attention measured on 'a100'.*h100, h200"):
         validate.sdpa_efficiency("a100")
+
+
+def _serve_model(kernels_per_layer=0.0):
+    cfg = validate.gpu_config({"model": "llama-7b-8l", "seq": 4096})
+    return serve.StepModel(cfg, "h200", 1, prices=None, kernels_per_layer=kernels_per_layer)
+
+
+def test_decode_steps_with_their_kernels_match_the_h200():
+    decode = [r for r in g.SERVE if r["phase"] == "decode"]
+    assert [r["batch"] for r in decode] == [1, 16, 64]
+    bare = _serve_model()
+    for r in decode:
+        kv_tokens = r["batch"] * (r["context"] + 1)
+        step = _serve_model(r["kernels"] / 8).decode(r["batch"], kv_tokens)
+        assert step.seconds == pytest.approx(r["graph_seconds"], rel=0.07), r
+        assert step.kernel_seconds == pytest.approx(r["kernels"] * cost.price_list("h200").graph_kernel_overhead)
+        # without the kernels' fixed cost the roofline is 13-41 % fast: the term is what closes it
+        assert bare.decode(r["batch"], kv_tokens).seconds < 0.9 * r["graph_seconds"]
+    # a CUDA graph is what makes the roofline reachable: launched from Python the same step is 2-5x slower
+    assert all(r["eager_seconds"] > 1.05 * r["graph_seconds"] for r in decode)
+
+
+def test_prefills_match_the_h200():
+    for r in (r for r in g.SERVE if r["phase"] == "prefill"):
+        step = _serve_model().prefill(r["tokens"], r["batch"])
+        assert step.bound == "compute" and step.kernel_seconds == 0.0
+        assert step.seconds == pytest.approx(r["seconds"], rel=0.10), r
+
+
+def test_kernels_per_layer_bad_input():
+    with pytest.raises(ValueError, match=r"kernels_per_layer=-1 must be a number >= 0"):
+        _serve_model(-1)
+    with pytest.raises(ValueError, match="kernels_per_layer needs the model's layers"):
+        serve.StepModel(None, "h200", 1, params=7e9, kv_bytes_per_token=1e5, kernels_per_layer=12)
+    # the book's equation is unchanged by default, and on TPUs the term is 0
+    assert _serve_model().kernel_seconds == 0.0
+    tpu = serve.StepModel(validate.gpu_config({"model": "llama-1b", "seq": 2048}), "tpu-v5e", 1, prices=None,
+                          kernels_per_layer=12)
+    assert tpu.kernel_seconds == 0.0

@@ -58,6 +58,10 @@ class PriceList:
         collective_efficiency: link kind ("nvlink", "ib", "ici", "dcn") -> bus bandwidth of a
             large collective over the link's bandwidth.
         collective_overhead: seconds per collective call besides latency and bandwidth.
+        graph_kernel_overhead: seconds each kernel of a step replayed as a CUDA graph costs besides
+            its work (the launch is recorded once; the kernel's ramp, tail and the gap to the next
+            remain): what a serving engine's decode step pays per kernel
+            (``serve.StepModel(kernels_per_layer=)``); 0 on TPUs.
         sources: field -> where the figure comes from ("assumed: ..." when nothing was published).
     """
 
@@ -68,6 +72,7 @@ class PriceList:
     attention_efficiency: tuple = (1.0, 1.0)
     collective_efficiency: Mapping = dataclasses.field(default_factory=dict)
     collective_overhead: float = 0.0
+    graph_kernel_overhead: float = 0.0
     sources: Mapping = dataclasses.field(default_factory=dict, compare=False)
 
     def __post_init__(self):
@@ -80,7 +85,7 @@ class PriceList:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
                 raise ValueError(f"[{op}] {k} = {v!r}: a fraction of the peak must be in (0, 1]")
         for k, v in (("kernel_overhead", self.kernel_overhead), ("collective_overhead", self.collective_overhead),
-                     ):
+                     ("graph_kernel_overhead", self.graph_kernel_overhead)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
                 raise ValueError(f"[{op}] {k} = {v!r} must be a number >= 0")
         if len(self.attention_efficiency) != 2:
@@ -88,7 +93,7 @@ class PriceList:
         object.__setattr__(self, "_key", (self.chip, tuple(sorted(self.matmul_efficiency.items())),
                                           self.kernel_overhead, self.hbm_efficiency, tuple(self.attention_efficiency),
                                           tuple(sorted(self.collective_efficiency.items())),
-                                          self.collective_overhead))
+                                          self.collective_overhead, self.graph_kernel_overhead))
 
     def __hash__(self):
         return hash(self._key)
@@ -128,6 +133,10 @@ _NCCL = ("NCCL-tests all_reduce_perf reference bus bandwidths (docs.alayanew.com
 _NIC = "assumed: NCCL multi-node bus bandwidth ~ 85 % of the NIC line rate (HDR 200 Gb/s, NDR 400 Gb/s)"
 _HBM = "assumed: copy / memory-bound kernels reach ~ 90 % of HBM (the H100 GEMM fit above gives h = 0.9)"
 _NCCL_T = "assumed: NCCL small-message all-reduce time on one node ~ 10 us (nccl-tests 8 B rows)"
+_GRAPH = ("measured (shardlab benchmarks/device/measure_gpu.py, 2026-11-27, NVIDIA H200, PyTorch 2.11): a decode "
+          "step of 8 LLaMA-2-7B-shaped layers replayed as a CUDA graph, 347 kernels, batch 1 at a 2,048-token "
+          "context: 1.84 ms against 1.08 ms of weight and KV traffic, 2.2 us a kernel (batches 16 and 64 held out: "
+          "2.7 and 2.6 us); the H100 and the other GPUs assumed the same")
 _TPU_ICI = "How to Scale Your Model, part 3: ICI collectives run near the link bandwidth (95 % assumed)"
 _TPU_ATT = "assumed: splash attention forward 70 %, backward 55 % of peak, as FlashAttention-2/3 on GPUs"
 
@@ -141,7 +150,8 @@ MAMF = {"a100": (271.2 / 312, None), "h100": (794.5 / 989, 1402.6 / 1979), "h200
 #: (``train.validate.fit("megatron", ...)``: 0.70, mean |error| 2.1 %; torchtitan's table, held
 #: out, 3.4 %, worst 4.5 %), and its ratio to the burst MAMF: clocks under sustained power and heat, and the
 #: GEMM shapes a model has rather than the best one. The other NVIDIA GPUs, with no published
-#: training table transcribed here, are derated by the same ratio (an assumption).
+#: training table transcribed here, are derated by the same ratio; the H100 and H200 training
+#: steps shardlab measured (``train.validate.validate("torch-h100")``), held out, agree with it.
 A100_SUSTAINED = 0.70
 GPU_SUSTAINED_RATIO = A100_SUSTAINED / MAMF["a100"][0]
 
@@ -165,8 +175,8 @@ def _gpu(chip, fwd, bwd, nvlink, attn_src) -> PriceList:
         mm["int8"] = round(bf16 * r, 3)
     return PriceList(
         chip, matmul_efficiency=mm, kernel_overhead=5.75e-6, hbm_efficiency=0.9, attention_efficiency=(fwd, bwd),
-        collective_efficiency={"nvlink": nvlink, "ib": 0.85}, collective_overhead=10e-6,
-        sources={"matmul_efficiency": f"{_FIT_GPU}; {_MAMF}", "kernel_overhead": _XLA, "hbm_efficiency": _HBM,
+        collective_efficiency={"nvlink": nvlink, "ib": 0.85}, collective_overhead=10e-6, graph_kernel_overhead=2.2e-6,
+        sources={"graph_kernel_overhead": _GRAPH, "matmul_efficiency": f"{_FIT_GPU}; {_MAMF}", "kernel_overhead": _XLA, "hbm_efficiency": _HBM,
                  "attention_efficiency": attn_src, "collective_efficiency[nvlink]": _NCCL,
                  "collective_efficiency[ib]": _NIC, "collective_overhead": _NCCL_T})
 

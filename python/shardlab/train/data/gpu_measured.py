@@ -1,6 +1,7 @@
-"""Measurements on real NVIDIA GPUs, made for shardlab: the chip's GEMMs, copies, attention and a
-small model's training step, next to which :func:`shardlab.train.validate.validate` puts the
-estimate of the same work (tables ``"torch-h100"`` and ``"torch-h200"``).
+"""Measurements on real NVIDIA GPUs, made for shardlab: the chip's GEMMs, copies, attention, two
+small models' training steps, next to which :func:`shardlab.train.validate.validate` puts the
+estimate of the same work (tables ``"torch-h100"`` and ``"torch-h200"``), and serving steps on
+the H200 (``serve.StepModel``'s check, tests/python/test_gpu_measured.py).
 
 Source: ``benchmarks/device/measure_gpu.py``, run by the shardlab team on 2026-11-27 on one
 NVIDIA H100 80GB HBM3 and one NVIDIA H200 (141 GB), driver 580.159.04, PyTorch 2.11.0 with
@@ -23,7 +24,7 @@ Example:
     ('NVIDIA H100 80GB HBM3', 'llama-1b', 0.2619)
 """
 
-__all__ = ["SOURCE", "DEVICES", "MODELS", "TRAIN", "GEMM", "MEMORY", "ATTENTION"]
+__all__ = ["SOURCE", "DEVICES", "MODELS", "TRAIN", "GEMM", "MEMORY", "ATTENTION", "SERVE"]
 
 SOURCE = ("shardlab benchmarks/device/measure_gpu.py, 2026-11-27, one NVIDIA H100 80GB HBM3 and one NVIDIA H200, "
           "driver 580.159.04, PyTorch 2.11.0+cu130, cuDNN 9.19")
@@ -154,3 +155,20 @@ ATTENTION = {
         ("cudnn", 1, 16, 16384, 0.001904, 0.007231), ("efficient", 1, 16, 16384, 0.006593, 0.02818),
     ],
 }
+
+#: Serving on the H200 (``llama-7b-8l`` in bf16, one GPU): decode steps at a 2,048-token context
+#: (``kernels``: GPU kernels one step launches, PyTorch's profiler; ``graph_seconds`` the step
+#: replayed as a CUDA graph, ``eager_seconds`` launched from Python, host-bound and noisy;
+#: ``compiled_seconds`` ``torch.compile``'s fused kernels (``compiled_kernels``), launched one by one
+#: because the K/V writes mutate inputs and inductor then skips CUDA graphs) and prefills of 2,048-token
+#: prompts (the last token's logits; seconds).
+SERVE = [
+    {"phase": "decode", "batch": 1, "context": 2048, "kernels": 347, "graph_seconds": 0.001836,
+     "eager_seconds": 0.004529, "compiled_kernels": 195, "compiled_seconds": 0.005074},
+    {"phase": "decode", "batch": 16, "context": 2048, "kernels": 339, "graph_seconds": 0.002947,
+     "eager_seconds": 0.008867},
+    {"phase": "decode", "batch": 64, "context": 2048, "kernels": 307, "graph_seconds": 0.005797,
+     "eager_seconds": 0.006224, "compiled_kernels": 155, "compiled_seconds": 0.005699},
+    {"phase": "prefill", "batch": 1, "tokens": 2048, "seconds": 0.01554},
+    {"phase": "prefill", "batch": 8, "tokens": 2048, "seconds": 0.1237},
+]
