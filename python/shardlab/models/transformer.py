@@ -25,14 +25,14 @@ from __future__ import annotations
 import numpy as np
 
 import shardlab.numpy as jnp
-from shardlab import LocalArray
+from shardlab import LocalArray, ShardedArray
 
 from .config import ModelConfig
 from .layers import attention, mlp, norm
 from .moe import moe_mlp
 from .ops import log_softmax
 
-__all__ = ["embedding_lookup", "init_params", "forward", "loss", "num_elements"]
+__all__ = ["embedding_lookup", "init_params", "block", "forward", "loss", "num_elements"]
 
 _DTYPES = {"float32": np.float32, "bfloat16": jnp.bfloat16}
 
@@ -115,7 +115,12 @@ def num_elements(params) -> int:
 
 
 def _ids(x):
-    return x if isinstance(x, LocalArray) else np.asarray(x)
+    return x if isinstance(x, (LocalArray, ShardedArray)) else np.asarray(x)
+
+
+def _one_hot(ids, n: int, dtype):
+    """``[..., n]`` 0/1 of `dtype` from integer ids (elementwise: an equality with ``arange``)."""
+    return jnp.equal(jnp.expand_dims(ids, -1), np.arange(n, dtype=np.int32)).astype(dtype)
 
 
 def _embed(params: dict, tokens, cfg: ModelConfig):
@@ -135,10 +140,30 @@ def embedding_lookup(table, ids):
 
     One ``take_along_axis`` of the [V, D] table with a [B·T, 1] index that broadcasts along
     D: its gradient is a row scatter-add into a [V, D] table, not into B copies of it.
+
+    On global arrays (``shardlab.ShardedArray``: a global-view program, what ``autoshard``
+    traces) it is the TPU way, ``one_hot(ids, V) @ table``: exact (one nonzero per row), and an
+    einsum every sharding rule covers; the cost model prices it as the matmul it is
+    (``2·B·T·V·D`` FLOPs, like the head).
     """
     B, T = ids.shape[0], ids.shape[1]
+    if isinstance(ids, ShardedArray) or isinstance(table, ShardedArray):
+        return jnp.einsum("btv,vd->btd", _one_hot(ids, table.shape[0], table.dtype), table)
     idx = jnp.reshape(ids.astype(np.int32), (B * T, 1))
     return jnp.reshape(jnp.take_along_axis(table, idx, axis=0), (B, T, table.shape[1]))
+
+
+def block(layer: dict, x, cfg: ModelConfig, index: int = 0, *, causal: bool = True):
+    """One decoder block (layer ``index`` of ``cfg``, which says whether it is MoE) on the
+    residual stream x ``[B, T, D]``: pre-norm ``x + attn(norm(x))`` then ``x + mlp(norm(x))``,
+    or with ``parallel_residual`` ``x + attn(norm1(x)) + mlp(norm2(x))``."""
+    a = attention(layer["attn"], norm(layer["attn_norm"], x, cfg), cfg, causal=causal)
+    ff = moe_mlp if cfg.is_moe_layer(index) else mlp
+    fp = layer["moe"] if cfg.is_moe_layer(index) else layer["mlp"]
+    if cfg.parallel_residual:
+        return x + a + ff(fp, norm(layer["mlp_norm"], x, cfg), cfg)
+    x = x + a
+    return x + ff(fp, norm(layer["mlp_norm"], x, cfg), cfg)
 
 
 def forward(params: dict, tokens, cfg: ModelConfig, *, causal: bool = True):
@@ -152,14 +177,7 @@ def forward(params: dict, tokens, cfg: ModelConfig, *, causal: bool = True):
         raise ValueError(f"[forward] tokens must be [batch, seq] ids, got shape {np.shape(tokens)}")
     x = _embed(params, tokens, cfg)
     for i, layer in enumerate(params["layers"]):
-        a = attention(layer["attn"], norm(layer["attn_norm"], x, cfg), cfg, causal=causal)
-        ff = moe_mlp if cfg.is_moe_layer(i) else mlp
-        fp = layer["moe"] if cfg.is_moe_layer(i) else layer["mlp"]
-        if cfg.parallel_residual:
-            x = x + a + ff(fp, norm(layer["mlp_norm"], x, cfg), cfg)
-        else:
-            x = x + a
-            x = x + ff(fp, norm(layer["mlp_norm"], x, cfg), cfg)
+        x = block(layer, x, cfg, i, causal=causal)
     x = norm(params["final_norm"], x, cfg)
     head = params["head"] if "head" in params else params["embed"].T
     return jnp.matmul(x, head)
@@ -173,6 +191,8 @@ def loss(params: dict, tokens, targets, cfg: ModelConfig, *, causal: bool = True
     """
     logits = forward(params, tokens, cfg, causal=causal).astype(np.float32)
     logp = log_softmax(logits, axis=-1)
+    if isinstance(logp, ShardedArray):  # global arrays: the target's entry by a one-hot mask (exact)
+        return -jnp.mean(jnp.sum(logp * _one_hot(_ids(targets), logp.shape[-1], np.float32), axis=-1))
     t = jnp.expand_dims(_ids(targets), -1)
     picked = jnp.take_along_axis(logp, t.astype(np.int32), axis=-1)
     return -jnp.mean(picked)
