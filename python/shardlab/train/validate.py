@@ -207,7 +207,7 @@ def _maxtext_row(row: dict, prices) -> tuple[Estimate, float]:
     # XLA's async collective fusion (the scripts' LIBTPU_INIT_ARGS) overlaps the TP collectives
     e = estimate(maxtext_config(row), strat, mesh, row["hardware"], batch=row["per_device_batch"] * row["chips"],
                  seq=_maxtext.SEQ_LEN, remat=_MAXTEXT_REMAT[row["remat_policy"]], async_tp=True, prices=prices)
-    return e, _maxtext.maxtext_flops(row) / (row["tflops_per_chip"] * 1e12)
+    return e, _maxtext.measured_seconds(row)
 
 
 # -- torchtitan (A100) -----------------------------------------------------------------------------

@@ -21,8 +21,11 @@ does: with ``k = 3q + r``, heads and MLP width by ``2^(q + (r > 0))``, embedding
 
 The TFLOP/s per chip are MaxText's own count (``MaxText/train.py: calculate_training_tflops``):
 ``6·N·S·b + 12·H·L·d·S²·b / 2`` per device per step, ``N`` all parameters, ``b`` the
-per-device batch, causal attention halved; :func:`maxtext_flops` is that count, so the measured
-step time of a row is ``maxtext_flops(row) / (tflops_per_chip·1e12)``.
+per-device batch, causal attention halved; :func:`maxtext_flops` is that count. The tables print
+TFLOP/s per chip rounded to integers and the MFU to four digits, the same figure over the chip's
+bf16 peak (197 TFLOP/s for v5e, 459 for v5p: 120 / 0.6110 = 196.4, 328 / 0.7147 = 458.9), so the
+measured step time of a row, :func:`measured_seconds`, is
+``maxtext_flops(row) / (mfu_pct / 100 · peak)`` (up to 0.4 % closer than the rounded TFLOP/s).
 
 ``v5p-N`` names TensorCores: a v5p-128 slice is 64 chips (two cores per chip); ``v5e-256`` is 256
 chips.
@@ -41,6 +44,8 @@ SEQ_LEN = 2048
 VOCAB = 32768
 HEAD_DIM = 256
 BASE = {"d_model": 2560, "num_heads": 8, "ffw_dim": 8192, "num_layers": 16}
+#: the bf16 peak the tables' MFU is taken over (Google Cloud's TPU v5e and v5p pages)
+PEAK = {"tpu-v5e": 197e12, "tpu-v5p": 459e12}
 
 # scale: (per_device_batch_size, remat_policy, ici_tensor_parallelism) from the scripts
 _V5P_RUN = {32: (8, "minimal", 4), 64: (4, "minimal", 4), 128: (2, "minimal", 8), 256: (2, "minimal", 8),
@@ -96,3 +101,13 @@ def maxtext_flops(row: dict) -> float:
     d = model_dims(row["scale"])
     b, S = row["per_device_batch"], SEQ_LEN
     return 6 * params(row["scale"]) * S * b + 12 * d["num_heads"] * d["num_layers"] * HEAD_DIM * S**2 * b / 2
+
+
+def measured_seconds(row: dict) -> float:
+    """The row's step time: MaxText's FLOP count over its MFU times the chip's peak.
+
+    Example:
+        >>> round(measured_seconds(V5E[0]), 2)      # 16B on one v5e-256 at 61.10 % MFU
+        10.3
+    """
+    return maxtext_flops(row) / (row["mfu_pct"] / 100 * PEAK[row["hardware"]])
