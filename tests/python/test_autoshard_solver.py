@@ -185,6 +185,33 @@ def test_memory_constraint_binds():
     assert sol.strategies["mm0"] == "tp"
 
 
+def _three_weights(limit):
+    """Three weights, each replicated (fast, 100 bytes), split (10 bytes) or split further
+    (1 byte, slowest), with resharding between unequal neighbours (not separable)."""
+    nodes = [Node(f"w{i}", [Strategy("R", memory_bytes=100), Strategy("S", comm_s=1.0, memory_bytes=10),
+                            Strategy("T", comm_s=3.0, memory_bytes=1)]) for i in range(3)]
+    swap = [[0.0, 5.0, 5.0], [5.0, 0.0, 5.0], [5.0, 5.0, 0.0]]
+    return Problem(nodes, [Edge("w0", "w1", swap), Edge("w1", "w2", swap)], memory_limit_bytes=limit)
+
+
+def test_choices_no_plan_can_afford_are_dropped_before_the_solver():
+    """With 50 bytes over the least (3), replicating any weight (99 more) fits no plan: shrinking
+    drops R everywhere, and the optimum equals the brute force's. With room for every choice,
+    memory no longer decides anything."""
+    tight = _three_weights(53.0)
+    assert tight.reduce(follow_leader=False).size_after.strategies == 6  # S and T of each weight
+    assert tight.reduce(prune=False).size_after.strategies == 9
+    sol, ref = solve(tight), brute_force(tight)
+    assert sol.strategies == ref.strategies == {"w0": "S", "w1": "S", "w2": "S"}
+    assert solve(_three_weights(1000.0)).strategies == {"w0": "R", "w1": "R", "w2": "R"}
+    # every choice fits: the fast replicated one dominates the small one, as without a limit
+    one = [Node("w", [Strategy("R", memory_bytes=100), Strategy("S", comm_s=1.0, memory_bytes=10)])]
+    assert Problem(one, memory_limit_bytes=1000.0).reduce().num_vars == 0
+    assert Problem(one, memory_limit_bytes=100.0).reduce().num_vars == 0
+    assert Problem(one, memory_limit_bytes=99.0).reduce().num_vars == 0  # only S fits
+    assert Problem(one, memory_limit_bytes=1000.0).reduce(prune=False).num_vars == 1
+
+
 def test_memory_limit_nothing_fits_says_how_much_and_where():
     p = _elementwise_chain(2)
     least, shares = p.min_memory()

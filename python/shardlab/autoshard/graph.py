@@ -360,6 +360,7 @@ class Reduced:
             while changed:
                 changed = False
                 if prune:
+                    changed |= self._over_budget()
                     changed |= self._prune()
                 if follow_leader:
                     changed |= self._follow_leader()
@@ -403,6 +404,30 @@ class Reduced:
             else:
                 self.edges[(w, v)] = self.edges[(w, v)][:, keep]
         self.node_map = [(k, mp[keep]) if k == v else (k, mp) for k, mp in self.node_map]
+
+    def _over_budget(self) -> bool:
+        """Drop the choices no plan can afford: choice j of v needs ``memory[v][j]`` while every
+        other variable needs at least its least memory, so j goes when the sum is over the limit.
+        When even the largest choices all fit together, memory no longer constrains anything and
+        dominance stops comparing it."""
+        if not self._mem_matters:
+            return False
+        live = [v for v in range(len(self.cost)) if self.alive[v]]
+        limit = self.problem.memory_limit_bytes * (1 + 1e-9) - self.constant_bytes
+        least = {v: float(self.memory[v].min()) for v in live}
+        if sum(float(self.memory[v].max()) for v in live) <= limit:
+            self._mem_matters = False
+            return True
+        slack = limit - sum(least.values())
+        changed = False
+        for v in live:
+            if self._tied(v):
+                continue
+            keep = np.flatnonzero(self.memory[v] - least[v] <= slack)
+            if 0 < keep.size < len(self.cost[v]):
+                self._keep_choices(v, keep)
+                changed = True
+        return changed
 
     def _prune(self) -> bool:
         changed = False
