@@ -38,7 +38,7 @@ def test_addressable_shards_are_this_ranks_devices():
     if RANKS > 1:  # another rank's device is not addressable here, as in multi-process JAX
         other = [d for d in mesh.devices.ravel() if d not in sl.distributed.addressable_devices(mesh)][0]
         with pytest.raises(IndexError, match="lives on another rank"):
-            y.addressable_data(list(mesh.devices.ravel()).index(other))
+            y._local(list(mesh.devices.ravel()).index(other))
 
 
 def test_global_view_ops_on_rank_blocks():

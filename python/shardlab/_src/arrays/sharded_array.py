@@ -268,10 +268,16 @@ class ShardedArray(ComputedArray, Shaped, np.lib.mixins.NDArrayOperatorsMixin):
         return out
 
     def addressable_data(self, index: int) -> np.ndarray:
-        n = self.sharding.mesh.size
+        """The data of this process's `index`-th device (in ``addressable_shards`` order: every
+        device on one process, this rank's under MPI), as JAX's."""
+        mesh = self.sharding.mesh
+        positions = PROCESS.addressable_positions(mesh)
+        n = len(positions)
         if not 0 <= index < n:
-            raise IndexError(f"[addressable_data] index {index} is outside the {n} devices")
-        return as_host(self._local(index), committed=True, device=self.sharding.mesh.devices.ravel()[index])
+            here = f" of process {PROCESS.index}" if PROCESS.count > 1 else ""
+            raise IndexError(f"[addressable_data] index {index} is outside the {n} devices{here}")
+        pos = positions[index]
+        return as_host(self._local(pos), committed=True, device=mesh.devices.ravel()[pos])
 
     @property
     def nbytes_per_device(self) -> int:
@@ -556,9 +562,14 @@ def _put(x, device):
     check_outputs("device_put", [(view.shape, view.dtype)],
                   f"a {arr.shape} {arr.dtype} array sharded as {sharding.spec!r} is that large on this mesh; "
                   f"shard it over more axes, or use an abstract mesh (make_mesh(..., abstract=True))")
-    storage = copy(view)
-    if unreduced:
-        storage = _partials(storage, placed, unreduced, source)
+    if PROCESS.count > 1 and PROCESS.scatter is not None and not placed.mesh.abstract:
+        # several processes (MPI): process 0's value, each process keeping its devices' part
+        storage = PROCESS.scatter(_partials(view, placed, unreduced, source) if unreduced else view, placed.mesh,
+                                  arr.shape)
+    else:
+        storage = copy(view)
+        if unreduced:
+            storage = _partials(storage, placed, unreduced, source)
     out = ShardedArray(storage, sharding, arr.shape)
     if type(x) in (int, float, complex) or getattr(x, "_weak", False):  # JAX's weak type: a Python scalar keeps promoting as one
         out._weak_type = True

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 
 class _Process:
-    __slots__ = ("index", "count", "positions")
+    __slots__ = ("index", "count", "positions", "scatter")
 
     def __init__(self):
         self.index = 0
         self.count = 1
         self.positions = None  # mesh -> row-major positions of its devices held here (set by backends/mpi)
+        # (storage, mesh, shape) -> process 0's host value of `shape` laid out on mesh, this process keeping its
+        # devices' part: device_put's, while several processes run (set by backends/mpi)
+        self.scatter = None
 
     def addressable_positions(self, mesh):
         """Row-major positions of `mesh`'s devices whose data this process holds (all of them

@@ -50,6 +50,7 @@ def use_backend(name: str) -> None:
 
 
 REGISTRY: list = []  # every Primitive ever made: the mpi backend wraps each one's impl when it starts
+DERIVED: dict = {}  # backend -> (prim -> its impl, or None): for a primitive made after that backend started
 
 
 class Primitive:
@@ -88,6 +89,8 @@ def bind(prim: Primitive, args, mesh, **params):
                 backend = "abstract"
                 break
     impl = prim.impl.get(backend)
+    if impl is None and backend in DERIVED:  # a primitive made after the backend started (mpi)
+        impl = DERIVED[backend](prim)
     if impl is None:
         if backend != "abstract":
             raise NotImplementedError(f"[{prim.name}] has no {backend} implementation")

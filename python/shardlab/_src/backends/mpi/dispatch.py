@@ -19,7 +19,8 @@ import zlib
 
 import numpy as np
 
-from ...primitives.primitive import REGISTRY
+from ...core.processes import PROCESS
+from ...primitives.primitive import DERIVED, REGISTRY
 from .placement import placement
 from .runtime import STATE, enter, leave
 from .storage import RankStorage, assemble, gather
@@ -153,3 +154,62 @@ def register_all() -> None:
     for prim in REGISTRY:
         if "emulated" in prim.impl:
             prim.impl["mpi"] = _impl_for(prim)
+
+
+def derive(prim):
+    """The mpi implementation of a primitive made (or given its emulated one) after
+    ``register_all``, made at its first use under MPI; None without an emulated one."""
+    if "emulated" not in prim.impl:
+        return None
+    impl = prim.impl["mpi"] = _impl_for(prim)
+    return impl
+
+
+DERIVED["mpi"] = derive
+
+
+# -- device_put: rank 0's value, each rank keeping its devices' block -------------------------------
+def _agree(comm, desc: str) -> None:
+    """ValueError listing each rank's `desc` unless every rank of `comm` gives the same one."""
+    h = zlib.crc32(desc.encode())
+    mine = np.array([h, -h], np.int64)
+    both = np.empty_like(mine)
+    comm.Allreduce(mine, both, op=STATE.MPI.MAX)
+    if both[0] == h and both[1] == -h:
+        return
+    lines = "\n".join(f"  rank {r}: {d}" for r, d in enumerate(comm.allgather(desc)))
+    raise ValueError(f"[device_put] the ranks pass different arrays:\n{lines}\nunder MPI every rank passes an "
+                     f"array of the same shape and dtype, and rank 0's values are used (docs/mpi.md)")
+
+
+def put_from_root(storage: np.ndarray, mesh, shape):
+    """Rank 0's `storage` (a host value of global `shape` laid out on `mesh`'s devices: mesh
+    dims, then the shard) on every rank, each keeping only its devices' block (a RankStorage):
+    rank 0 sends each rank its block. The other ranks' values are ignored; their shapes and
+    dtypes must match rank 0's (ValueError listing each rank's)."""
+    comm = STATE.comm
+    desc = f"{storage.dtype}{tuple(shape)}"
+    enter(f"device_put({desc} onto mesh {dict(mesh.shape)})")
+    try:
+        _agree(comm, f"{desc} laid out as {tuple(storage.shape)}")
+        p = placement(mesh)
+        root = comm.Get_rank() == 0
+        if p is None:  # a mesh without axes: every rank holds the whole value
+            out = np.ascontiguousarray(storage) if root else np.empty(storage.shape, storage.dtype)
+            comm.Bcast(_bytes(out), root=0)
+            return out
+        if root:
+            for r in range(1, comm.Get_size()):
+                block = np.ascontiguousarray(storage[p.block_slices(storage.shape, coords=p.cart.Get_coords(r))])
+                comm.Send(_bytes(block), dest=r, tag=_PUT_TAG)
+            block = np.array(storage[p.block_slices(storage.shape)])
+        else:
+            block = np.empty(p.block_shape(storage.shape), storage.dtype)
+            comm.Recv(_bytes(block), source=0, tag=_PUT_TAG)
+        return RankStorage(storage.shape, storage.dtype, block, p)
+    finally:
+        leave()
+
+
+_PUT_TAG = 27
+PROCESS.scatter = put_from_root  # device_put under several processes

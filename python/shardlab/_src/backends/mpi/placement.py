@@ -93,13 +93,14 @@ class Placement:
     def offsets(self) -> tuple:
         return tuple(c * b for c, b in zip(self.coords, self.block))
 
-    def block_slices(self, shape, dims=None) -> tuple:
-        """Index of this rank's block in a storage of `shape` (mesh dims of size 1 kept whole),
-        only along `dims` when given."""
+    def block_slices(self, shape, dims=None, coords=None) -> tuple:
+        """Index of this rank's block (or of the rank at grid `coords`) in a storage of `shape`
+        (mesh dims of size 1 kept whole), only along `dims` when given."""
+        coords = self.coords if coords is None else coords
         out = []
         for j in range(self.k):
             if shape[j] != 1 and (dims is None or j in dims) and self.grid[j] > 1:
-                o = self.coords[j] * self.block[j]
+                o = coords[j] * self.block[j]
                 out.append(slice(o, o + self.block[j]))
             else:
                 out.append(slice(None))
