@@ -11,7 +11,9 @@ extra seconds and memory, and whether they fit the memory limit.
 strategy (the arguments' layouts imposed, the rest chosen by the same solver, as XLA's
 propagation would), runs each plan on the virtual devices when the mesh is concrete (outputs
 checked against the unsharded program, ledger against the prediction), and returns a table and
-a picture.
+a picture. Pipelined strategies (``PipelinePlan``s: the stage DP's, a hand-written 1F1B) join
+the same table with their clocked step and bubble, executed by ``train.pipeline``
+(``autoshard.model.compare_model`` builds all of them for a ``shardlab.models`` model).
 """
 
 from __future__ import annotations
@@ -121,37 +123,73 @@ def explain(plan: ShardingPlan) -> Explanation:
 
 @dataclasses.dataclass
 class _Row:
+    """One strategy of a `Comparison`: an intra-op `plan` (``ShardingPlan``) or a `pipeline`
+    (``PipelinePlan``: stages, each with its intra-op plan, on a 1F1B schedule), or neither
+    (it could not be planned: `error`)."""
+
     name: str
     plan: ShardingPlan | None
     error: str = ""
     ran: bool = False
     max_rel_err: float | None = None
     ledger_bytes: float | None = None
+    pipeline: object = None
+
+    @property
+    def ok(self) -> bool:
+        return self.plan is not None or self.pipeline is not None
+
+    @property
+    def estimate_s(self) -> float:
+        """The estimated step: the plan's, or the pipeline's clocked 1F1B step."""
+        return self.plan.estimate_s if self.plan is not None else self.pipeline.estimate_s
+
+    def parts(self) -> dict:
+        """Seconds of the step by kind (compute, comm, reshard, bubble), memory per device and
+        bytes sent per device. A pipeline's are its slowest stage's times the micro-batches
+        (what each stage's devices do in a step); the rest of its step is the bubble."""
+        if self.plan is not None:
+            s = self.plan.solution
+            return dict(compute=s.compute_s, comm=s.comm_s, reshard=s.reshard_s, bubble=0.0,
+                        memory=s.memory_bytes, sent=sum(c.bytes_sent for c in self.plan.collectives))
+        pl = self.pipeline
+        m = pl.schedule.m
+        plans = [pl.plan_of(st) for st in pl.stages.stages]
+        slow = max(plans, key=lambda p: p.estimate_s)
+        s = slow.solution
+        return dict(compute=m * s.compute_s, comm=m * s.comm_s, reshard=m * s.reshard_s,
+                    bubble=max(pl.estimate_s - m * slow.estimate_s, 0.0),
+                    memory=max(p.solution.memory_bytes for p in plans),
+                    sent=m * max(sum(c.bytes_sent for c in p.collectives) for p in plans))
 
 
 class Comparison:
-    """The free plan against hand-written strategies: ``rows`` (name, plan, whether it ran and
-    matched), ``table()``, rich and HTML displays, and ``plot()`` (matplotlib)."""
+    """The free plan against hand-written strategies (and pipelines): ``rows`` (name, plan,
+    whether it ran and matched), ``table()``, rich and HTML displays, and ``plot()``
+    (matplotlib)."""
 
     def __init__(self, rows: list):
         self.rows = rows
 
     def best(self) -> _Row:
-        ok = [r for r in self.rows if r.plan is not None]
-        return min(ok, key=lambda r: r.plan.estimate_s)
+        ok = [r for r in self.rows if r.ok]
+        return min(ok, key=lambda r: r.estimate_s)
 
     def _cells(self):
         for r in self.rows:
-            if r.plan is None:
-                yield r.name, "-", "-", "-", "-", "-", r.error
+            if not r.ok:
+                yield r.name, "-", "-", "-", "-", "-", "-", r.error
                 continue
-            s = r.plan.solution
-            ran = ("ran, outputs and ledger match" if r.ran else "planned only (abstract mesh)")
-            yield (r.name, fmt_seconds(r.plan.estimate_s), fmt_seconds(s.compute_s), fmt_seconds(s.comm_s + s.reshard_s),
-                   fmt_bytes(s.memory_bytes), fmt_bytes(sum(c.bytes_sent for c in r.plan.collectives)),
-                   ran)
+            q = r.parts()
+            if r.pipeline is not None:
+                ran = ("ran 1F1B on train.pipeline, loss and gradients match" if r.ran else "planned only")
+            else:
+                ran = ("ran, outputs and ledger match" if r.ran else "planned only (abstract mesh)")
+            yield (r.name, fmt_seconds(r.estimate_s), fmt_seconds(q["compute"]), fmt_seconds(q["comm"] + q["reshard"]),
+                   fmt_seconds(q["bubble"]) if r.pipeline is not None else "-", fmt_bytes(q["memory"]),
+                   fmt_bytes(q["sent"]), ran)
 
-    _HEAD = ("strategy", "step (est.)", "compute", "comm + reshard", "memory/device", "sent/device", "run")
+    _HEAD = ("strategy", "step (est.)", "compute", "comm + reshard", "bubble", "memory/device", "sent/device", "run")
 
     def table(self) -> str:
         rows = [self._HEAD] + list(self._cells())
@@ -181,29 +219,41 @@ class Comparison:
         with its memory per device written on top; returns the Axes."""
         import matplotlib.pyplot as plt  # noqa: PLC0415  (matplotlib is optional)
 
-        rows = [r for r in self.rows if r.plan is not None]
+        rows = [r for r in self.rows if r.ok]
         if ax is None:
             _, ax = plt.subplots(figsize=(1.6 * len(rows) + 2, 3.2))
         names = [r.name for r in rows]
-        comp = np.array([r.plan.solution.compute_s for r in rows]) * 1e3
-        comm = np.array([r.plan.solution.comm_s for r in rows]) * 1e3
-        resh = np.array([r.plan.solution.reshard_s for r in rows]) * 1e3
+        parts = [r.parts() for r in rows]
+        comp = np.array([q["compute"] for q in parts]) * 1e3
+        comm = np.array([q["comm"] for q in parts]) * 1e3
+        resh = np.array([q["reshard"] for q in parts]) * 1e3
+        bub = np.array([q["bubble"] for q in parts]) * 1e3
         ax.bar(names, comp, label="compute")
         ax.bar(names, comm, bottom=comp, label="collectives of ops")
         ax.bar(names, resh, bottom=comp + comm, label="resharding")
-        for k, r in enumerate(rows):
-            ax.text(k, comp[k] + comm[k] + resh[k], fmt_bytes(r.plan.solution.memory_bytes),
-                    ha="center", va="bottom", fontsize=8)
+        if bub.any():
+            ax.bar(names, bub, bottom=comp + comm + resh, label="pipeline bubble", color="0.75")
+        for k, q in enumerate(parts):
+            ax.text(k, comp[k] + comm[k] + resh[k] + bub[k], fmt_bytes(q["memory"]), ha="center", va="bottom", fontsize=8)
         ax.set_ylabel("estimated step (ms)")
-        ax.set_title(f"plans on mesh {dict(rows[0].plan.mesh.shape)} ({rows[0].plan.mesh.hardware.name})")
+        first = next((r.plan for r in rows if r.plan is not None), None)
+        if first is not None:
+            ax.set_title(f"plans on mesh {dict(first.mesh.shape)} ({first.mesh.hardware.name})")
         ax.legend(fontsize=8)
+        if len(rows) > 5:
+            ax.tick_params(axis="x", labelrotation=20)
         return ax
 
 
 def compare(f, *args, mesh, strategies: dict, memory_limit_bytes=None, run: bool = True, rtol: float = 1e-4,
-            **kwargs) -> Comparison:
+            pipelines: dict | None = None, pipeline_args: tuple | None = None, **kwargs) -> Comparison:
     """The free plan of `f` and one plan per hand-written strategy (``{name: in_specs}``, as
-    `autoshard`'s ``in_specs``), each run and checked when `run` and the mesh is concrete."""
+    `autoshard`'s ``in_specs``), each run and checked when `run` and the mesh is concrete.
+
+    `pipelines` (``{name: PipelinePlan}``) adds pipelined rows (their step the 1F1B schedule
+    clocked with the stages' intra-op estimates); with `run` and `pipeline_args`
+    (``(cfg, params, tokens, targets)`` of the ``shardlab.models`` model they train) each is
+    executed by ``train.pipeline`` and its loss and gradients checked (``PipelinePlan.check``)."""
     rows, pricer = [], None
     for name, specs in [("autoshard", None)] + list(strategies.items()):
         try:
@@ -218,5 +268,11 @@ def compare(f, *args, mesh, strategies: dict, memory_limit_bytes=None, run: bool
             res = plan.check(*args, rtol=rtol)
             row.ran, row.max_rel_err = True, res["max_rel_err"]
             row.ledger_bytes = sum(e["bytes_sent"] for e in res["ledger"].events if e["axes"])
+        rows.append(row)
+    for name, pl in (pipelines or {}).items():
+        row = _Row(name, None, pipeline=pl)
+        if run and pipeline_args is not None:
+            res = pl.check(*pipeline_args, rtol=rtol)
+            row.ran, row.max_rel_err = True, res["max_rel_err"]
         rows.append(row)
     return Comparison(rows)

@@ -16,8 +16,10 @@ equal ``train.reference_step``'s.
   and returns the `ShardingPlan`;
 * `strategies(cfg, mesh)`: ``shardlab.train``'s DP, FSDP, Megatron TP and FSDP + TP layouts of
   the same arguments (``compare``'s ``strategies``);
-* `stage_step(cfg)` and `stage_args(cfg, k, batch, seq)`: a pipeline stage of the model's
-  blocks (``plan_pipeline``'s stage program).
+* `stage_program(cfg, microbatch, seq)`: the model cut into pipeline stages as
+  ``train.pipeline`` cuts it (`stage_step`, `stage_args`), for ``plan_pipeline``;
+* `compare_model(cfg, mesh=, batch=, seq=)`: the free plan against DP, FSDP, TP, FSDP + TP and
+  two pipelines (the stage DP's and a hand-written 1F1B) on the same devices, each executed.
 
 Example:
     >>> import numpy as np, shardlab as sl
@@ -43,11 +45,15 @@ from shardlab import tree_util
 from shardlab.models import ModelConfig, param_axes, transformer
 from shardlab.train import SGD, Trainer, get_optimizer
 from shardlab.train import strategies as _strategies
+from shardlab.train.pipeline.stages import split_params
 from shardlab.train.strategy import param_shape
 
+from .explain import Comparison, compare
+from .pipeline import plan_pipeline
 from .plan import ShardingPlan, autoshard
 
-__all__ = ["DEFAULT_OPTIMIZER", "train_step", "example_args", "plan_model", "strategies", "stage_step", "stage_args"]
+__all__ = ["DEFAULT_OPTIMIZER", "train_step", "example_args", "plan_model", "strategies", "stage_step", "stage_args",
+           "stage_program", "data_parallel_stages", "compare_model"]
 
 DEFAULT_OPTIMIZER = SGD(lr=0.1)
 
@@ -166,30 +172,96 @@ def strategies(cfg: ModelConfig, mesh, *, data: str = "x", model: str = "y", opt
     return out
 
 
-def stage_step(cfg: ModelConfig, *, causal: bool = True):
-    """A pipeline stage of `cfg`'s blocks as a global-view training step: ``f(layers, x)`` runs
-    ``transformer.block`` over the stage's layer params on the residual stream ``x [B, T, D]``
-    and returns the mean square of its output and the layers' gradients (the stage's forward and
-    backward; the stream's own gradient is what a stage sends back). Use it with
-    ``plan_pipeline``: ``stage_program(k) = (stage_step(cfg), stage_args(k))``."""
+def stage_step(cfg: ModelConfig, start: int, end: int, *, causal: bool = True):
+    """The pipeline stage of `cfg`'s layers ``start..end-1`` as a global-view training step on
+    one micro-batch, as ``train.pipeline`` cuts the model (``pipeline.stages.split_params``):
+    the first stage embeds the token ids, the last ends with the final norm, the head and the
+    cross-entropy; a stage that is not last ends with ``mean(x**2)`` standing in for the
+    gradient it receives. Returns ``f(stage_params, inputs[, targets]) -> (value, grads)``
+    (the grads of the params, and of the input stream when it is not the token ids)."""
     _check_cfg(cfg, "stage_step")
+    first, last = start == 0, end == cfg.num_layers
 
-    def stage(layers, x):
-        def f(layers, x):
-            for i, layer in enumerate(layers):
-                x = transformer.block(layer, x, cfg, i, causal=causal)
-            return jnp.mean(x * x)
+    def body(p, inp, *targets):
+        x = transformer.embed(p, inp, cfg) if first else inp
+        for i, layer in enumerate(p["layers"]):
+            x = transformer.block(layer, x, cfg, start + i, causal=causal)
+        if last:
+            return transformer.cross_entropy(transformer.output_logits(p, x, cfg), targets[0])
+        return jnp.mean(x * x)
 
-        return sl.value_and_grad(f, argnums=(0, 1))(layers, x)
+    def stage(p, inp, *targets):
+        return sl.value_and_grad(body, argnums=0 if first else (0, 1))(p, inp, *targets)
 
     return stage
 
 
-
-def stage_args(cfg: ModelConfig, num_layers: int, batch: int, seq: int):
-    """ShapeDtypeStructs of `stage_step`'s arguments for a stage of `num_layers` blocks and a
+def stage_args(cfg: ModelConfig, start: int, end: int, batch: int, seq: int) -> tuple:
+    """ShapeDtypeStructs of `stage_step`'s arguments for layers ``start..end-1`` and a
     micro-batch of ``batch`` sequences of ``seq`` tokens."""
-    one = tree_util.tree_map(lambda a: sl.ShapeDtypeStruct(param_shape(cfg, a), np.float32),
-                             param_axes(cfg)["layers"][0], is_leaf=_is_axes)
-    return [one for _ in range(num_layers)], sl.ShapeDtypeStruct((batch, seq, cfg.d_model), np.float32)
+    if not 0 <= start < end <= cfg.num_layers:
+        raise ValueError(f"[autoshard.stage_args] layers {start}..{end - 1} are not a stage of {cfg.num_layers} layers")
+    cuts = tuple(r for r in (range(0, start), range(start, end), range(end, cfg.num_layers)) if len(r))
+    axes = split_params(param_axes(cfg), cfg, cuts)[cuts.index(range(start, end))]
+    p = tree_util.tree_map(lambda a: sl.ShapeDtypeStruct(param_shape(cfg, a), np.float32), axes, is_leaf=_is_axes)
+    ids = sl.ShapeDtypeStruct((batch, seq), np.int32)
+    x = ids if start == 0 else sl.ShapeDtypeStruct((batch, seq, cfg.d_model), np.float32)
+    return (p, x, ids) if end == cfg.num_layers else (p, x)
 
+
+def stage_program(cfg: ModelConfig, microbatch: int, seq: int, *, causal: bool = True):
+    """``plan_pipeline``'s stage program for `cfg`: ``(start, end) -> (stage_step, stage_args)``."""
+    def program(start: int, end: int):
+        return stage_step(cfg, start, end, causal=causal), stage_args(cfg, start, end, microbatch, seq)
+
+    return program
+
+
+def data_parallel_stages(cfg: ModelConfig, microbatch: int, seq: int):
+    """``plan_pipeline``'s ``stage_specs`` for the hand-written pipeline ``train.pipeline``
+    runs: inside every stage the weights whole and the micro-batch split over the sub-mesh."""
+    def specs(start: int, end: int, sub):
+        args = stage_args(cfg, start, end, microbatch, seq)
+        axes = tuple(a for a, n in zip(("hosts", "devices"), sub) if n > 1)
+        both = sl.P(axes if len(axes) > 1 else axes[0] if axes else None)
+        return (tree_util.tree_map(lambda _: sl.P(), args[0]),) + tuple(both for _ in args[1:])
+
+    return specs
+
+
+def compare_model(cfg: ModelConfig, *, mesh, batch: int, seq: int, memory_limit_bytes: float | None = None,
+                  num_microbatches: int = 2, pipelines: bool = True, run: bool = True, rtol: float = 1e-4,
+                  **kwargs) -> Comparison:
+    """`cfg`'s training step (SGD) planned freely and under ``shardlab.train``'s DP, FSDP, TP and
+    FSDP + TP (`strategies`), and, with `pipelines`, pipelined on the same devices: the stage
+    DP's plan (``plan_pipeline``: one stage per row of the 2-D `mesh`, each on that row's
+    devices, layer cuts and intra-op plans searched) and a hand-written 1F1B (the layers split
+    evenly, each stage data parallel: `data_parallel_stages`), both with `num_microbatches`
+    micro-batches. On a concrete mesh with `run` every row is executed and checked: the
+    intra-op plans against the unsharded program and their predicted ledger, the pipelines by
+    ``train.pipeline.execute`` against the unpipelined step's loss and gradients. Returns the
+    `Comparison` (table and picture)."""
+    args = example_args(cfg, batch, seq, abstract=getattr(mesh, "abstract", False) or not run)
+    names = tuple(mesh.axis_names)
+    if len(names) != 2:
+        raise ValueError(f"[autoshard.compare_model] the strategies need a 2-D mesh (data, model); got axes {names}")
+    hand = strategies(cfg, mesh, data=names[0], model=names[1])
+    pls = {}
+    if pipelines:
+        if batch % num_microbatches:
+            raise ValueError(f"[autoshard.compare_model] batch {batch} does not split into {num_microbatches} "
+                             f"micro-batches")
+        rows, per_row = (int(n) for n in mesh.shape.values())
+        mb = batch // num_microbatches
+        program = stage_program(cfg, mb, seq)
+        common = dict(hardware=mesh.hardware.name, num_microbatches=num_microbatches, num_stages=rows,
+                      submesh_shapes=[(1, per_row)], memory_limit_bytes=memory_limit_bytes)
+        pls[f"stage DP ({rows} stages)"] = plan_pipeline(program, cfg.num_layers, (rows, per_row), **common)
+        pls[f"1F1B, DP stages ({rows})"] = plan_pipeline(program, cfg.num_layers, (rows, per_row), **common,
+                                                         stage_specs=data_parallel_stages(cfg, mb, seq))
+    pargs = None
+    if run and not getattr(mesh, "abstract", False):
+        params, tok, tgt = args
+        pargs = (cfg, params, tok, tgt)
+    return compare(train_step(cfg), *args, mesh=mesh, strategies=hand, memory_limit_bytes=memory_limit_bytes,
+                   run=run, rtol=rtol, pipelines=pls, pipeline_args=pargs, **kwargs)

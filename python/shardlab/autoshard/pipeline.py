@@ -18,6 +18,7 @@ compares its loss and gradients with the unpipelined step.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 
 import numpy as np
@@ -37,17 +38,28 @@ class PipelinePlan:
     """Stages (`StagePlan`), each distinct stage's intra-op plan, the schedule and its timeline."""
 
     stages: StagePlan
-    stage_plans: dict  # (layer count, sub-mesh shape) -> ShardingPlan
+    stage_plans: dict  # (layer count or (start, end), sub-mesh shape) -> ShardingPlan
     schedule: object
     timeline: object
     hardware: str
+    positional: bool = False  # stage programs depend on where the stage is, not only its length
+
+    def plan_of(self, stage):
+        """The intra-op `ShardingPlan` of one `Stage`."""
+        span = (stage.layer_start, stage.layer_end) if self.positional else stage.layer_end - stage.layer_start
+        return self.stage_plans[(span, tuple(stage.submesh_shape))]
+
+    @property
+    def estimate_s(self) -> float:
+        """The step time: the 1F1B schedule clocked with the stages' intra-op estimates."""
+        return self.timeline.step_time
 
     def summary(self) -> str:
         lines = [self.stages.summary(),
                  f"1F1B schedule: p={self.schedule.p}, m={self.schedule.m}; clocked step "
                  f"{self.timeline.step_time * 1e3:.4g} ms, bubble {self.timeline.bubble_fraction:.1%}"]
         for s in self.stages.stages:
-            plan = self.stage_plans[(s.layer_end - s.layer_start, tuple(s.submesh_shape))]
+            plan = self.plan_of(s)
             specs = ", ".join(f"{k} {v}" for k, v in list(plan.specs.items())[:3])
             lines.append(f"  layers {s.layer_start}..{s.layer_end - 1}: intra-op {plan.estimate_s * 1e3:.4g} ms ({specs}, ...)")
         return "\n".join(lines)
@@ -62,6 +74,12 @@ class PipelinePlan:
 
         Raises ValueError when the stages are not what ``train.pipeline`` runs: equal sub-meshes
         and the layer split of ``pipeline.stage_layers``."""
+        return self.check(cfg, params, tokens, targets, rtol=rtol)["execution"]
+
+    def check(self, cfg, params, tokens, targets, *, rtol: float = 1e-4) -> dict:
+        """`execute`, returning ``{"execution", "loss", "max_rel_err"}`` (the largest relative
+        difference of a gradient from the unpipelined step's); raises AssertionError past
+        `rtol`."""
         st = self.stages.stages
         subs = {tuple(s.submesh_shape) for s in st}
         cuts = tuple(range(s.layer_start, s.layer_end) for s in st)
@@ -75,34 +93,46 @@ class PipelinePlan:
         if not np.isclose(ex.loss, float(loss), rtol=rtol):
             raise AssertionError(f"pipelined loss {ex.loss} != reference {float(loss)}")
         got, ref = sl.tree_util.tree_leaves(ex.grads), sl.tree_util.tree_leaves(grads)
+        worst = 0.0
         for g, r in zip(got, ref):
             g, r = np.asarray(g, np.float64), np.asarray(r, np.float64)
-            if np.max(np.abs(g - r)) > rtol * max(np.max(np.abs(r)), 1e-30):
+            err = float(np.max(np.abs(g - r))) / max(float(np.max(np.abs(r))), 1e-30)
+            if err > rtol:
                 raise AssertionError(f"pipelined gradient differs by {np.max(np.abs(g - r)):.3g}")
-        return ex
+            worst = max(worst, err)
+        return {"execution": ex, "loss": ex.loss, "max_rel_err": worst}
 
 
 def plan_pipeline(stage_program, num_layers: int, mesh_shape, *, hardware, num_microbatches: int,
                   memory_limit_bytes: float | None = None, num_stages: int | None = None,
-                  submesh_shapes=None, time_limit_s: float | None = 60.0) -> PipelinePlan:
+                  submesh_shapes=None, time_limit_s: float | None = 60.0, stage_specs=None) -> PipelinePlan:
     """Alpa's inter-op pass with intra-op costs (see the module docstring).
 
     Args:
-        stage_program: ``k -> (f, args)``: a stage of `k` layers on one micro-batch.
+        stage_program: ``k -> (f, args)``: a stage of `k` layers on one micro-batch; or
+            ``(start, end) -> (f, args)`` when a stage depends on where it is (the first embeds,
+            the last has the head and the loss: ``autoshard.model.stage_program``).
         num_layers: L; mesh_shape: (hosts, devices per host); hardware: the preset to price on.
         num_microbatches: B; memory_limit_bytes: per device, for each stage's plan.
         num_stages / submesh_shapes: as `plan_stages`.
+        stage_specs: a hand-written layout inside the stages: called like `stage_program`
+            with the sub-mesh shape added, it returns the stage's ``in_specs`` over the sub-mesh's
+            axes ``("hosts", "devices")`` (None: each stage's layout searched).
     """
     plans: dict = {}
+    positional = len(inspect.signature(stage_program).parameters) >= 2
 
     def stage_cost(start: int, end: int, sub) -> tuple[float, bool]:
-        key = (end - start, tuple(sub))
+        span = (start, end) if positional else end - start
+        key = (span, tuple(sub))
         if key not in plans:
-            f, args = stage_program(end - start)
+            where = (start, end) if positional else (end - start,)
+            f, args = stage_program(*where)
             mesh = sl.make_mesh(tuple(sub), ("hosts", "devices"), hardware=hardware, abstract=True)
+            specs = None if stage_specs is None else stage_specs(*where, tuple(sub))
             try:
                 plans[key] = autoshard(f, *args, mesh=mesh, memory_limit_bytes=memory_limit_bytes,
-                                       time_limit_s=time_limit_s)
+                                       time_limit_s=time_limit_s, in_specs=specs)
             except MemoryLimitError:
                 plans[key] = None
         plan = plans[key]
@@ -115,8 +145,7 @@ def plan_pipeline(stage_program, num_layers: int, mesh_shape, *, hardware, num_m
     times = [s.seconds for s in sp.stages]
     timeline = pp.clock(schedule, pp.Durations(forward=[t / 3 for t in times], backward=[2 * t / 3 for t in times],
                                                source="autoshard intra-op plans (forward 1/3, backward 2/3)"))
-    used = {(s.layer_end - s.layer_start, tuple(s.submesh_shape)): plans[(s.layer_end - s.layer_start,
-                                                                          tuple(s.submesh_shape))]
-            for s in sp.stages}
-    return PipelinePlan(sp, used, schedule, timeline, hardware)
+    keys = [((s.layer_start, s.layer_end) if positional else s.layer_end - s.layer_start, tuple(s.submesh_shape))
+            for s in sp.stages]
+    return PipelinePlan(sp, {k: plans[k] for k in keys}, schedule, timeline, hardware, positional)
 

@@ -32,7 +32,8 @@ from .layers import attention, mlp, norm
 from .moe import moe_mlp
 from .ops import log_softmax
 
-__all__ = ["embedding_lookup", "init_params", "block", "forward", "loss", "num_elements"]
+__all__ = ["embedding_lookup", "init_params", "embed", "block", "output_logits", "forward", "cross_entropy", "loss",
+           "num_elements"]
 
 _DTYPES = {"float32": np.float32, "bfloat16": jnp.bfloat16}
 
@@ -123,8 +124,9 @@ def _one_hot(ids, n: int, dtype):
     return jnp.equal(jnp.expand_dims(ids, -1), np.arange(n, dtype=np.int32)).astype(dtype)
 
 
-def _embed(params: dict, tokens, cfg: ModelConfig):
-    """Rows of the embedding table (a gather, no FLOPs) plus learned positions."""
+def embed(params: dict, tokens, cfg: ModelConfig):
+    """The residual stream ``[B, T, D]`` entering the first block: rows of the embedding table
+    (a gather, no FLOPs) plus learned positions."""
     x = embedding_lookup(params["embed"], _ids(tokens))
     if cfg.positions == "learned":
         T = x.shape[1]
@@ -175,12 +177,28 @@ def forward(params: dict, tokens, cfg: ModelConfig, *, causal: bool = True):
     """
     if len(_ids(tokens).shape) != 2:
         raise ValueError(f"[forward] tokens must be [batch, seq] ids, got shape {np.shape(tokens)}")
-    x = _embed(params, tokens, cfg)
+    x = embed(params, tokens, cfg)
     for i, layer in enumerate(params["layers"]):
         x = block(layer, x, cfg, i, causal=causal)
+    return output_logits(params, x, cfg)
+
+
+def output_logits(params: dict, x, cfg: ModelConfig):
+    """Logits ``[B, T, V]`` from the last block's stream: the final norm, then ``x @ head`` (or,
+    tied, ``x @ embed.T``)."""
     x = norm(params["final_norm"], x, cfg)
     head = params["head"] if "head" in params else params["embed"].T
     return jnp.matmul(x, head)
+
+
+def cross_entropy(logits, targets):
+    """Mean cross-entropy of ``targets`` [B, T] under ``logits`` [B, T, V] (taken in float32)."""
+    logp = log_softmax(logits.astype(np.float32), axis=-1)
+    if isinstance(logp, ShardedArray):  # global arrays: the target's entry by a one-hot mask (exact)
+        return -jnp.mean(jnp.sum(logp * _one_hot(_ids(targets), logp.shape[-1], np.float32), axis=-1))
+    t = jnp.expand_dims(_ids(targets), -1)
+    picked = jnp.take_along_axis(logp, t.astype(np.int32), axis=-1)
+    return -jnp.mean(picked)
 
 
 def loss(params: dict, tokens, targets, cfg: ModelConfig, *, causal: bool = True):
@@ -189,10 +207,4 @@ def loss(params: dict, tokens, targets, cfg: ModelConfig, *, causal: bool = True
     Inside ``shard_map`` with a batch-sharded input this is the mean over the local batch;
     average over devices with ``shardlab.lax.pmean``.
     """
-    logits = forward(params, tokens, cfg, causal=causal).astype(np.float32)
-    logp = log_softmax(logits, axis=-1)
-    if isinstance(logp, ShardedArray):  # global arrays: the target's entry by a one-hot mask (exact)
-        return -jnp.mean(jnp.sum(logp * _one_hot(_ids(targets), logp.shape[-1], np.float32), axis=-1))
-    t = jnp.expand_dims(_ids(targets), -1)
-    picked = jnp.take_along_axis(logp, t.astype(np.int32), axis=-1)
-    return -jnp.mean(picked)
+    return cross_entropy(forward(params, tokens, cfg, causal=causal), targets)
