@@ -48,11 +48,14 @@ py-test:
 # with the one-process run. Open MPI comes with system-deps, mpi4py with the [test] extra; the
 # OMPI_* variables let mpirun run as root (in a container).
 MPIRUN := OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --oversubscribe
-# On 2 ranks: tests/mpi and the shard_map suites (JAX comparisons included), 128 tests.
+# On 2 ranks: tests/mpi, the shard_map suites and the global-view suites (JAX comparisons
+# included; tests marked one_process read every device's data and are left out).
+MPI_SUITES := tests/mpi tests/python/test_shard_map.py tests/python/test_shard_map_api.py \
+  tests/python/test_global_ops.py tests/python/test_explicit_ops.py tests/python/test_global_numpy.py \
+  tests/python/test_explicit_types.py tests/python/test_sharding.py
 mpi-test: install
-	$(MPIRUN) -n 2 $(PYTHON) -m pytest -q -p no:cacheprovider tests/mpi tests/python/test_shard_map.py \
-	  tests/python/test_shard_map_api.py
-	$(MPIRUN) -n 4 $(PYTHON) -m pytest -q -p no:cacheprovider tests/mpi -k "reductions or all_gather or faults"
+	$(MPIRUN) -n 2 $(PYTHON) -m pytest -q -p no:cacheprovider -m "not one_process" $(MPI_SUITES)
+	$(MPIRUN) -n 4 $(PYTHON) -m pytest -q -p no:cacheprovider tests/mpi -k "reductions or all_gather or faults or global or serving"
 
 # Every benchmark script in benchmarks/ with their extra (torch for SDPA, threadpoolctl for the
 # OpenBLAS kernel name), OpenBLAS on its best kernel for this CPU; each prints ours, the
