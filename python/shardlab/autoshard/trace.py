@@ -189,6 +189,22 @@ class _Pricer:
         self._edges: dict = {}
         self._sigs: dict = {}  # op index -> (op, its pricing signature)
         self._labels: dict = {}
+        self._records: dict = {}
+
+    def record(self, f, args):
+        """`_record` of `f` on arguments of these shapes and dtypes, once: as ``jit`` caches a
+        trace by the function and its arguments' types, a pricer reused for another plan of the
+        same program (hand-written layouts imposed) reuses the recorded program."""
+        leaves, tree = tree_util.tree_flatten(args)
+        key = (f, tree, tuple((tuple(x.shape), np.dtype(x.dtype).name) if hasattr(x, "shape") and hasattr(x, "dtype")
+                              else (type(x).__name__, id(x)) for x in leaves))
+        try:
+            hit = self._records.get(key)
+        except TypeError:  # an unhashable callable: no reuse
+            return _record(f, args)
+        if hit is None:
+            hit = self._records[key] = _record(f, args)
+        return hit
 
     def sds(self, shape, dtype, dims):
         return sl.ShapeDtypeStruct(shape, dtype, sharding=sl.NamedSharding(self.abstract, pspec(dims)))
@@ -432,7 +448,9 @@ def trace_program(f, *args, mesh, memory_limit_bytes: float | None = None, merge
     """
     _check_mesh(mesh)
     t0 = time.perf_counter()
-    lowered, name = _record(f, args)
+    if pricer is None or pricer.mesh is not mesh:
+        pricer = _Pricer(mesh)
+    lowered, name = pricer.record(f, args)
     prog = lowered.compiler_ir()
     paths = _flat_paths(args)
     values, ops, var_index = [], [], {}
@@ -511,8 +529,6 @@ def trace_program(f, *args, mesh, memory_limit_bytes: float | None = None, merge
         v = values[op.output]
         op.saved = op.phase == "forward" and any(ops[c].phase == "backward" for c, _ in v.consumers)
 
-    if pricer is None or pricer.mesh is not mesh:
-        pricer = _Pricer(mesh)
     mshape = pricer.shape
     by_shape: dict = {}  # one list of layouts per shape: inputs of a repeated layer share it
     input_dims = {}
