@@ -5,8 +5,8 @@ parallelism included) and every mesh factorization of 4,096 chips, then over eve
 recompute. A context-parallel plan executes its ring over 2 devices and counts the ring of ``C``
 in closed form (``train.estimate``), so a context axis of 2,048 costs what one of 2 does.
 
-Ours: ``train.search`` as it runs (each plan's estimate executes one layer shape-only and counts
-it for the rest; every plan priced once and cached by strategy and mesh factorization), the first call
+Ours: ``train.search`` as it runs (each plan's estimate executes two layers shape-only and counts
+the second for the rest; every plan priced once and cached by strategy and mesh factorization), the first call
 (cold) and a second one asking again with another recompute policy added (warm: only the new
 policy's plans are priced). Competitor: the same plans priced by estimates that execute the whole
 step (``execute_layers=num_layers``), which is what a search that caches nothing per plan does;

@@ -72,7 +72,8 @@ class Estimate:
         strategy, mesh: the plan (``mesh`` is one pipeline stage's mesh).
         compute_seconds: per device, all compute and memory-bound work of the step (all
             microbatches, no bubble).
-        comm_seconds: mesh axis (or "a+b") -> seconds of its collectives, overlapped or not.
+        comm_seconds: mesh axis (or "a+b") -> seconds of the ledger's collectives, overlapped or
+            not (the K/V exchange of sequences cut over the data axes is in ``phases`` only).
         step_seconds: the step: compute + exposed communication + bubble + optimizer.
         exposed_comm_seconds: per axis, what compute does not hide.
         memory: bytes per device: params, grads, optimizer, activations.
@@ -448,9 +449,7 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
                          for e in events)
         kv_exchange = _kv_exchange_seconds(cfg, s, m, hw, p_list, rows // (X * run_mb), seq // C, chunks,
                                            Y if s.model else 1, np.dtype(t.dtype).itemsize, attn_again)
-        kv_exchange *= layers_dev * run_mb
-        dkey = "+".join(s.data)
-        comm[dkey] = comm.get(dkey, 0.0) + kv_exchange
+        kv_exchange *= layers_dev * run_mb   # exposed (phases), not a ledger collective (comm_seconds)
 
     # memory-bound work the ledger does not record
     tokens_dev = rows // run_mb * cols / (X * s.context_size(m)) if X else 0

@@ -251,8 +251,6 @@ def search(cfg, hardware, chips: int, batch: int, seq: int, *, remat="full", str
     policies = [remat_policy(r, op) for r in (remat if isinstance(remat, (tuple, list)) else (remat,))]
     todo = [(s, m, p) for s, m in plans(hw, chips, strategies, moe=cfg.is_moe, seq=seq) for p in policies]
     table, skipped = [], []
-    # the layers of a dense model are alike: one executed layer prices them all (a MoE model's differ)
-    one_layer = None if cfg.is_moe else 1
     start = time.perf_counter()
     items = progress.track(todo, f"train.search: {len(todo)} plans", enabled=show_progress)
     for s, mesh, policy in items:
@@ -261,7 +259,7 @@ def search(cfg, hardware, chips: int, batch: int, seq: int, *, remat="full", str
         if found is None:
             try:
                 found = estimate(cfg, s, mesh, hw, batch, seq, remat=policy, precision=precision, optimizer=optimizer,
-                                 prices=prices, execute_layers=one_layer)
+                                 prices=prices)
             except ValueError as err:
                 found = err
             _CACHE[key] = found
