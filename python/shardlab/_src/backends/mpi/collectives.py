@@ -1,12 +1,15 @@
 """The collectives with a direct MPI form, on the ranks along the split axes:
 
-- psum / pmean / pmax / pmin: the core reduces this rank's devices, MPI Allreduce the ranks;
+- psum / pmean / pmax / pmin: the core reduces this rank's devices, MPI Allreduce the ranks
+  (straight from the block into the output when the rank holds one device of each group);
 - all_gather (tiled, along the first local dim, of a value with one device per rank): MPI
   Allgather straight into the output;
 - all_to_all (tiled, over one split axis): each rank sends every other rank the chunks of its
   devices (MPI Alltoall), then puts the received chunks in place (one copy).
 
-Other cases take the general path of ``dispatch.run_collective``.
+Other cases take the general path of ``dispatch.run_collective``. Outputs are received into
+buffers of the core's pool (``storage.empty``): no page faults on a reused buffer, and none is
+reused while any view of it is alive.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from ...primitives import collectives as col
 from . import dispatch
 from .dispatch import _bytes, _own, block_of, check_same_program, run_collective
 from .runtime import STATE
+from .storage import contiguous, empty
 
 _MPI_OPS = {"sum": "SUM", "mean": "SUM", "max": "MAX", "min": "MIN"}
 
@@ -37,14 +41,25 @@ def run_psum(prim, p, storages, mesh, params):
     w = wide(x.dtype)
     if (reduction == "mean" and x.dtype.kind in "iu") or w.itemsize < 4:
         w = np.dtype(np.float32)  # MPI reduces no bfloat16; a mean of integers is a float, as JAX's
-    local = _core.all_reduce(p.block_mesh._core, x.astype(w, copy=False), axes,
-                             "sum" if reduction == "mean" else reduction)
-    local = np.ascontiguousarray(local)
-    p.sub(dims).Allreduce(STATE.MPI.IN_PLACE, local, op=getattr(STATE.MPI, _MPI_OPS[reduction]))
+    op = getattr(STATE.MPI, _MPI_OPS[reduction])
+    if all(p.block[p.names.index(a)] == 1 for a in axes):
+        # one device of the group on this rank: nothing to reduce locally; MPI reduces straight
+        # from the block into the output (or in place in a widened copy)
+        wide_x = x.astype(w, copy=False)
+        if wide_x is not x:
+            local = contiguous(wide_x)
+            p.sub(dims).Allreduce(STATE.MPI.IN_PLACE, local, op=op)
+        else:
+            x = contiguous(x)
+            local = empty(x.shape, w, like=x)
+            p.sub(dims).Allreduce(x, local, op=op)
+    else:
+        x = x.astype(w, copy=False)
+        local = contiguous(_core.all_reduce(p.block_mesh._core, x, axes, "sum" if reduction == "mean" else reduction))
+        p.sub(dims).Allreduce(STATE.MPI.IN_PLACE, local, op=op)
     if reduction == "mean":
         local /= np.asarray(col.group_size(mesh, axes), local.dtype)
     return [_own(p, shape, dtype, narrow(local, dtype))]
-
 
 
 def run_all_gather(prim, p, storages, mesh, params):
@@ -57,11 +72,11 @@ def run_all_gather(prim, p, storages, mesh, params):
     if STATE.check_programs:
         check_same_program(p, prim, storages, params)
     (shape, dtype), = prim.shape_rule(storages, mesh, **params)
-    x = np.ascontiguousarray(x)
+    x = contiguous(x)
     comm = p.sub(dims)
     # one device per rank along the axes: rank order is device order, and blocks of the first
     # local dim side by side are the tiled gather along it
-    out = np.empty((comm.Get_size(),) + x.shape, x.dtype)
+    out = empty((comm.Get_size(),) + x.shape, x.dtype, like=x)
     comm.Allgather(_bytes(x), _bytes(out))
     return [_own(p, shape, dtype, out.reshape(p.block_shape(shape)))]
 
@@ -84,8 +99,8 @@ def run_all_to_all(prim, p, storages, mesh, params):
     size = x.shape[s] // n  # one chunk
     # send[q]: this rank's devices' chunks for rank q's devices (b chunks along the split dim)
     parts = x.reshape(x.shape[:s] + (r, b * size) + x.shape[s + 1:])
-    send = np.ascontiguousarray(np.moveaxis(parts, s, 0))
-    recv = np.empty_like(send)
+    send = contiguous(np.moveaxis(parts, s, 0))
+    recv = empty(send.shape, send.dtype, like=send)
     p.sub(dims).Alltoall(_bytes(send), _bytes(recv))
     # recv: (source rank, mesh dims with the source devices at j, local dims with the split dim
     # holding this rank's b destination devices' chunks); output: destination devices at mesh
@@ -106,7 +121,7 @@ def run_all_to_all(prim, p, storages, mesh, params):
         else:
             want.append(f"l{i}")
     v = v.transpose([names.index(w) for w in want])
-    out = np.ascontiguousarray(v).reshape(p.block_shape(shape))
+    out = contiguous(v).reshape(p.block_shape(shape))
     return [_own(p, shape, dtype, out)]
 
 
