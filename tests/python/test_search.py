@@ -106,6 +106,11 @@ def test_a_long_sequence_picks_context_parallelism_and_short_ones_do_not():
     # ring chunks of fewer than MIN_RING_CHUNK tokens are not tried
     sizes = [m["context"] for s, m in search_mod.plans("tpu-v5p", 4096, ("fsdp_cp",), seq=32768)]
     assert sizes == [2, 4, 8, 16, 32, 64, 128] and 32768 // (2 * 128) == search_mod.MIN_RING_CHUNK
+    # TP and a ring together: each pair of sizes that covers the chips (cp_tp has no data axis)
+    both = [m for s, m in search_mod.plans("tpu-v5p", 16, ("cp_tp",), seq=2048)]
+    assert both == [{"model": 2, "context": 8}, {"model": 4, "context": 4}, {"model": 8, "context": 2}]
+    r = train.search(LONG, "tpu-v5p", chips=8, batch=1, seq=4096, strategies=("cp_tp",))
+    assert r.best.strategy == "cp_tp" and r.best.mesh["model"] * r.best.mesh["context"] == 8
 
 
 @pytest.mark.parametrize("strategy, mesh", [("fsdp_cp", {"data": 2, "context": 8}), ("cp", {"context": 4})])

@@ -111,6 +111,15 @@ def plans(hardware, chips: int, strategies=None, *, moe: bool = False, seq: int 
             data = _data_axes(chips, k, names)
             out.append((_with_axes(s, tuple(data)), data))
             continue
+        if s.model and s.context:   # TP and a ring (cp_tp): each pair of sizes, the data the rest
+            for y in divisors:
+                for c in divisors:
+                    rest = chips // (y * c) if chips % (y * c) == 0 else 0
+                    if not rest or (rest > 1) != bool(s.data) or (seq is not None and seq < 2 * c * MIN_RING_CHUNK):
+                        continue
+                    data = _data_axes(rest, max(k - 2, 1), names) if s.data else {}
+                    out.append((_with_axes(s, tuple(data)), dict(data, model=y, context=c)))
+            continue
         for y in divisors:
             if s.context and not s.model and seq is not None and seq < 2 * y * MIN_RING_CHUNK:
                 continue
