@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import types
 
 import numpy as np
 import pytest
@@ -107,3 +108,47 @@ def test_a_rank_dying_or_stuck_mid_collective_ends_the_job_naming_it(tmp_path, f
     assert re.search(message, text), text
     if fault == "die":
         assert re.search(r"Process name: \[\[\d+,1\],1\]\s+Exit code:\s+3", text), text  # mpirun names rank 1
+
+
+def _engine_program():
+    """Run on each ipyparallel engine (and here, on one process): device_put, a shard_map psum
+    and a reshard on a (2, 4) mesh; what the rank sees."""
+    import numpy as np
+    import shardlab as sl
+    from shardlab import P, lax
+
+    mesh = sl.make_mesh((2, 4), ("x", "y"))
+    host = np.arange(32.0, dtype=np.float32).reshape(4, 8) + 100 * sl.process_index()  # rank 0's is used
+    with sl.Ledger() as ledger:
+        x = sl.device_put(host, sl.NamedSharding(mesh, P("x", "y")))
+        total = sl.shard_map(lambda a: lax.psum(a, "x"), mesh=mesh, in_specs=P("x", "y"), out_specs=P(None, "y"))(x)
+        moved = sl.reshard(x, P("y", "x"))
+    return (sl.process_index(), sl.process_count(), [s.device.id for s in x.addressable_shards],
+            np.asarray(total), np.asarray(moved), [(e["op"], e["axes"], e["bytes_sent"]) for e in ledger.events])
+
+
+def test_ipyparallel_mpi_engines_run_a_sharded_program_as_one_process(tmp_path, monkeypatch):
+    """docs/mpi.md's Jupyter recipe: ipp.Cluster(engines="mpi", n=2) starts 2 engines under
+    mpiexec; each is a rank holding 4 of the 8 devices, with the one-process values and ledger."""
+    ipp = pytest.importorskip("ipyparallel")
+    pytest.importorskip("mpi4py")
+    if shutil.which("mpiexec") is None:
+        pytest.skip("mpiexec is not installed (make system-deps installs Open MPI)")
+    for k in [k for k in os.environ if k.startswith(("OMPI_", "PMIX_", "PMI_"))]:
+        monkeypatch.delenv(k)  # a launcher's variables of this process would confuse the engines' mpiexec
+    monkeypatch.setenv("OMPI_ALLOW_RUN_AS_ROOT", "1")
+    monkeypatch.setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    monkeypatch.setenv("OMPI_MCA_rmaps_base_oversubscribe", "1")
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path))  # the cluster's files stay in tmp_path
+    # as a notebook's function: defined in __main__, so the engines get its code, not a module name
+    program = types.FunctionType(_engine_program.__code__, {"__builtins__": __builtins__}, "program")
+    program.__module__ = "__main__"
+    with ipp.Cluster(engines="mpi", n=2, log_level=40) as rc:
+        runs = sorted(rc[:].apply_sync(program), key=lambda r: r[0])
+    rank, count, devices, total, moved, ledger = _engine_program()
+    assert (rank, count, devices) == (0, 1, list(range(8)))
+    assert [r[:3] for r in runs] == [(0, 2, [0, 1, 2, 3]), (1, 2, [4, 5, 6, 7])]
+    for r in runs:
+        np.testing.assert_array_equal(r[3], total)
+        np.testing.assert_array_equal(r[4], moved)
+        assert r[5] == ledger and [e[0] for e in ledger] == ["psum", "all_gather", "all_to_all"]

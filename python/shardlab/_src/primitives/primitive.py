@@ -50,7 +50,14 @@ def use_backend(name: str) -> None:
 
 
 REGISTRY: list = []  # every Primitive ever made: the mpi backend wraps each one's impl when it starts
-DERIVED: dict = {}  # backend -> (prim -> its impl, or None): for a primitive made after that backend started
+_DERIVED: dict = {}  # backend -> (prim -> its impl, or None): for a primitive made after that backend started
+
+
+def register_derived(backend: str, make) -> None:
+    """``make(prim)`` gives `backend`'s implementation of a primitive that has none yet (one
+    made, or given its emulated implementation, after the backend started), at its first use;
+    None when it cannot."""
+    _DERIVED[backend] = make
 
 
 class Primitive:
@@ -89,8 +96,8 @@ def bind(prim: Primitive, args, mesh, **params):
                 backend = "abstract"
                 break
     impl = prim.impl.get(backend)
-    if impl is None and backend in DERIVED:  # a primitive made after the backend started (mpi)
-        impl = DERIVED[backend](prim)
+    if impl is None and backend in _DERIVED:  # a primitive made after the backend started (mpi)
+        impl = _DERIVED[backend](prim)
     if impl is None:
         if backend != "abstract":
             raise NotImplementedError(f"[{prim.name}] has no {backend} implementation")

@@ -20,7 +20,7 @@ import zlib
 import numpy as np
 
 from ...core.processes import PROCESS
-from ...primitives.primitive import DERIVED, REGISTRY
+from ...primitives.primitive import REGISTRY, register_derived
 from .placement import placement
 from .runtime import STATE, enter, leave
 from .storage import RankStorage, assemble, gather
@@ -165,7 +165,7 @@ def derive(prim):
     return impl
 
 
-DERIVED["mpi"] = derive
+register_derived("mpi", derive)
 
 
 # -- device_put: rank 0's value, each rank keeping its devices' block -------------------------------
