@@ -1,8 +1,8 @@
 """Global-view programs to search: a decoder block stack written with ``shardlab.numpy`` einsums
 (RMS norm, multi-head attention with softmax, tanh MLP, residuals) and its SGD training step.
 
-``shardlab.models`` runs on numpy and per-device values inside ``shard_map``; these functions
-take global arrays, which is what autoshard traces and shards. Shapes follow the book:
+These are small hand-written programs on global arrays, which is what autoshard traces and
+shards (the model library's own step is `autoshard.model`'s). Shapes follow the book:
 B sequences of T tokens, model dim D, H heads of K, MLP dim F.
 
 >>> import numpy as np
