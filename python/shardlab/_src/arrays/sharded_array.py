@@ -546,7 +546,8 @@ def _put(x, device):
         return as_host(_host(x), weak=weak, committed=committed, device=dev)
     sharding = as_sharding(device, "device_put")
     source = None
-    if isinstance(x, ShardedArray):
+    gathered = isinstance(x, ShardedArray)  # np.asarray below gives every process the same value
+    if gathered:
         if x.sharding == sharding:
             return x
         source = x if not x.unreduced and not x.is_abstract else None
@@ -565,7 +566,7 @@ def _put(x, device):
     if PROCESS.count > 1 and PROCESS.scatter is not None and not placed.mesh.abstract:
         # several processes (MPI): process 0's value, each process keeping its devices' part
         storage = PROCESS.scatter(_partials(view, placed, unreduced, source) if unreduced else view, placed.mesh,
-                                  arr.shape)
+                                  arr.shape, same=gathered)
     else:
         storage = copy(view)
         if unreduced:

@@ -20,8 +20,9 @@ class _Process:
         self.index = 0
         self.count = 1
         self.positions = None  # mesh -> row-major positions of its devices held here (set by backends/mpi)
-        # (storage, mesh, shape) -> process 0's host value of `shape` laid out on mesh, this process keeping its
-        # devices' part: device_put's, while several processes run (set by backends/mpi)
+        # (storage, mesh, shape, same=) -> process 0's host value of `shape` laid out on mesh (every process's
+        # when `same`: they hold the same), this process keeping its devices' part: device_put's, while several
+        # processes run (set by backends/mpi)
         self.scatter = None
 
     def addressable_positions(self, mesh):

@@ -182,12 +182,17 @@ def _agree(comm, desc: str) -> None:
                      f"array of the same shape and dtype, and rank 0's values are used (docs/mpi.md)")
 
 
-def put_from_root(storage: np.ndarray, mesh, shape):
+def put_from_root(storage: np.ndarray, mesh, shape, *, same: bool = False):
     """Rank 0's `storage` (a host value of global `shape` laid out on `mesh`'s devices: mesh
     dims, then the shard) on every rank, each keeping only its devices' block (a RankStorage):
     rank 0 sends each rank its block. The other ranks' values are ignored; their shapes and
-    dtypes must match rank 0's (ValueError listing each rank's)."""
+    dtypes must match rank 0's (ValueError listing each rank's). `same`: every rank holds the
+    same value already (a global array gathered by np.asarray), so each keeps its block."""
     comm = STATE.comm
+    if same:
+        p = placement(mesh)
+        return storage.copy() if p is None else RankStorage(storage.shape, storage.dtype,
+                                                            np.array(storage[p.block_slices(storage.shape)]), p)
     desc = f"{storage.dtype}{tuple(shape)}"
     enter(f"device_put({desc} onto mesh {dict(mesh.shape)})")
     try:
