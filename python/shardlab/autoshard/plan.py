@@ -110,6 +110,11 @@ class ShardingPlan:
                 out += [Collective(f"reshard {v.name} -> {op.name}", c, a, b, per) for c, a, b in colls]
             per = cand.comm_s / max(len(cand.collectives), 1)
             out += [Collective(op.name, c, a, b, per) for c, a, b in cand.collectives]
+        for _, vo, vi in self.program.carry:  # results back to their arguments' layouts
+            v = self.program.values[vo]
+            sec, colls = pr.reshard_run(v.shape, v.dtype, self._dims[vo], self._dims[vi])
+            per = sec / max(len(colls), 1)
+            out += [Collective(f"carry {v.name} -> {self.program.values[vi].name}", c, a, b, per) for c, a, b in colls]
         return out
 
     def value_spec(self, name: str):
@@ -143,6 +148,9 @@ class ShardingPlan:
                 args.append(x)
             env[op.output] = apply_op(op, args, prog.values[op.output].shape, cand.out_kw, mesh, cand.in_dims)
         leaves = [env[i] if k == "value" else i for k, i in prog.outputs]
+        for o, vo, vi in prog.carry:
+            if self._dims[vo] != self._dims[vi]:
+                leaves[o] = sl.reshard(leaves[o], sl.NamedSharding(mesh, pspec(self._dims[vi])))
         return tree_util.tree_unflatten(prog.out_tree, leaves)
 
     def place(self, *args):
@@ -214,7 +222,7 @@ class ShardingPlan:
         return self.summary()
 def autoshard(f, *args, mesh, memory_limit_bytes: float | None = None, time_limit_s: float | None = 60.0,
               merge_layers: bool = True, shrink: bool = True, follow: bool = True, in_specs=None,
-              pricer=None) -> ShardingPlan:
+              pricer=None, carry=None) -> ShardingPlan:
     """Finds the fastest sharding of `f(*args)` on `mesh` under a per-device memory limit.
 
     Traces `f` (see `trace_program`), solves the intra-op problem with HiGHS (`solve`) and
@@ -232,9 +240,12 @@ def autoshard(f, *args, mesh, memory_limit_bytes: float | None = None, time_limi
         follow: ops other than contractions take their operand's layouts (Alpa's follow nodes).
         in_specs: fix some arguments' layouts (a hand-written strategy; see `trace_program`).
         pricer: reuse the prices of an earlier plan on the same mesh (``plan.program.pricer``).
+        carry: ``[(result index, argument index), ...]``: results that are the next step's
+            arguments (new parameters, optimizer state), returned in their argument's layout
+            and the resharding priced (see `trace_program`).
     """
     program = trace_program(f, *args, mesh=mesh, memory_limit_bytes=memory_limit_bytes, merge_layers=merge_layers,
-                            follow=follow, in_specs=in_specs, pricer=pricer)
+                            follow=follow, in_specs=in_specs, pricer=pricer, carry=carry)
     with progress.bar(f"autoshard: solving {program.problem.size.nodes} nodes with HiGHS", total=1) as b:
         solution = solve(program.problem, shrink=shrink, time_limit_s=time_limit_s)
         b.advance()

@@ -361,6 +361,7 @@ class Program:
     pricer: Any
     trace_seconds: float = 0.0
     fun: Any = None  # the traced function (the unsharded reference)
+    carry: list = dataclasses.field(default_factory=list)  # (result leaf, its value, argument value) pairs
 
     def node_dims(self, node: int, choice: int) -> Dims:
         """The layout node `node` gives its value in strategy `choice`."""
@@ -428,7 +429,7 @@ def _fixed_layouts(in_specs, args, values, inputs) -> dict:
 
 
 def trace_program(f, *args, mesh, memory_limit_bytes: float | None = None, merge_layers: bool = True,
-                  follow: bool = True, in_specs=None, pricer=None) -> Program:
+                  follow: bool = True, in_specs=None, pricer=None, carry=None) -> Program:
     """Traces `f(*args)` and builds the intra-op Problem on `mesh` (see the module docstring).
 
     Args:
@@ -442,6 +443,12 @@ def trace_program(f, *args, mesh, memory_limit_bytes: float | None = None, merge
         in_specs: layouts to impose on arguments (a hand-written strategy): a pytree like
             `args` of PartitionSpecs or None (free), or ``{argument path: PartitionSpec}``.
         pricer: the prices of an earlier call on the same mesh (``Program.pricer``), reused.
+        carry: ``[(result index, argument index), ...]``: results that are the next step's
+            arguments (a training step's new parameters and optimizer state). Each such result
+            is brought back to its argument's layout at the end of the step, and that
+            resharding is priced (an edge from the result to the argument): a plan cannot
+            leave the weights in a layout the next step does not start from. `f` must return
+            a tuple; the two subtrees must have the same leaves' shapes.
 
     Raises:
         UntraceableError: `f` uses a primitive or construct autoshard cannot shard (named).
@@ -563,9 +570,38 @@ def trace_program(f, *args, mesh, memory_limit_bytes: float | None = None, merge
         if not op.candidates:
             raise UntraceableError(f"[autoshard] no layout of {op.prim} (scope {op.scope or '-'}) can run on the "
                                    f"mesh {mshape}")
-    problem, nodes = _problem(values, ops_live, input_dims, pricer, memory_limit_bytes, merge_layers)
+    carried = _carried(carry, lowered.out_tree, tree_util.tree_structure(args), outputs, inputs, values, input_dims,
+                       name)
+    problem, nodes = _problem(values, ops_live, input_dims, pricer, memory_limit_bytes, merge_layers, carried)
     return Program(name, mesh, values, ops, inputs, outputs, tree_util.tree_structure(args), lowered.out_tree, input_dims,
-                   problem, nodes, pricer, time.perf_counter() - t0, f)
+                   problem, nodes, pricer, time.perf_counter() - t0, f, carried)
+
+
+def _carried(carry, out_tree, args_tree, outputs, inputs, values, input_dims, name) -> list:
+    """``[(result leaf position, result value, argument value), ...]`` of `carry` (see
+    `trace_program`), checked: each named result and argument exist and have leaves of the same
+    shapes. Arguments the program does not read have no layout to keep and are left out."""
+    if not carry:
+        return []
+    outs = tree_util.tree_unflatten(out_tree, list(range(len(outputs))))
+    ins = tree_util.tree_unflatten(args_tree, list(range(len(inputs))))
+    if not isinstance(outs, (tuple, list)):
+        raise ValueError(f"[autoshard] carry= pairs results with arguments, but {name} returns one value, not a tuple")
+    pairs = []
+    for pair in carry:
+        r, a = pair
+        if not 0 <= r < len(outs) or not 0 <= a < len(ins):
+            raise ValueError(f"[autoshard] carry pair {pair}: {name} returns {len(outs)} results and takes "
+                             f"{len(ins)} arguments")
+        lo, li = tree_util.tree_leaves(outs[r]), tree_util.tree_leaves(ins[a])
+        shapes_o = [values[outputs[o][1]].shape if outputs[o][0] == "value" else None for o in lo]
+        shapes_i = [values[inputs[i]].shape for i in li]
+        if shapes_o != shapes_i:
+            raise ValueError(f"[autoshard] carry pair {pair}: result {r} has leaves of shapes {shapes_o[:4]}"
+                             f"{'...' if len(lo) > 4 else ''}, argument {a} {shapes_i[:4]}"
+                             f"{'...' if len(li) > 4 else ''}: a carried result must match its argument")
+        pairs += [(o, outputs[o][1], inputs[i]) for o, i in zip(lo, li) if inputs[i] in input_dims]
+    return pairs
 
 
 def _broadcast_in(out_shape, out_dims, shape) -> Dims:
@@ -684,7 +720,7 @@ class _Signatures:
         return hit
 
 
-def _problem(values, ops, input_dims, pricer: _Pricer, memory_limit_bytes, merge_layers):
+def _problem(values, ops, input_dims, pricer: _Pricer, memory_limit_bytes, merge_layers, carried=()):
     """The Problem of the priced ops. Ops and inputs of repeated layers share their candidate
     lists (see `trace_program`), so their strategies and edge matrices are built once per list
     and shared too (read-only)."""
@@ -773,5 +809,14 @@ def _problem(values, ops, input_dims, pricer: _Pricer, memory_limit_bytes, merge
                 m = mat_memo[key] = pricer.matrix(v.shape, v.dtype, srcs, [c.in_dims[slot] for c in op.candidates])
                 m.flags.writeable = False
             mats[(src, dst)] = mats[(src, dst)] + m if (src, dst) in mats else m
+    for _, vo, vi in carried:  # the result back to its argument's layout, for the next step
+        v = values[vo]
+        if layouts.leader(vo) not in node_of:  # a constant returned as is
+            continue
+        src, dst = node_of[layouts.leader(vo)], node_of[("input", vi)]
+        if src == dst:
+            continue
+        m = pricer.matrix(v.shape, v.dtype, layouts.of(vo), input_dims[vi])
+        mats[(src, dst)] = mats[(src, dst)] + m if (src, dst) in mats else m
     edges = [Edge(nodes[s].name, nodes[d].name, m) for (s, d), m in mats.items()]
     return Problem(nodes, edges, memory_limit_bytes=memory_limit_bytes), node_list
