@@ -134,6 +134,11 @@ def test_bad_configs_are_named():
     cfg = ModelConfig(num_layers=1, d_model=16, ffw_dim=32, num_heads=2, vocab_size=32)
     with pytest.raises(ValueError, match="batch=0"):
         model.example_args(cfg, 0, 4)
+    with pytest.raises(ValueError, match="2-D mesh"):
+        model.compare_model(cfg, mesh=sl.make_mesh((2,), ("x",), hardware="tpu-v5p"), batch=4, seq=4)
+    with pytest.raises(ValueError, match="batch 6 does not split into 4 micro-batches"):
+        model.compare_model(cfg, mesh=sl.make_mesh((2, 2), ("x", "y"), hardware="tpu-v5p"), batch=6, seq=4,
+                            num_microbatches=4)
 
 
 # -- pipelines of the model library's own step, in the comparison -----------------------------------------

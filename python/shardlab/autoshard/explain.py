@@ -215,8 +215,9 @@ class Comparison:
         return self.table()
 
     def plot(self, ax=None):
-        """Stacked bars of each plan's estimated seconds (compute, communication, resharding)
-        with its memory per device written on top; returns the Axes."""
+        """Stacked bars of each plan's estimated step (compute, communication, resharding, and a
+        pipeline's bubble) in s, ms, µs or ns as the largest needs, with its memory per device
+        written on top; returns the Axes."""
         import matplotlib.pyplot as plt  # noqa: PLC0415  (matplotlib is optional)
 
         rows = [r for r in self.rows if r.ok]
@@ -224,10 +225,12 @@ class Comparison:
             _, ax = plt.subplots(figsize=(1.6 * len(rows) + 2, 3.2))
         names = [r.name for r in rows]
         parts = [r.parts() for r in rows]
-        comp = np.array([q["compute"] for q in parts]) * 1e3
-        comm = np.array([q["comm"] for q in parts]) * 1e3
-        resh = np.array([q["reshard"] for q in parts]) * 1e3
-        bub = np.array([q["bubble"] for q in parts]) * 1e3
+        top = max(r.estimate_s for r in rows)
+        scale, unit = next(((f, u) for f, u in ((1.0, "s"), (1e3, "ms"), (1e6, "µs")) if top * f >= 1), (1e9, "ns"))
+        comp = np.array([q["compute"] for q in parts]) * scale
+        comm = np.array([q["comm"] for q in parts]) * scale
+        resh = np.array([q["reshard"] for q in parts]) * scale
+        bub = np.array([q["bubble"] for q in parts]) * scale
         ax.bar(names, comp, label="compute")
         ax.bar(names, comm, bottom=comp, label="collectives of ops")
         ax.bar(names, resh, bottom=comp + comm, label="resharding")
@@ -235,7 +238,8 @@ class Comparison:
             ax.bar(names, bub, bottom=comp + comm + resh, label="pipeline bubble", color="0.75")
         for k, q in enumerate(parts):
             ax.text(k, comp[k] + comm[k] + resh[k] + bub[k], fmt_bytes(q["memory"]), ha="center", va="bottom", fontsize=8)
-        ax.set_ylabel("estimated step (ms)")
+        ax.set_ylabel(f"estimated step ({unit})")
+        ax.set_ylim(0, top * scale * 1.15)  # room for the memory labels
         first = next((r.plan for r in rows if r.plan is not None), None)
         if first is not None:
             ax.set_title(f"plans on mesh {dict(first.mesh.shape)} ({first.mesh.hardware.name})")
