@@ -8,7 +8,11 @@ model and prints the found plan's estimated step against the best of them.
 
     SHARDLAB_CORE_DIR=build/core PYTHONPATH=python python benchmarks/bench_autoshard.py \
         [--layers 24] [--mesh 8x8] [--batch 16] [--seq 512] [--d-model 1024] [--heads 16] \
-        [--ffw 4096] [--memory-gib G] [--no-strategies] [--json out.json]
+        [--ffw 4096] [--memory-gib G] [--carry] [--no-strategies] [--json out.json]
+
+``--carry``: the updated parameters are the next step's (``autoshard(..., carry=[(1, 0)])``):
+each comes back in its argument's layout, the resharding priced. In a terminal the tracing and
+the solve draw progress bars (the solve's: the share of HiGHS's optimality gap closed).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--ffw", type=int, default=4096)
     ap.add_argument("--hardware", default="tpu-v5p")
     ap.add_argument("--memory-gib", type=float, default=None)
+    ap.add_argument("--carry", action="store_true", help="carry the new parameters to the next step")
     ap.add_argument("--no-strategies", action="store_true")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
@@ -47,10 +52,12 @@ def main(argv=None) -> dict:
     limit = None if a.memory_gib is None else a.memory_gib * 2**30
     print(f"CPU: {cpu_model()}")
     print(f"autoshard: {a.layers}-layer transformer training step, batch {a.batch}x{a.seq}, D={a.d_model}, "
-          f"F={a.ffw}, on {a.hardware} {a.mesh}" + ("" if limit is None else f", memory {a.memory_gib} GiB/device"))
+          f"F={a.ffw}, on {a.hardware} {a.mesh}" + ("" if limit is None else f", memory {a.memory_gib} GiB/device")
+          + (", parameters carried" if a.carry else ""))
 
     t0 = time.perf_counter()
-    prog = trace_program(examples.train_step, params, x, mesh=mesh, memory_limit_bytes=limit)
+    carry = [(1, 0)] if a.carry else None
+    prog = trace_program(examples.train_step, params, x, mesh=mesh, memory_limit_bytes=limit, carry=carry)
     t_trace = time.perf_counter() - t0
     t1 = time.perf_counter()
     ilp = solve(prog.problem)
@@ -65,14 +72,15 @@ def main(argv=None) -> dict:
     print(f"  greedy baseline   {t_greedy:8.2f} s  estimate {gr.objective * 1e3:.4g} ms "
           f"(ILP / greedy = {ilp.objective / gr.objective:.3f})")
     print(f"  total (trace + ILP) {t_trace + t_ilp:.2f} s")
-    out = {"cpu": cpu_model(), "layers": a.layers, "mesh": a.mesh, "trace_s": t_trace, "ilp_s": t_ilp,
+    out = {"cpu": cpu_model(), "layers": a.layers, "mesh": a.mesh, "memory_gib": a.memory_gib, "carry": a.carry, "trace_s": t_trace, "ilp_s": t_ilp,
            "greedy_s": t_greedy, "ilp_estimate_s": ilp.objective, "greedy_estimate_s": gr.objective,
            "size": str(prog.problem.size), "size_after": str(ilp.size_after)}
     if not a.no_strategies:
         best = None
         for name, specs in examples.strategies(params).items():
             try:
-                p = autoshard(examples.train_step, params, x, mesh=mesh, memory_limit_bytes=limit, in_specs=specs)
+                p = autoshard(examples.train_step, params, x, mesh=mesh, memory_limit_bytes=limit, in_specs=specs,
+                              carry=carry, pricer=prog.pricer)
             except ValueError as err:
                 print(f"  {name:8s} -  ({str(err).splitlines()[0][:100]})")
                 continue

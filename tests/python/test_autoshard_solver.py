@@ -1,6 +1,7 @@
 """shardlab.autoshard's intra-op layer: the ILP (HiGHS) against exhaustive search on random
 small problems, exact shrinking, the memory constraint, the time limit, and bad input."""
 
+import warnings
 
 import numpy as np
 import pytest
@@ -9,6 +10,8 @@ pytest.importorskip("highspy")
 
 from shardlab.autoshard import (Edge, MemoryLimitError, Node, Problem, SolverTimeLimitWarning,  # noqa: E402
                                 Strategy, brute_force, greedy, solve)
+from shardlab.autoshard import ilp as ilp_module  # noqa: E402
+from shardlab.viz import progress  # noqa: E402
 
 
 def _strategies(rng, n, *, uniform_compute=False):
@@ -242,6 +245,25 @@ def test_time_limit_returns_best_plan_not_proven():
     assert p.is_feasible(sol.choices)
     assert sol.objective <= greedy(p).objective + 1e-9  # at least as good as its warm start
     assert sol.objective == pytest.approx(p.objective(sol.choices))
+
+
+def test_progress_bar_follows_the_optimality_gap(monkeypatch):
+    """solve's progress bar counts the share of HiGHS's first optimality gap closed: it only
+    grows, stays within 0..100, and reaches 100 when the optimum is proven."""
+    seen = []
+
+    class Recording(progress.bar):
+        def advance(self, steps=1):
+            super().advance(steps)
+            seen.append(self.completed)
+
+    monkeypatch.setattr(ilp_module.progress, "bar", Recording)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SolverTimeLimitWarning)
+        sol = solve(_big_random(1, n=120), time_limit_s=5.0, progress_bar=False)
+    assert seen and seen == sorted(seen) and 0 < seen[-1] <= 100 + 1e-9
+    if sol.proven_optimal:
+        assert seen[-1] == pytest.approx(100)
 
 
 def test_greedy_is_feasible_and_never_better_than_optimal():

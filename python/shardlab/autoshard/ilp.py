@@ -32,6 +32,7 @@ import warnings
 import numpy as np
 
 from shardlab.units import fmt_seconds
+from shardlab.viz import progress
 
 from .brute import greedy
 from .graph import MemoryLimitError, Problem, Reduced
@@ -71,7 +72,7 @@ def _quiet_highs(highspy):
 
 def solve(problem: Problem, *, shrink: bool = True, time_limit_s: float | None = 60.0,
           rel_gap: float = 1e-7, threads: int | None = None, warm_start: bool = False,
-          verbose: bool = False) -> Solution:
+          verbose: bool = False, progress_bar: bool | None = None) -> Solution:
     """The plan of least seconds under the memory limit.
 
     ``shrink``: solve the exactly shrunk problem (`Problem.reduce`: repeated layers share
@@ -82,6 +83,8 @@ def solve(problem: Problem, *, shrink: bool = True, time_limit_s: float | None =
     when HiGHS stops without a better plan, it is returned (flagged not proven optimal).
     ``warm_start``: also hand it to HiGHS as its first incumbent (off by default: HiGHS 1.16
     declared a presolved model with a MIP start optimal at the start's objective).
+    ``progress_bar``: a bar of the share of HiGHS's first optimality gap closed so far, drawn
+    when a person watches (`shardlab.viz.progress.interactive`; True or False forces it).
 
     Raises MemoryLimitError (a ValueError) when no choice fits the memory limit, naming the
     least memory needed and the nodes that need most of it.
@@ -109,7 +112,10 @@ def solve(problem: Problem, *, shrink: bool = True, time_limit_s: float | None =
     start = greedy(problem)
     if warm_start:
         _set_start(h, highspy, red, first_col, groups, start)
-    h.run()
+    with progress.bar(f"autoshard: HiGHS on {red.size_after.nodes} variables ({red.size_after.strategies} "
+                      "choices), optimality gap closed %", total=100, enabled=progress_bar) as bar:
+        _watch_gap(h, bar)
+        h.run()
     status = h.getModelStatus()
     info = h.getInfo()
     has_plan = info.primal_solution_status == 2  # kSolutionStatusFeasible
@@ -142,6 +148,23 @@ def solve(problem: Problem, *, shrink: bool = True, time_limit_s: float | None =
             f"relative gap {sol.mip_gap:.3g}), which is not proven optimal. Raise time_limit_s "
             "for a proof.", SolverTimeLimitWarning, stacklevel=2)
     return sol
+
+
+def _watch_gap(h, bar) -> None:
+    """Advance `bar` (out of 100) to the share of the first finite MIP gap HiGHS has closed."""
+    first = []
+
+    def on_interrupt(event):
+        gap = float(event.data_out.mip_gap)
+        if not np.isfinite(gap) or gap >= 1e300:
+            return
+        if not first:
+            first.append(max(gap, 1e-12))
+        done = 100.0 * min(1.0, max(0.0, 1.0 - gap / first[0]))
+        if done > bar.completed:
+            bar.advance(done - bar.completed)
+
+    h.cbMipInterrupt += on_interrupt
 
 
 def _build(h, highspy, red: Reduced, memory_limit: float | None) -> tuple[list[int], list]:

@@ -29,7 +29,6 @@ import numpy as np
 
 import shardlab as sl
 from shardlab import tree_util
-from shardlab.viz import progress
 from shardlab.units import fmt_bytes, fmt_seconds
 
 from .ilp import solve
@@ -246,8 +245,6 @@ def autoshard(f, *args, mesh, memory_limit_bytes: float | None = None, time_limi
     """
     program = trace_program(f, *args, mesh=mesh, memory_limit_bytes=memory_limit_bytes, merge_layers=merge_layers,
                             follow=follow, in_specs=in_specs, pricer=pricer, carry=carry)
-    with progress.bar(f"autoshard: solving {program.problem.size.nodes} nodes with HiGHS", total=1) as b:
-        solution = solve(program.problem, shrink=shrink, time_limit_s=time_limit_s)
-        b.advance()
+    solution = solve(program.problem, shrink=shrink, time_limit_s=time_limit_s)  # with its own progress bar
     return ShardingPlan(program, solution)
 
