@@ -75,6 +75,8 @@ def test_plan_model_runs_the_model_step_equal_to_reference_and_ledger():
     ref, _ = train.reference_step(cfg, args[0], args[1], args[2], model.DEFAULT_OPTIMIZER, step=1)
     _leaves_close(new, ref, 1e-5)
     assert float(np.asarray(loss)) == pytest.approx(float(transformer.loss(*args, cfg)), rel=1e-6)
+    # the new weights come back in the layout the next step starts from (step_carry)
+    assert new["layers"][0]["attn"]["wq"].sharding.spec == sl.P("x", "y")
     # every parameter of the model has a spec, under its path
     n = len(sl.tree_util.tree_leaves(param_axes(cfg), is_leaf=lambda a: isinstance(a, tuple)))
     assert len(sl.tree_util.tree_leaves(plan.in_specs, is_leaf=lambda s: isinstance(s, sl.PartitionSpec))) == n + 2

@@ -53,7 +53,7 @@ from .pipeline import plan_pipeline
 from .plan import ShardingPlan, autoshard
 
 __all__ = ["DEFAULT_OPTIMIZER", "train_step", "example_args", "plan_model", "strategies", "stage_step", "stage_args",
-           "stage_program", "data_parallel_stages", "compare_model"]
+           "stage_program", "data_parallel_stages", "compare_model", "step_carry"]
 
 DEFAULT_OPTIMIZER = SGD(lr=0.1)
 
@@ -142,12 +142,23 @@ def plan_model(cfg: ModelConfig, *, mesh, batch: int, seq: int, memory_limit_byt
                optimizer=None, in_specs=None, **kwargs) -> ShardingPlan:
     """`autoshard` of `cfg`'s training step (`train_step`) with a batch of ``batch`` sequences of
     ``seq`` tokens on `mesh` under `memory_limit_bytes` per device: the plan for every parameter
-    (and optimizer state), the batch and every activation. Check it with
+    (and optimizer state), the batch and every activation. The new parameters and states come
+    back in their arguments' layouts, that resharding priced (`step_carry`; pass ``carry=None``
+    to leave them where the search likes). Check it with
     ``plan.check(*example_args(cfg, batch, seq, optimizer=...))``; run it with ``plan.run``.
     Other keyword arguments (``in_specs``, ``time_limit_s``, ...) go to `autoshard`."""
     args = example_args(cfg, batch, seq, optimizer=optimizer, abstract=True)
+    kwargs.setdefault("carry", step_carry(optimizer))
     return autoshard(train_step(cfg, optimizer), *args, mesh=mesh, memory_limit_bytes=memory_limit_bytes,
                      in_specs=in_specs, **kwargs)
+
+
+def step_carry(optimizer=None) -> tuple:
+    """`autoshard`'s ``carry`` for `train_step`: the new parameters (result 1) go back to the
+    parameters' layout (argument 0), and the new optimizer states (result 2) to the states'
+    (argument 1), as the next step starts from them."""
+    opt = get_optimizer(optimizer if optimizer is not None else DEFAULT_OPTIMIZER)
+    return ((1, 0), (2, 1)) if opt.state_names else ((1, 0),)
 
 
 def strategies(cfg: ModelConfig, mesh, *, data: str = "x", model: str = "y", optimizer=None) -> dict:
@@ -263,5 +274,6 @@ def compare_model(cfg: ModelConfig, *, mesh, batch: int, seq: int, memory_limit_
     if run and not getattr(mesh, "abstract", False):
         params, tok, tgt = args
         pargs = (cfg, params, tok, tgt)
+    kwargs.setdefault("carry", step_carry())
     return compare(train_step(cfg), *args, mesh=mesh, strategies=hand, memory_limit_bytes=memory_limit_bytes,
                    run=run, rtol=rtol, pipelines=pls, pipeline_args=pargs, **kwargs)
