@@ -63,22 +63,62 @@ def run_psum(prim, p, storages, mesh, params):
 
 
 def run_all_gather(prim, p, storages, mesh, params):
+    """all_gather over one split axis: MPI Allgather of the ranks' blocks straight into one
+    buffer, then (unless the layout already is the output's) one copy that puts the group's
+    devices, rank-major, at the gathered dim."""
     axes, axis, tiled = params["axes"], params["axis"], params["tiled"]
     dims = p.split_axes(axes)
     x = block_of(p, storages[0])
-    if not (dims and tiled and axis == 0 and isinstance(x, np.ndarray) and x.ndim > p.k
-            and all(d == 1 for d in x.shape[:p.k]) and all(storages[0].shape[j] != 1 for j in dims)):
+    if not (len(axes) == 1 and len(dims) == 1 and isinstance(x, np.ndarray) and x.ndim >= p.k
+            and storages[0].shape[dims[0]] != 1 and (x.ndim > p.k or not tiled)):
         return run_collective(prim, p, storages, mesh, params)
     if STATE.check_programs:
         check_same_program(p, prim, storages, params)
     (shape, dtype), = prim.shape_rule(storages, mesh, **params)
+    k, j = p.k, dims[0]
+    local = x.ndim - k
+    a = axis % local if tiled else axis % (local + 1)
     x = contiguous(x)
     comm = p.sub(dims)
-    # one device per rank along the axes: rank order is device order, and blocks of the first
-    # local dim side by side are the tiled gather along it
-    out = empty((comm.Get_size(),) + x.shape, x.dtype, like=x)
-    comm.Allgather(_bytes(x), _bytes(out))
-    return [_own(p, shape, dtype, out.reshape(p.block_shape(shape)))]
+    recv = empty((comm.Get_size(),) + x.shape, x.dtype, like=x)
+    comm.Allgather(_bytes(x), _bytes(recv))
+    # recv: (source rank q, mesh dims with the rank's b devices at j, local dims); the output is
+    # the same on the group's devices (mesh dim j of 1) and holds their n = q * b values in
+    # device order at local dim a (side by side when tiled, a new dim otherwise)
+    order = ([1 + i for i in range(k) if i != j] + [1 + k + t for t in range(a)] + [0, 1 + j]
+             + [1 + k + t for t in range(a, local)])
+    return [_own(p, shape, dtype, contiguous(recv.transpose(order)).reshape(p.block_shape(shape)))]
+
+
+def run_psum_scatter(prim, p, storages, mesh, params):
+    """psum_scatter over one split axis: the core sums this rank's devices of the group, MPI
+    Reduce_scatter_block gives each rank the sum of its devices' chunks, and one copy puts a
+    chunk on each device (the general path would gather every rank's whole input first)."""
+    axes, d, tiled = params["axes"], params["dim"], params["tiled"]
+    dims = p.split_axes(axes)
+    x = block_of(p, storages[0])
+    if not (len(axes) == 1 and len(dims) == 1 and isinstance(x, np.ndarray) and x.ndim > p.k
+            and x.dtype.kind != "b" and storages[0].shape[dims[0]] != 1):
+        return run_collective(prim, p, storages, mesh, params)
+    if STATE.check_programs:
+        check_same_program(p, prim, storages, params)
+    (shape, dtype), = prim.shape_rule(storages, mesh, **params)
+    k, j = p.k, dims[0]
+    d = k + d % (x.ndim - k)
+    r, b = p.grid[j], p.block[j]
+    w = wide(x.dtype)
+    if w.itemsize < 4:
+        w = np.dtype(np.float32)  # MPI reduces no bfloat16
+    x = x.astype(w, copy=False)
+    part = _core.all_reduce(p.block_mesh._core, x, axes, "sum") if b > 1 else x  # mesh dim j: 1
+    # the scattered dim as (destination rank, its b devices, one chunk), destination rank first
+    part = part.reshape(part.shape[:d] + (r, b, part.shape[d] // (r * b)) + part.shape[d + 1:])
+    send = contiguous(np.moveaxis(part, d, 0))
+    recv = empty(send.shape[1:], w, like=send)
+    p.sub(dims).Reduce_scatter_block(send, recv, op=STATE.MPI.SUM)
+    # recv: mesh dims (1 at j), the scattered dim as (b, chunk); device i of the b gets chunk i
+    out = contiguous(np.moveaxis(recv.reshape(recv.shape[:j] + recv.shape[j + 1:]), d - 1, j))
+    return [_own(p, shape, dtype, narrow(out, dtype).reshape(p.block_shape(shape)))]
 
 
 def run_all_to_all(prim, p, storages, mesh, params):
@@ -125,4 +165,5 @@ def run_all_to_all(prim, p, storages, mesh, params):
     return [_own(p, shape, dtype, out)]
 
 
-dispatch._SPECIAL.update({col.PSUM: run_psum, col.ALL_GATHER: run_all_gather, col.ALL_TO_ALL: run_all_to_all})
+dispatch._SPECIAL.update({col.PSUM: run_psum, col.ALL_GATHER: run_all_gather, col.PSUM_SCATTER: run_psum_scatter,
+                          col.ALL_TO_ALL: run_all_to_all})

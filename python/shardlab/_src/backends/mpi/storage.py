@@ -90,6 +90,29 @@ class RankStorage(AbstractStorage):
         return getattr(np.asarray(self), name)
 
 
+def rank_nbytes(storage) -> tuple:
+    """(split, replicated): bytes of host memory this rank holds for `storage`, the second
+    those of a value that is the same on every rank (its storage is 1 along every mesh dim
+    split over the ranks: each rank holds a copy, where one process held one in all). A
+    storage that is not a RankStorage (one process) is all split. Stride-0 dims count once.
+
+    Example:
+        >>> import numpy as np
+        >>> from shardlab._src.backends.mpi.storage import rank_nbytes
+        >>> rank_nbytes(np.broadcast_to(np.zeros((1, 256), np.float32), (8, 256)))
+        (1024, 0)
+    """
+    block = storage.block if type(storage) is RankStorage else storage
+    if not isinstance(block, np.ndarray):
+        return 0, 0
+    n = math.prod(d for d, st in zip(block.shape, block.strides) if st != 0) * block.itemsize if block.size else 0
+    if type(storage) is not RankStorage:
+        return int(n), 0
+    p = storage.placement
+    same = all(storage.shape[j] == 1 or p.grid[j] == 1 for j in range(p.k)) and max(p.grid, default=1) > 1
+    return (0, int(n)) if same else (int(n), 0)
+
+
 def gather(p, block: np.ndarray, shape) -> np.ndarray:
     """The global storage of `shape` from every rank's `block` (an MPI Allgather over the
     ranks among which the storage varies)."""
