@@ -1,7 +1,7 @@
 """The intra-op solver of shardlab.autoshard on a synthetic 24-layer transformer training step.
 
-The problem is built by hand (the global-view tracer that will build it from a program is not
-here yet): per layer 10 nodes (ln1, qkv, attention, out-proj, add, ln2, up, gelu, down, add) on
+The problem is built by hand, so the solver is measured alone (bench_autoshard.py builds the
+problem from a traced global-view program, tracing and pricing included): per layer 10 nodes (ln1, qkv, attention, out-proj, add, ln2, up, gelu, down, add) on
 a 2-D mesh; each matmul has 12 strategies (every assignment of the two mesh axes to its M, K or N
 dimension, and the FSDP form of MM, MN and MK), each elementwise op and the attention 9 (every
 assignment of the axes to the tensor's two dims or none). Seconds come from shardlab.cost on the mesh's hardware:
