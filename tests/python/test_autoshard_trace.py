@@ -224,6 +224,30 @@ def test_book_part5_llama13b_on_the_v5p_cube_beats_the_nearest_fsdp_tp():
     assert "autoshard" in c.table() and c.best().name == "autoshard"
 
 
+def test_book_part5_at_x_opt_lands_on_the_books_x_and_y_and_gathers_weights_once():
+    """The same chips as a 1024 x 4 mesh, all 40 layers: the book's FSDP + TP (X=1024, Y=4) is
+    priced, and the free plan takes the book's split (batch over the 1024, F over the 4-way model
+    axis) with the weights whole over the data axis and the moments split there (ZeRO-1): one
+    all-gather of each weight per step where FSDP gathers before the forward and the backward."""
+    c = book.part5_at_x_opt()
+    rows = {r.name: r for r in c.rows}
+    free, book_plan = rows["autoshard"].plan, rows["fsdp_tp (X=1024, Y=4)"].plan
+    assert free.solution.proven_optimal and book_plan.solution.proven_optimal
+    assert free.estimate_s < book_plan.estimate_s < 0.45
+    assert 0.25 < free.estimate_s < 0.35  # the book: ~300 ms a step
+    assert book_plan.specs["[0][5][0]"] == sl.P("data", "model")
+    assert free.specs["[3]"] == sl.P("data")
+    for layer in range(40):
+        assert free.specs[f"[0][{layer}][0]"] == free.specs[f"[0][{layer}][1]"] == sl.P(None, "model")
+        assert free.specs[f"[0][{layer}][2]"] == sl.P("model")
+        assert "data" in free.specs[f"[1][{layer}][0]"] and "data" in free.specs[f"[2][{layer}][2]"]
+
+    def gathers(plan):
+        return sum(c.op == "all_gather" and c.axes == ("data",) for c in plan.collectives)
+
+    assert gathers(free) == 3 * 40 and gathers(book_plan) == 2 * 3 * 40 - 2  # the last layer's w_out: once
+
+
 def test_a_reused_pricer_reuses_the_recorded_program():
     """As jit caches a trace by function and argument types, a pricer passed to another plan of
     the same function on arguments of the same shapes reuses the recorded program (compare
