@@ -66,6 +66,7 @@ bench: install
 	@for b in $(BENCHMARKS); do echo "== $$b"; \
 	  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE $(PYTHON) $$b || exit 1; done
 	@echo "== benchmarks/bench_mpi.py (2 ranks)"; $(MPIRUN) -n 2 $(PYTHON) benchmarks/bench_mpi.py collectives
+	@echo "== benchmarks/bench_mpi.py train (1, 2 and 4 ranks)"; $(PYTHON) benchmarks/bench_mpi.py train
 
 # The docs site (MkDocs strict mode: broken links and docstring warnings fail) into site/.
 docs: install
