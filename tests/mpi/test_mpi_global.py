@@ -153,3 +153,31 @@ def test_reshard_on_the_rank_grid_of_a_reordered_split():
         assert_same(program)
     finally:
         sl.distributed.initialize()
+
+
+def test_partial_manual_and_nested_shard_map_keep_rank_blocks():
+    """shard_map's entry into some manual axes and a nested shard_map's exit (the layout
+    primitives) run on the ranks' blocks: the one-process values and ledger, nothing gathered
+    but the ranks along a merged axis."""
+    def program():
+        mesh = _mesh("Auto")
+        x = sl.device_put(X, sl.NamedSharding(mesh, P("x", "y")))
+        seen = []
+
+        def outer(v):
+            inner = sl.shard_map(lambda b: sl.lax.psum(b, "y") + sl.lax.axis_index("x"), in_specs=P(None, "y"),
+                                 out_specs=P(None, None), axis_names={"y"})
+            out = inner(v) * 2
+            seen.append(sl.distributed.holds_block(out.storage))
+            return out
+
+        with sl.set_mesh(mesh):
+            nested = sl.shard_map(outer, in_specs=P("x"), out_specs=P("x"), axis_names={"x"})(x)
+            partial = sl.shard_map(lambda v: sl.lax.psum(v.sum(1, keepdims=True), "x"), in_specs=P("x"),
+                                   out_specs=P(), axis_names={"x"})(x)
+        assert seen == [sl.distributed.is_initialized()] and _spread(nested) and _spread(partial)
+        return [nested, partial]
+
+    values, _ = assert_same(program)
+    want = (X.reshape(8, 4, 4).sum(1) + np.arange(2).repeat(4)[:, None]) * 2  # the y blocks summed, plus x's index
+    np.testing.assert_array_equal(values[0], want)

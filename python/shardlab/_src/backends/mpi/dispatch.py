@@ -7,7 +7,9 @@
   way; otherwise the ranks along the split axes exchange blocks (MPI Allgather on their
   sub-communicator), the core's collective runs on the group's devices, and each rank keeps
   its block; psum, all_gather and all_to_all have direct MPI forms (``mpi/collectives.py``);
-- anything else (shard_map's entry and exit layouts) runs on the gathered global storage.
+- shard_map's entry into manual axes splits each rank's block locally; its exit (merging the
+  devices' parts along an axis split over ranks) gathers the blocks of the ranks along it;
+- anything else (a primitive made outside these modules) runs on the gathered global storage.
 
 Outputs are RankStorage of the global shape the shape rule gives, so shape rules and ledger
 events are those of the one-process run.
@@ -97,6 +99,12 @@ def run_collective(prim, p, storages, mesh, params):
         check_same_program(p, prim, storages, params)
     if not dims:
         return run_local(prim, p, storages, mesh, params)
+    return _on_groups(prim, p, storages, mesh, params, dims)
+
+
+def _on_groups(prim, p, storages, mesh, params, dims):
+    """The emulated implementation on the devices of this rank's group along mesh dims `dims`
+    (the blocks of the ranks along them, MPI Allgather'ed), each rank keeping its block."""
     full = []
     for s in storages:
         b = block_of(p, s)
@@ -111,6 +119,25 @@ def run_collective(prim, p, storages, mesh, params):
     avals = prim.shape_rule(storages, mesh, **params)
     outs = prim.impl["emulated"](full, p.mesh_over(dims), **params)
     return [RankStorage(shape, dtype, _kept(p, o, dims), p) for (shape, dtype), o in zip(avals, outs)]
+
+
+def run_layout(prim, p, storages, mesh, params):
+    """shard_map's entry into manual axes (``shard_map_split``: a local dim split along mesh
+    axes where the value is the same on every device) and exit (``shard_map_merge``: the
+    devices' parts along mesh axes concatenated into a local dim) over ``params["dims"]``'s
+    axes: a split is local to each rank's devices; a merge gathers the blocks of the ranks
+    along the split axes (MPI Allgather), as a tiled all_gather."""
+    dims = p.split_axes(tuple(a for names in params["dims"] for a in names))
+    if prim.name == "shard_map_merge" and dims and STATE.check_programs:
+        check_same_program(p, prim, storages, params)
+    if prim.name == "shard_map_merge":
+        return _on_groups(prim, p, storages, mesh, params, dims)
+    (shape, dtype), = prim.shape_rule(storages, mesh, **params)
+    out, = prim.impl["emulated"]([block_of(p, storages[0])], p.mesh_over(dims), **params)
+    return [RankStorage(shape, dtype, _kept(p, out, dims), p)]
+
+
+_LAYOUTS = ("shard_map_split", "shard_map_merge")  # transforms/shard_map.py's primitives (a layer above)
 
 
 def _bytes(a: np.ndarray):
@@ -129,6 +156,8 @@ def _impl_for(prim):
         run = run_collective  # a collective over params["axes"]; the others there run globally
     elif module in _LOCAL_MODULES:
         run = run_local
+    elif prim.name in _LAYOUTS and module == "shardlab._src.transforms.shard_map":
+        run = run_layout
     else:
         run = run_global
 
