@@ -348,6 +348,7 @@ class Reduced:
             (var_of[i], np.arange(len(p.nodes[i].strategies))) for i in range(len(p.nodes))]
         self.edges: dict[tuple[int, int], np.ndarray] = {}
         self.adj: dict[int, set[int]] = {k: set() for k in range(len(self.cost))}
+        self._extra_cache: dict = {}
         for e in p.edges:
             self._add_edge(var_of[p.index[e.src]], var_of[p.index[e.dst]], e.reshard_s)
         self.alive = [True] * len(self.cost)
@@ -437,7 +438,7 @@ class Reduced:
             n = len(self.cost[v])
             # dom[j, jp]: choice jp is never worse than j
             dom = (self.cost[v][None, :] - self.cost[v][:, None]
-                   + self._extra(self._neighbours(v).values(), n)) <= 0
+                   + self._sum(self._extras(v).values(), n)) <= 0
             if self._mem_matters:
                 dom &= self.memory[v][None, :] <= self.memory[v][:, None]
             keep = list(range(n))
@@ -449,14 +450,26 @@ class Reduced:
                 self._keep_choices(v, np.array(keep))
         return changed
 
+    def _extras(self, v: int) -> dict[int, np.ndarray]:
+        """Neighbour w -> [j, jp]: the most seconds choice jp of v can add over choice j through
+        the edge to w, whatever w chooses. Cached per edge matrix (edges are replaced, never
+        changed in place, so the matrix object identifies its content)."""
+        out = {}
+        for w in self.adj[v]:
+            base = self.edges[(v, w) if v < w else (w, v)]
+            hit = self._extra_cache.get((v, w))
+            if hit is None or hit[0] is not base:
+                m = base if v < w else base.T
+                hit = self._extra_cache[(v, w)] = (base, np.max(m[None, :, :] - m[:, None, :], axis=2))
+            out[w] = hit[1]
+        return out
+
     @staticmethod
-    def _extra(mats, n) -> np.ndarray:
-        """[j, jp]: the most seconds choice jp can add over choice j through these edges
-        (matrices indexed [choice, neighbour's choice]), whatever the neighbours choose."""
-        extra = np.zeros((n, n))
-        for m in mats:
-            extra += np.max(m[None, :, :] - m[:, None, :], axis=2)
-        return extra
+    def _sum(extras, n) -> np.ndarray:
+        total = np.zeros((n, n))
+        for e in extras:
+            total += e
+        return total
 
     def _follow_leader(self) -> bool:
         changed = False
@@ -464,11 +477,11 @@ class Reduced:
             if not self.alive[v] or self._tied(v):
                 continue
             nbs = self._neighbours(v)
+            extras = self._extras(v)
             for u, r_vu in nbs.items():
                 if self._tied(u):
                     continue
-                others = [m for w, m in nbs.items() if w != u]
-                f = self._leader_map(v, r_vu, others)
+                f = self._leader_map(v, r_vu, self._sum((e for w, e in extras.items() if w != u), len(self.cost[v])))
                 if f is None:
                     continue
                 # merge v into u: u = i implies v = f[i]
@@ -486,10 +499,10 @@ class Reduced:
                 break
         return changed
 
-    def _leader_map(self, v, r_vu, others):
-        """For each choice i of u, the choice of v that dominates all others given u = i."""
+    def _leader_map(self, v, r_vu, extra):
+        """For each choice i of u, the choice of v that dominates all others given u = i
+        (`extra`: what v's other edges can add, as `_extras` summed)."""
         nv, nu = r_vu.shape
-        extra = self._extra(others, nv)
         f = np.empty(nu, dtype=np.int64)
         mem = self.memory[v] if self._mem_matters else np.zeros(nv)
         mem_ok = mem[None, :] <= mem[:, None]  # [j, jp]
@@ -533,7 +546,7 @@ class Reduced:
         self.names = [self.names[v] for v in new]
         self.edges = {(new[a], new[b]): m for (a, b), m in self.edges.items()}
         self.equalities = [(new[a], new[b]) for a, b in self.equalities]
-        del self.adj
+        del self.adj, self._extra_cache
         self.node_map = [(new[k] if k >= 0 else -1, mp) for k, mp in self.node_map]
         del self.alive
 
