@@ -11,7 +11,8 @@ from shardlab.models import ModelConfig, transformer
 
 pytest.importorskip("highspy")
 
-from shardlab.autoshard import MemoryLimitError, UntraceableError, autoshard, brute_force, examples, solve  # noqa: E402
+from shardlab.autoshard import (MemoryLimitError, SolverTimeLimitWarning, UntraceableError, autoshard,  # noqa: E402
+                                brute_force, examples, solve)
 from shardlab.autoshard import book, compare, explain, plan_pipeline, trace_program  # noqa: E402
 
 
@@ -122,6 +123,22 @@ def test_abstract_mesh_plans_and_lowers_with_the_predicted_collectives():
     assert seen == [c.key() for c in plan.collectives]
     with pytest.raises(ValueError, match="abstract"):
         plan.run(np.ones((8192, 4096), np.float32), np.ones((4096, 4096), np.float32))
+
+
+def test_solver_time_out_returns_the_best_plan_found_which_runs():
+    """A time limit too short for HiGHS: the plan returned is the best found (at worst the greedy
+    one), flagged not proven optimal with a warning that says so, within the memory limit, and
+    it runs with outputs equal to the unsharded step and the predicted ledger."""
+    mesh = sl.make_mesh((2, 2), ("x", "y"), hardware="tpu-v5p")
+    params, x = examples.init(layers=1, batch=8, seq=4, d_model=16, heads=4, head_dim=4, ffw=32)
+    free = autoshard(examples.train_step, params, x, mesh=mesh)
+    limit = 0.6 * free.solution.memory_bytes
+    with pytest.warns(SolverTimeLimitWarning, match="not proven optimal. Raise time_limit_s"):
+        plan = autoshard(examples.train_step, params, x, mesh=mesh, memory_limit_bytes=limit, time_limit_s=1e-4,
+                         pricer=free.program.pricer)
+    assert not plan.solution.proven_optimal and plan.solution.size_after.nodes > 0
+    assert plan.solution.memory_bytes <= limit and "NOT proven optimal" in plan.summary()
+    plan.check(params, x, rtol=1e-4)
 
 
 def test_untraceable_function_names_the_primitive():
