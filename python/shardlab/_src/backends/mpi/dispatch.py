@@ -75,19 +75,26 @@ def run_global(prim, p, storages, mesh, params):
     return [RankStorage(o.shape, o.dtype, _kept(p, o), p) for o in outs]
 
 
+def _differing(comm, desc: str):
+    """None when every rank of `comm` gives the same `desc` (one 16-byte Allreduce); otherwise
+    each rank's, one line per rank. Collective."""
+    h = zlib.crc32(desc.encode())
+    mine = np.array([h, -h], np.int64)
+    both = np.empty_like(mine)
+    comm.Allreduce(mine, both, op=STATE.MPI.MAX)
+    if both[0] == h and both[1] == -h:
+        return None
+    return "\n".join(f"  rank {r}: {d}" for r, d in enumerate(comm.allgather(desc)))
+
+
 def check_same_program(p, prim, storages, params) -> None:
     """ValueError naming the ranks and their collectives unless every rank is about to run the
     same collective (op, axes, shapes, dtypes)."""
     desc = f"{prim.name}(axes={tuple(params.get('axes', ()))}, " + ", ".join(
         f"{getattr(s, 'dtype', type(s).__name__)}{tuple(getattr(s, 'shape', ()))}" for s in storages) + ")"
-    h = zlib.crc32(desc.encode())
-    mine = np.array([h, -h], np.int64)
-    both = np.empty_like(mine)
-    p.comm.Allreduce(mine, both, op=STATE.MPI.MAX)
-    if both[0] == h and both[1] == -h:
+    lines = _differing(p.comm, desc)
+    if lines is None:
         return
-    descs = p.comm.allgather(desc)
-    lines = "\n".join(f"  rank {r}: {d}" for r, d in enumerate(descs))
     raise RuntimeError(f"[mpi] the ranks run different programs: at this collective\n{lines}\nevery rank must "
                        f"run the same sequence of collectives (SPMD); make rank-dependent branches "
                        f"collective-free")
@@ -198,19 +205,6 @@ register_derived("mpi", derive)
 
 
 # -- device_put: rank 0's value, each rank keeping its devices' block -------------------------------
-def _agree(comm, desc: str) -> None:
-    """ValueError listing each rank's `desc` unless every rank of `comm` gives the same one."""
-    h = zlib.crc32(desc.encode())
-    mine = np.array([h, -h], np.int64)
-    both = np.empty_like(mine)
-    comm.Allreduce(mine, both, op=STATE.MPI.MAX)
-    if both[0] == h and both[1] == -h:
-        return
-    lines = "\n".join(f"  rank {r}: {d}" for r, d in enumerate(comm.allgather(desc)))
-    raise ValueError(f"[device_put] the ranks pass different arrays:\n{lines}\nunder MPI every rank passes an "
-                     f"array of the same shape and dtype, and rank 0's values are used (docs/mpi.md)")
-
-
 def put_from_root(storage: np.ndarray, mesh, shape, *, same: bool = False):
     """Rank 0's `storage` (a host value of global `shape` laid out on `mesh`'s devices: mesh
     dims, then the shard) on every rank, each keeping only its devices' block (a RankStorage):
@@ -225,7 +219,10 @@ def put_from_root(storage: np.ndarray, mesh, shape, *, same: bool = False):
     desc = f"{storage.dtype}{tuple(shape)}"
     enter(f"device_put({desc} onto mesh {dict(mesh.shape)})")
     try:
-        _agree(comm, f"{desc} laid out as {tuple(storage.shape)}")
+        lines = _differing(comm, f"{desc} laid out as {tuple(storage.shape)}")
+        if lines is not None:
+            raise ValueError(f"[device_put] the ranks pass different arrays:\n{lines}\nunder MPI every rank passes "
+                             f"an array of the same shape and dtype, and rank 0's values are used (docs/mpi.md)")
         p = placement(mesh)
         root = comm.Get_rank() == 0
         if p is None:  # a mesh without axes: every rank holds the whole value
