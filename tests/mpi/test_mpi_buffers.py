@@ -120,3 +120,32 @@ def test_values_the_user_holds_are_never_overwritten(case):
     assert not np.may_share_memory(third._storage.block, second._storage.block)
     np.testing.assert_array_equal(np.asarray(third), expect)
     np.testing.assert_array_equal(np.asarray(second), expect)
+
+
+
+@multi
+@pytest.mark.parametrize("dtype", [np.float32, np.int32, sl.dtypes.bfloat16])
+def test_psum_scatter_and_all_gather_over_a_split_axis_take_the_direct_mpi_forms(dtype, monkeypatch):
+    """Several devices per rank along the axis (mesh (4, 2) over 2 ranks) or one (over 4):
+    psum_scatter is Reduce_scatter_block, all_gather one Allgather, with the one-process values."""
+    from shardlab._src.backends.mpi import collectives as mc
+    general = []
+    orig = mc.run_collective
+    monkeypatch.setattr(mc, "run_collective", lambda *a: general.append(a[0].name) or orig(*a))
+    mesh = sl.make_mesh((4, 2), ("x", "y"))
+
+    def run(f, in_spec, out_spec, shape):
+        x = (np.arange(np.prod(shape)).reshape(shape) % 11).astype(dtype)
+        return sl.shard_map(f, mesh=mesh, in_specs=in_spec, out_specs=out_spec)(
+            sl.device_put(x, sl.NamedSharding(mesh, in_spec)))
+
+    for dim, out in [(0, P("x")), (1, P(None, "x")), (-1, P(None, None, "x"))]:  # local (4, 24, 8)
+        assert_same(lambda: run(lambda a: lax.psum_scatter(a, "x", scatter_dimension=dim, tiled=True),
+                                P("x"), out, (16, 24, 8)))
+    assert_same(lambda: run(lambda a: lax.psum_scatter(a, "x", scatter_dimension=1, tiled=False),
+                            P("x"), P("x"), (16, 4, 8)))  # dim 1 of the group's size: one row each
+    for axis, tiled, out in [(0, True, P(None, "y")), (1, True, P(None, "y")), (2, False, P(None, "y")),
+                             (0, False, P(None, None, "y"))]:  # local (4, 12, 8)
+        assert_same(lambda: run(lambda a: lax.all_gather(a, "x", axis=axis, tiled=tiled), P("x", "y"), out,
+                                (16, 24, 8)))
+    assert general == []
