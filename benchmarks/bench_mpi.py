@@ -60,6 +60,10 @@ def machine() -> str:
     return f"CPU: {cpu_model()}, {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}"
 
 
+# mpi4py and shardlab are imported inside the modes that run under mpirun: the `train` driver
+# starts mpirun itself, and a process that has initialized MPI should not.
+
+
 def collectives() -> None:
     from mpi4py import MPI
 
