@@ -10,7 +10,9 @@ overlaps as the frameworks do it:
 
 * FSDP / ZeRO weight gathers over the data axes are prefetched under the compute of their phase,
   gradient reduce-scatters and all-reduces (DP, bucketed) overlap the backward pass; one
-  layer's worth of each stays exposed (the first gather, the last reduction);
+  layer's worth of each stays exposed (the first gather, the last reduction); with
+  ``dcn_overlap=False`` the reductions that cross the data-centre network between TPU slices
+  are on the critical path instead (what MaxText's multi-slice runs measured);
 * tensor-parallel collectives are on the critical path unless ``async_tp=True``;
 * context-parallel ring exchanges overlap the attention; a context axis of ``C > 2`` executes
   its ring over 2 devices holding the same blocks and counts the ring of ``C`` in closed form
@@ -236,7 +238,7 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
              dp_overlap: bool = True, attention: str = "flash", dropout: bool = False,
              pipeline_link: str | None = None, elementwise_scale: float = 1.0,
              execute_layers: int | None = None, kernels: str = "fused", fused_norm: bool | None = None,
-             reduce_dtype: str | None = None, fsdp_copies: bool = False) -> Estimate:
+             reduce_dtype: str | None = None, fsdp_copies: bool = False, dcn_overlap: bool = True) -> Estimate:
     """Runs one training step of ``cfg`` shape-only and prices it on ``hardware``.
 
     Args:
@@ -288,6 +290,12 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
             FSDP2's ``foreach_all_gather_copy_out`` and ``foreach_reduce_scatter_copy_in``):
             read and write those bytes as memory-bound work of the phase; XLA's gathers land in
             place (False).
+        dcn_overlap: the gradient reductions over a mesh axis on the data-centre network
+            between TPU slices overlap the backward as the other data-parallel reductions do
+            (default); False puts them on the critical path (``comm:<axes>`` in ``phases``):
+            what the multi-slice rows of MaxText's tables show (docs/train.md, "Validated
+            against published runs"), their ring at the DCN's bandwidth plus the price list's
+            ``step_overhead["dcn"]`` per ring step.
 
     Returns:
         An :class:`Estimate`.
@@ -302,6 +310,9 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
         _check(op, name, v)
     if isinstance(elementwise_scale, bool) or not isinstance(elementwise_scale, (int, float)) or elementwise_scale < 0:
         raise ValueError(f"[{op}] elementwise_scale={elementwise_scale!r} must be a number >= 0")
+    if not isinstance(dcn_overlap, bool):
+        raise ValueError(f"[{op}] dcn_overlap={dcn_overlap!r}: use True (the DCN reductions overlap the backward) "
+                         f"or False (on the critical path)")
     if attention not in ("flash", "unfused"):
         raise ValueError(f"[{op}] attention={attention!r}: use 'flash' or 'unfused'")
     if kernels not in ("fused", "eager"):
@@ -382,6 +393,9 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
         attn_scale *= flops_per_token(cfg_run, seq, causal=False).attention / causal if causal else 1.0
 
     data_axes = set(s.data)
+    links = hw_mod.resolve_physical_axes(hw, tuple(m.shape), tuple(m.shape.values()),
+                                         getattr(m, "physical_axes", None)) if not dcn_overlap else {}
+    dcn_axes = {a for a, link in links.items() if link == "dcn"}
     # priced seconds per (where, phase) of compute, per (where, phase, axes, kind) of collectives;
     # where: "layer" (the unit layer), "other_layer" (the other executed layers) or the scope
     comp: dict = {}
@@ -416,8 +430,8 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
             continue
         key = "+".join(e["axes"])
         axes = set(e["axes"])
-        if phase == "optimizer":
-            kind = "exposed"
+        if phase == "optimizer" or axes & dcn_axes:
+            kind = "exposed"        # (a reduction across slices on the critical path: dcn_overlap=False)
         elif axes <= data_axes:
             kind = "overlap" if e["op"] == "all_gather" else "dp"   # gathers prefetched; gradient reductions
         elif s.context and axes == {s.context}:

@@ -45,7 +45,8 @@ from .estimate import Estimate, _clock, estimate
 from .hierarchical import hierarchical
 from .strategy import Strategy
 
-__all__ = ["A100", "TABLES", "RowEstimate", "table", "estimate_row", "validate", "fit", "gpt_config", "gpu_config",
+__all__ = ["A100", "TABLES", "RowEstimate", "table", "estimate_row", "validate", "fit", "FIT_CONSTANTS", "gpt_config",
+           "gpu_config",
            "sdpa_efficiency",
            "paper_flops", "MegatronEstimate", "estimate_megatron", "validate_megatron", "fit_efficiency",
            "pipeline_seconds", "activation_bytes", "EFFICIENCY"]
@@ -204,9 +205,13 @@ def _maxtext_row(row: dict, prices) -> tuple[Estimate, float]:
         strat = hierarchical(data="data", zero=3, model="model" if tp > 1 else None, sequence_parallel=tp > 1)
     else:
         strat = "fsdp_tp" if tp > 1 else "fsdp"
-    # XLA's async collective fusion (the scripts' LIBTPU_INIT_ARGS) overlaps the TP collectives
+    # XLA's async collective fusion (the scripts' LIBTPU_INIT_ARGS) overlaps the TP collectives; the
+    # gradient all-reduce across slices is on the critical path (dcn_overlap=False): the multi-slice
+    # rows grow with layers x DCN ring steps, which a reduction hidden under the backward cannot do
+    # (docs/train.md: overlapped, the best fitted step cost leaves v5e's worst row at 18 %)
     e = estimate(maxtext_config(row), strat, mesh, row["hardware"], batch=row["per_device_batch"] * row["chips"],
-                 seq=_maxtext.SEQ_LEN, remat=_MAXTEXT_REMAT[row["remat_policy"]], async_tp=True, prices=prices)
+                 seq=_maxtext.SEQ_LEN, remat=_MAXTEXT_REMAT[row["remat_policy"]], async_tp=True, prices=prices,
+                 dcn_overlap=False)
     return e, _maxtext.measured_seconds(row)
 
 
@@ -316,32 +321,88 @@ def _with_efficiency(chip: str, eff: float):
     return base.replace(matmul_efficiency={k: eff for k in base.matmul_efficiency})
 
 
-def fit(name: str, train_rows, *, grid=None, show: bool = False) -> dict:
-    """Fits the chip's large-GEMM efficiency (the one constant of its price list that is not a
-    transcribed figure) on the rows ``train_rows`` (indices into :func:`table`) and reports the
-    error on the held-out rest.
+#: The constants :func:`fit` fits: a chip's large-GEMM efficiency, and the DCN's cost per ring
+#: step (``PriceList.step_overhead["dcn"]``, one figure for every TPU), each with its default grid.
+FIT_CONSTANTS = {"efficiency": [x / 100 for x in range(60, 96, 5)],
+                 "dcn_step_overhead": [x / 1e6 for x in range(0, 151, 10)]}
+
+
+def _with_constant(chip: str, constant: str, value: float):
+    if constant == "efficiency":
+        return _with_efficiency(chip, value)
+    base = cost.price_list(chip)
+    return base.replace(step_overhead=dict(base.step_overhead, dcn=value))
+
+
+def fit(name: str, train_rows, *, constant: str = "efficiency", grid=None, held_out=None,
+        leave_one_out: bool = False, show: bool = False) -> dict:
+    """Fits one constant of the price lists on the rows ``train_rows`` and reports the error on
+    held-out rows.
+
+    Args:
+        name: the table ``train_rows`` indexes (:data:`TABLES`).
+        train_rows: indices into ``table(name)``, or rows (dicts from :func:`table`, of any table).
+        constant: ``"efficiency"``, the chip's large-GEMM efficiency (the one constant of a price
+            list that is not a transcribed figure), or ``"dcn_step_overhead"``, the DCN's cost per
+            ring step of a collective (``PriceList.step_overhead["dcn"]``, seconds) on the chip of
+            each row (:data:`FIT_CONSTANTS`).
+        grid: the values tried (default :data:`FIT_CONSTANTS`'); the one with the least mean
+            absolute error over ``train_rows`` is kept.
+        held_out: rows (dicts from :func:`table`, any table) to report with the fitted value;
+            default the rows of ``table(name)`` not in ``train_rows``.
+        leave_one_out: also fit on every train row but one and report that row's error.
 
     Returns:
-        ``{"efficiency", "train_mean_abs_error", "held_out_mean_abs_error", "held_out_max_abs_error",
-        "held_out": [RowEstimate, ...]}``.
+        ``{"constant", "value", "train_mean_abs_error", "train_max_abs_error",
+        "held_out_mean_abs_error", "held_out_max_abs_error", "held_out": [RowEstimate, ...]}``
+        (``"efficiency"`` too when that is the constant); with ``leave_one_out``,
+        ``"loo_errors"`` (each train row's signed error, fitted without it),
+        ``"loo_mean_abs_error"`` and ``"loo_max_abs_error"``.
+
+    Raises:
+        ValueError: an unknown constant or table, or no train rows.
+
+    Example:
+        >>> from shardlab.train import validate
+        >>> multi = [i for i, r in enumerate(validate.table("maxtext-v5e")) if r["slices"] == 32]
+        >>> f = validate.fit("maxtext-v5e", multi, constant="dcn_step_overhead", grid=[50e-6, 75e-6, 100e-6],
+        ...                  held_out=[])
+        >>> round(f["value"] * 1e6), f["train_max_abs_error"] < 0.1
+        (75, True)
     """
+    if constant not in FIT_CONSTANTS:
+        raise ValueError(f"[validate.fit] constant={constant!r}: use one of {', '.join(FIT_CONSTANTS)}")
     rows = table(name)
-    chip = rows[0].get("hardware", "a100")
-    grid = grid if grid is not None else [x / 100 for x in range(60, 96, 5)]
-    train_idx = sorted(set(train_rows))
-    held = [i for i in range(len(rows)) if i not in train_idx]
+    train = [r if isinstance(r, dict) else rows[r] for r in train_rows]
+    if not train:
+        raise ValueError("[validate.fit] no train rows: pass indices into validate.table(name) or its rows")
+    if held_out is None:
+        idx = {r for r in train_rows if not isinstance(r, dict)}
+        held_out = [r for i, r in enumerate(rows) if i not in idx]
+    grid = list(grid) if grid is not None else FIT_CONSTANTS[constant]
 
-    def err(eff, idx):
-        return [abs(estimate_row(rows[i], _with_efficiency(chip, eff)).error) for i in idx]
+    def chip(r):
+        return r.get("hardware") or (r["table"].removeprefix("torch-") if r["table"].startswith("torch-") else "a100")
 
-    best = min(grid, key=lambda g: sum(err(g, train_idx)))
-    out = [estimate_row(rows[i], _with_efficiency(chip, best)) for i in held]
+    errs = {g: [estimate_row(r, _with_constant(chip(r), constant, g)).error for r in train] for g in grid}
+    best = min(grid, key=lambda g: sum(abs(e) for e in errs[g]))
+    out = [estimate_row(r, _with_constant(chip(r), constant, best)) for r in held_out]
     ho = [abs(r.error) for r in out]
-    res = {"efficiency": best, "train_mean_abs_error": sum(err(best, train_idx)) / len(train_idx),
-           "held_out_mean_abs_error": sum(ho) / len(ho) if ho else 0.0,
+    tr = [abs(e) for e in errs[best]]
+    res = {"constant": constant, "value": best, "train_mean_abs_error": sum(tr) / len(tr),
+           "train_max_abs_error": max(tr), "held_out_mean_abs_error": sum(ho) / len(ho) if ho else 0.0,
            "held_out_max_abs_error": max(ho) if ho else 0.0, "held_out": out}
-    if show:
-        print(_report(name, out, f"{name}: held-out rows with the efficiency {best:.2f} fitted on rows {train_idx}"))
+    if constant == "efficiency":
+        res["efficiency"] = best
+    if leave_one_out:
+        loo = []
+        for i in range(len(train)):
+            g_i = min(grid, key=lambda g: sum(abs(e) for j, e in enumerate(errs[g]) if j != i))
+            loo.append(errs[g_i][i])
+        res.update(loo_errors=loo, loo_mean_abs_error=sum(map(abs, loo)) / len(loo),
+                   loo_max_abs_error=max(map(abs, loo)))
+    if show and out:
+        print(_report(name, out, f"{name}: held-out rows with {constant} {best:.3g} fitted on {len(train)} rows"))
     return res
 
 

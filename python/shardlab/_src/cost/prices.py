@@ -21,7 +21,11 @@ kernels reach:
   bandwidth NCCL or the ICI reach on large messages (bus bandwidth / link bandwidth), its
   latency term, plus a fixed ``collective_overhead`` per call (NCCL's small-message time); the
   bus bandwidth a message of ``V`` bytes reaches, ``V / (overhead + max(latency, V / (e · W)))``,
-  rises with ``V`` as NCCL-tests' tables do.
+  rises with ``V`` as NCCL-tests' tables do. A link may also cost ``step_overhead[link]`` per
+  step of the ring (a ring all-reduce over ``n`` members takes ``2(n - 1)`` steps, a gather or
+  scatter ``n - 1``, a permute 1): the per-message cost of the TPUs' data-centre network, where
+  every send is a host-driven DMA over TCP (fitted on MaxText's v5e multi-slice rows,
+  :data:`DCN_STEP_OVERHEAD`).
 
 :data:`IDEAL` is the book's price list: every fraction 1, no fixed cost (the ledger's own
 ``seconds`` are priced with it).
@@ -40,7 +44,7 @@ from collections.abc import Mapping
 
 from ..core import hardware as _hw
 
-__all__ = ["PriceList", "IDEAL", "price_list", "PRICE_LISTS", "MAMF"]
+__all__ = ["PriceList", "IDEAL", "price_list", "PRICE_LISTS", "MAMF", "DCN_STEP_OVERHEAD"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +62,9 @@ class PriceList:
         collective_efficiency: link kind ("nvlink", "ib", "ici", "dcn") -> bus bandwidth of a
             large collective over the link's bandwidth.
         collective_overhead: seconds per collective call besides latency and bandwidth.
+        step_overhead: link kind ("dcn", ...) -> seconds each step of a collective's ring on
+            that link costs besides its bytes (:meth:`steps` counts them); added to the
+            collective's time. Only the TPU lists have one (the DCN's, fitted).
         graph_kernel_overhead: seconds each kernel of a step replayed as a CUDA graph costs besides
             its work (the launch is recorded once; the kernel's ramp, tail and the gap to the next
             remain): what a serving engine's decode step pays per kernel
@@ -73,6 +80,7 @@ class PriceList:
     collective_efficiency: Mapping = dataclasses.field(default_factory=dict)
     collective_overhead: float = 0.0
     graph_kernel_overhead: float = 0.0
+    step_overhead: Mapping = dataclasses.field(default_factory=dict)
     sources: Mapping = dataclasses.field(default_factory=dict, compare=False)
 
     def __post_init__(self):
@@ -88,12 +96,16 @@ class PriceList:
                      ("graph_kernel_overhead", self.graph_kernel_overhead)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
                 raise ValueError(f"[{op}] {k} = {v!r} must be a number >= 0")
+        for k, v in self.step_overhead.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+                raise ValueError(f"[{op}] step_overhead[{k!r}] = {v!r} must be a number of seconds >= 0")
         if len(self.attention_efficiency) != 2:
             raise ValueError(f"[{op}] attention_efficiency = {self.attention_efficiency!r}: give (forward, backward)")
         object.__setattr__(self, "_key", (self.chip, tuple(sorted(self.matmul_efficiency.items())),
                                           self.kernel_overhead, self.hbm_efficiency, tuple(self.attention_efficiency),
                                           tuple(sorted(self.collective_efficiency.items())),
-                                          self.collective_overhead, self.graph_kernel_overhead))
+                                          self.collective_overhead, self.graph_kernel_overhead,
+                                          tuple(sorted(self.step_overhead.items()))))
 
     def __hash__(self):
         return hash(self._key)
@@ -107,6 +119,30 @@ class PriceList:
     def collective(self, link: str) -> float:
         """The fraction of ``link``'s bandwidth ("nvlink", "ib", "ici:x", "dcn") a large collective reaches."""
         return self.collective_efficiency.get(link.split(":")[0], 1.0)
+
+    def steps(self, op: str, links) -> float:
+        """Seconds the ring steps of collective ``op`` over ``links`` (``CollectiveCost.links``)
+        cost by :attr:`step_overhead`: per link with an overhead, ``2(n - 1)`` steps for an
+        all-reduce, ``n - 1`` for a gather, scatter or all-to-all, 1 for a permute.
+
+        Example:
+            >>> from shardlab import cost
+            >>> p = cost.price_list("tpu-v5e")
+            >>> c = cost.collective_time("psum", 1e6, axes="dcn", mesh_shape={"dcn": 4}, hardware="tpu-v5e",
+            ...                          physical_axes={"dcn": "dcn"})
+            >>> p.steps("psum", c.links) == 6 * p.step_overhead["dcn"]
+            True
+        """
+        if not self.step_overhead:
+            return 0.0
+        total = 0.0
+        for link in links:
+            per = self.step_overhead.get(link.link.split(":")[0], 0.0)
+            if per:
+                n = link.size
+                total += per * (2 * (n - 1) if op in ("psum", "pmean", "pmax", "pmin", "all_reduce")
+                                else 1 if op == "ppermute" else n - 1)
+        return total
 
     def replace(self, **changes) -> "PriceList":
         """A copy with some figures changed (a what-if: ``p.replace(hbm_efficiency=0.8)``)."""
@@ -138,6 +174,9 @@ _GRAPH = ("measured (shardlab benchmarks/device/measure_gpu.py, 2026-11-27, NVID
           "context: 1.84 ms against 1.08 ms of weight and KV traffic, 2.2 us a kernel (batches 16 and 64 held out: "
           "2.7 and 2.6 us); the H100 and the other GPUs assumed the same")
 _TPU_ICI = "How to Scale Your Model, part 3: ICI collectives run near the link bandwidth (95 % assumed)"
+_DCN_STEP = ("fitted on the 20 multi-slice rows of MaxText's v5e table (the DCN gradient all-reduce on the "
+             "critical path, a cost per ring step and message besides the bytes); the 8 v5p multi-slice rows held out; "
+             "the same figure for every TPU")
 _TPU_ATT = "assumed: splash attention forward 70 %, backward 55 % of peak, as FlashAttention-2/3 on GPUs"
 
 
@@ -154,6 +193,14 @@ MAMF = {"a100": (271.2 / 312, None), "h100": (794.5 / 989, 1402.6 / 1979), "h200
 #: steps shardlab measured (``train.validate.validate("torch-h100")``), held out, agree with it.
 A100_SUSTAINED = 0.70
 GPU_SUSTAINED_RATIO = A100_SUSTAINED / MAMF["a100"][0]
+
+#: The DCN's cost per step of a collective's ring (seconds), besides its bytes: each send between
+#: slices is a DMA the host starts over TCP (Google's multislice guide; the runs' ``rto_min 5ms``
+#: and MTU 8896 advice). No source sizes it: fitted on the 20 multi-slice rows of MaxText's v5e
+#: table (``train.validate.fit("maxtext-v5e", ..., constant="dcn_step_overhead")``: the
+#: gradient all-reduce over the DCN on the critical path, 8 reductions a layer), the v5p
+#: multi-slice rows held out; docs/train.md. One figure for every TPU (the same DCN stack).
+DCN_STEP_OVERHEAD = 80e-6
 
 #: TPU large-GEMM efficiency sustained in training, fitted per chip on the single-slice rows of
 #: MaxText's tables (held out: the multi-slice rows, mean |error| v5p 6.4 %, v5e 9.1 %;
@@ -188,8 +235,8 @@ def _tpu(chip) -> PriceList:
     return PriceList(
         chip, matmul_efficiency={"bfloat16": mm, "int8": mm, "float32": mm}, kernel_overhead=0.0,
         hbm_efficiency=0.9, attention_efficiency=(0.7, 0.55), collective_efficiency={"ici": 0.95, "dcn": 0.9},
-        collective_overhead=0.0,
-        sources={"matmul_efficiency": how, "hbm_efficiency": _HBM, "attention_efficiency": _TPU_ATT,
+        collective_overhead=0.0, step_overhead={"dcn": DCN_STEP_OVERHEAD},
+        sources={"step_overhead[dcn]": _DCN_STEP,"matmul_efficiency": how, "hbm_efficiency": _HBM, "attention_efficiency": _TPU_ATT,
                  "collective_efficiency": _TPU_ICI, "kernel_overhead": "XLA fuses the step: no per-kernel launch"})
 
 

@@ -66,7 +66,8 @@ def price_event(event, hardware=None, prices=None, *, mesh=None) -> float:
         * matmul / einsum: ``max(F / (e(dtype) · peak), B / (h · W_hbm)) + t_kernel``;
         * attention / attention_vjp: the same with FlashAttention's forward / backward fraction;
         * elementwise / reduction: ``B / (h · W_hbm) + t_kernel``;
-        * a collective: ``max(latency, bandwidth / reached fraction(link)) + overhead``.
+        * a collective: ``max(latency, bandwidth / reached fraction(link)) + overhead`` plus the
+          list's ``step_overhead`` per ring step on a link that has one (``PriceList.steps``).
 
     Raises:
         ValueError: an unknown op, no hardware, or a collective without its mesh.
@@ -120,7 +121,7 @@ def _collective_seconds(event, op, axes, mesh, hw, p: PriceList) -> float:
                             perm=list(perm) if perm else None)
         eff = min((p.collective(link.link) for link in c.links), default=1.0)
         t_bw = c.bandwidth_seconds / eff
-        hit = max(c.latency_seconds, t_bw) + p.collective_overhead
+        hit = max(c.latency_seconds, t_bw) + p.collective_overhead + p.steps(op, c.links)
         if len(_CACHE) > 100_000:
             _CACHE.clear()
         _CACHE[key] = hit
