@@ -260,8 +260,8 @@ def test_progress_bar_follows_the_optimality_gap(monkeypatch):
     monkeypatch.setattr(ilp_module.progress, "bar", Recording)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SolverTimeLimitWarning)
-        sol = solve(_big_random(1, n=120), time_limit_s=5.0, progress_bar=False)
-    assert seen and seen == sorted(seen) and 0 < seen[-1] <= 100 + 1e-9
+        sol = solve(_big_random(1, n=60), time_limit_s=5.0, progress_bar=False)
+    assert len(seen) >= 2 and seen == sorted(seen) and 0 < seen[0] < 100 and seen[-1] <= 100 + 1e-9  # gap reports, then done
     if sol.proven_optimal:
         assert seen[-1] == pytest.approx(100)
 

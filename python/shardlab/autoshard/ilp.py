@@ -116,6 +116,8 @@ def solve(problem: Problem, *, shrink: bool = True, time_limit_s: float | None =
                       "choices), optimality gap closed %", total=100, enabled=progress_bar) as bar:
         _watch_gap(h, bar)
         h.run()
+        if h.getModelStatus() == highspy.HighsModelStatus.kOptimal and bar.completed < 100:
+            bar.advance(100 - bar.completed)  # proven: the gap is closed
     status = h.getModelStatus()
     info = h.getInfo()
     has_plan = info.primal_solution_status == 2  # kSolutionStatusFeasible
