@@ -17,9 +17,11 @@ Each row is turned into a model, a strategy, a mesh and the framework's options 
 the recompute policy, asynchronous TP for XLA's collective matmuls, DDP's overlap), estimated
 with the chip's price list (:func:`shardlab.cost.price_list`), and compared to the measured step
 time (``measured``: the published throughput converted with the publisher's own FLOP count).
-:func:`validate` prints each row's estimate, measurement and error; :func:`fit` fits the one
-constant of a price list, the large-GEMM efficiency of a chip, on some rows and reports the error
-on the others. The same price list serves every row of a chip.
+:func:`validate` prints each row's estimate, measurement and error; :func:`fit` fits one constant
+of the price lists -- the large-GEMM efficiency of a chip, or the DCN's cost per ring step shared
+by the TPUs -- on some rows and reports the error on the others (held-out rows of any table,
+leave-one-out). The same price list serves every row of a chip. MaxText's rows put the gradient
+all-reduce across slices on the critical path (``estimate(dcn_overlap=False)``), as they measure.
 
 Example:
     >>> from shardlab.train import validate

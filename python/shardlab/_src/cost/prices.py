@@ -203,9 +203,8 @@ GPU_SUSTAINED_RATIO = A100_SUSTAINED / MAMF["a100"][0]
 DCN_STEP_OVERHEAD = 80e-6
 
 #: TPU large-GEMM efficiency sustained in training, fitted per chip on the single-slice rows of
-#: MaxText's tables (held out: the multi-slice rows, mean |error| v5p 6.4 %, v5e 9.1 %;
-#: docs/train.md): v5p 0.80, v5e 0.88. v4p and
-#: v6e have no table here: the mean of the two (an assumption).
+#: MaxText's tables (the multi-slice rows add the DCN, :data:`DCN_STEP_OVERHEAD`; docs/train.md):
+#: v5p 0.80, v5e 0.88. v4p and v6e have no table here: the mean of the two (an assumption).
 TPU_FITTED = {"tpu-v5p": 0.80, "tpu-v5e": 0.88}
 
 _FIT_GPU = ("fitted: MAMF x 0.806, the ratio of the A100's large-GEMM efficiency fitted on Megatron-LM's Table 1 "
