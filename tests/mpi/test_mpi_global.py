@@ -17,7 +17,8 @@ from common import assert_same
 
 RANKS = sl.process_count()
 SPECS = [P(), P("x"), P("y"), P(None, "x"), P(None, "y"), P("x", "y"), P("y", "x"), P(("x", "y")), P(None, ("y", "x"))]
-X = np.arange(8 * 16, dtype=np.float32).reshape(8, 16) / 7
+XI = np.arange(8 * 16, dtype=np.float32).reshape(8, 16)
+X = XI / 7
 
 
 def _mesh(types=None):
@@ -161,7 +162,7 @@ def test_partial_manual_and_nested_shard_map_keep_rank_blocks():
     but the ranks along a merged axis."""
     def program():
         mesh = _mesh("Auto")
-        x = sl.device_put(X, sl.NamedSharding(mesh, P("x", "y")))
+        x = sl.device_put(XI, sl.NamedSharding(mesh, P("x", "y")))  # integers: sums exact in any order
         seen = []
 
         def outer(v):
@@ -179,5 +180,5 @@ def test_partial_manual_and_nested_shard_map_keep_rank_blocks():
         return [nested, partial]
 
     values, _ = assert_same(program)
-    want = (X.reshape(8, 4, 4).sum(1) + np.arange(2).repeat(4)[:, None]) * 2  # the y blocks summed, plus x's index
+    want = (XI.reshape(8, 4, 4).sum(1) + np.arange(2).repeat(4)[:, None]) * 2  # the y blocks summed, plus x's index
     np.testing.assert_array_equal(values[0], want)
