@@ -147,6 +147,8 @@ def test_the_dcn_costs_its_step_overhead_per_ring_step():
     assert cost.price_event(ici, mesh=mesh, prices=p) == cost.price_event(ici, mesh=mesh, prices=plain)
     with pytest.raises(ValueError, match=r"step_overhead\['dcn'\] = -1e-06 must be a number of seconds >= 0"):
         p.replace(step_overhead={"dcn": -1e-6})
+    with pytest.raises(ValueError, match=r"step_overhead has a link 'DCN': use one of ici, dcn, nvlink, ib"):
+        p.replace(step_overhead={"DCN": 1e-6})
 
 
 def test_dcn_overlap_puts_the_reduction_across_slices_on_the_critical_path():

@@ -47,6 +47,9 @@ from ..core import hardware as _hw
 __all__ = ["PriceList", "IDEAL", "price_list", "PRICE_LISTS", "MAMF", "DCN_STEP_OVERHEAD"]
 
 
+_LINKS = ("ici", "dcn", "nvlink", "ib", "custom")   # the link kinds of shardlab.hardware.AxisLink
+
+
 @dataclasses.dataclass(frozen=True)
 class PriceList:
     """The fractions of its peaks one chip reaches, and the fixed costs, with their sources.
@@ -97,6 +100,8 @@ class PriceList:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
                 raise ValueError(f"[{op}] {k} = {v!r} must be a number >= 0")
         for k, v in self.step_overhead.items():
+            if k not in _LINKS:
+                raise ValueError(f"[{op}] step_overhead has a link {k!r}: use one of {', '.join(_LINKS)}")
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
                 raise ValueError(f"[{op}] step_overhead[{k!r}] = {v!r} must be a number of seconds >= 0")
         if len(self.attention_efficiency) != 2:
