@@ -19,7 +19,9 @@ from shardlab.train import validate  # noqa: E402
 STYLE = {"megatron": ("o", "#4c78a8", "Megatron-LM, A100 (fitted)"),
          "maxtext-v5p": ("s", "#f58518", "MaxText, TPU v5p"),
          "maxtext-v5e": ("^", "#54a24b", "MaxText, TPU v5e"),
-         "torchtitan-a100": ("D", "#e45756", "torchtitan, A100 (held out)")}
+         "torchtitan-a100": ("D", "#e45756", "torchtitan, A100 (held out)"),
+         "torch-h100": ("v", "#72b7b2", "PyTorch, one H100 (run here, nothing fitted)"),
+         "torch-h200": ("P", "#b279a2", "PyTorch, one H200 (run here, nothing fitted)")}
 
 
 def main():
