@@ -103,6 +103,22 @@ def test_device_put_takes_rank_0s_value():
     assert float(sl.device_put(np.float32(rank + 5), sl.NamedSharding(mesh, P()))) == 5.0
 
 
+def test_shard_map_of_host_data_takes_rank_0s_value_as_device_put():
+    mesh = _mesh()
+    seen = []
+
+    def body(a):
+        seen.append(sl.distributed.holds_block(a.storage))
+        return a * 2
+
+    f = sl.shard_map(body, mesh=mesh, in_specs=P("x", "y"), out_specs=P("x", "y"))
+    out = f(X + 1000 * sl.process_index())  # host data, other values on each rank
+    np.testing.assert_array_equal(np.asarray(out), X * 2)
+    x = sl.device_put(X, sl.NamedSharding(mesh, P("y")))  # a global array entering in another layout
+    np.testing.assert_array_equal(np.asarray(f(x)), X * 2)
+    assert seen == [sl.distributed.is_initialized()] * 2
+
+
 @pytest.mark.skipif(RANKS == 1, reason="needs several ranks")
 def test_device_put_of_different_shapes_on_the_ranks_is_a_clear_error():
     mesh = _mesh()

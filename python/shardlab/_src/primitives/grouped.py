@@ -25,6 +25,7 @@ import math
 
 import numpy as np
 
+from ..arrays.storage import is_abstract
 from ..cost import formulas
 from ..ledger.event import Event, dtype_name
 from .elementwise import PRIMS as EW
@@ -243,9 +244,10 @@ def ragged_bytes_sent(storages, mesh, axes, groups) -> float:
     operand = storages[0]
     k = mesh.ndim
     row = math.prod(operand.shape[k + 1:]) * np.dtype(operand.dtype).itemsize
-    if any(not isinstance(s, np.ndarray) for s in (operand, storages[1], storages[3])):
+    if any(is_abstract(s) for s in (operand, storages[1], storages[3])):
         return formulas.ring_bytes_sent("all_to_all", group_len(groups), _local_bytes(operand, k))
-    sizes, _ = to_front(storages[3], mesh, axes)  # (n, other mesh..., K)
+    # every device's send sizes (under MPI, np.asarray gathers them from the ranks: every rank prices alike)
+    sizes, _ = to_front(np.asarray(storages[3]), mesh, axes)  # (n, other mesh..., K)
     n = sizes.shape[0]
     g = group_len(groups)
     spd = sizes.shape[-1] // g

@@ -34,6 +34,7 @@ from ..core import tree
 from ..core.context import CTX, shard_map_frame
 from ..core.dtypes import bfloat16, canonicalize
 from ..core.mesh import UNIT_MESH, AxisType, Mesh, get_mesh
+from ..core.processes import PROCESS
 from ..core.sharding import NamedSharding, PartitionSpec
 from ..ops import lax as lax_ops
 from ..ops.lax import manual_axes
@@ -474,7 +475,11 @@ def _enter(x, spec, mesh: Mesh, i: int) -> LocalArray:
     if mesh.abstract and not is_abstract(value):
         value = AbstractStorage(value.shape, value.dtype)
     sharding.check_shape(value.shape, f"shard_map in_specs[{i}]")
-    local = LocalArray(local_storage(value, sharding), mesh)
+    storage = local_storage(value, sharding)
+    if PROCESS.count > 1 and PROCESS.scatter is not None and isinstance(storage, np.ndarray) and \
+            not isinstance(x, LocalArray):  # under MPI, as device_put: rank 0's host value, each rank keeping its part
+        storage = PROCESS.scatter(storage, mesh, value.shape, same=isinstance(x, ShardedArray))
+    local = LocalArray(storage, mesh)
     if CTX.tapes and isinstance(x, (LocalArray, ShardedArray)):
         push_entry(_Enter, {"sharding": sharding, "global_shape": tuple(value.shape)}, [x], [local], mesh)
     return local
