@@ -55,7 +55,7 @@ MPI_SUITES := tests/mpi tests/python/test_shard_map.py tests/python/test_shard_m
   tests/python/test_explicit_types.py tests/python/test_sharding.py
 mpi-test: install
 	$(MPIRUN) -n 2 $(PYTHON) -m pytest -q -p no:cacheprovider -m "not one_process" $(MPI_SUITES)
-	$(MPIRUN) -n 4 $(PYTHON) -m pytest -q -p no:cacheprovider tests/mpi -k "reductions or all_gather or faults or global or serving"
+	$(MPIRUN) -n 4 $(PYTHON) -m pytest -q -p no:cacheprovider tests/mpi -k "reductions or all_gather or faults or global or serving or trainer"
 
 # Every benchmark script in benchmarks/ with their extra (torch for SDPA, threadpoolctl for the
 # OpenBLAS kernel name), OpenBLAS on its best kernel for this CPU; each prints ours, the
