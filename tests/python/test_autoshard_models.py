@@ -147,8 +147,9 @@ def test_bad_configs_are_named():
 def test_model_stages_are_cut_as_train_pipeline_cuts_them():
     cfg = ModelConfig(num_layers=3, d_model=16, ffw_dim=32, num_heads=4, num_kv_heads=2, vocab_size=32)
     first, middle, last = (model.stage_args(cfg, a, b, 2, 4) for a, b in [(0, 1), (1, 2), (2, 3)])
-    assert set(first[0]) == {"embed", "layers"} and first[1].shape == (2, 4) and len(first) == 2
-    assert set(middle[0]) == {"layers"} and middle[1].shape == (2, 4, 16) and len(middle) == 2
+    assert set(first[0]) == {"embed", "layers"} and first[1].shape == (2, 4) and len(first) == 3
+    assert set(middle[0]) == {"layers"} and middle[1].shape == (2, 4, 16) and len(middle) == 3
+    assert first[2].shape == middle[2].shape == (2, 4, 16)  # the cotangent of the stage's output
     assert set(last[0]) == {"layers", "final_norm", "head"} and len(last) == 3 and last[2].shape == (2, 4)
     assert len(model.stage_args(cfg, 1, 3, 2, 4)[0]["layers"]) == 2
     with pytest.raises(ValueError, match="not a stage of 3 layers"):

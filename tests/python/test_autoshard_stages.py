@@ -1,10 +1,15 @@
 """shardlab.autoshard's inter-op layer: Alpa's stage DP against exhaustive search on random cost
-tables, the device cover, fixed stage counts and bad input."""
+tables, the device cover, fixed stage counts and bad input; and a pipeline plan of the model
+library's stages executed in the layouts the stage DP chose (ledger per stage and micro-batch,
+loss and gradients against the unpipelined step)."""
 
 import numpy as np
 import pytest
 
-from shardlab.autoshard import brute_force_stages, plan_stages, submesh_choices
+import shardlab as sl
+from shardlab.autoshard import brute_force_stages, model, plan_pipeline, plan_stages, submesh_choices
+from shardlab.models import ModelConfig
+from shardlab.train import pipeline as pp
 
 
 def random_costs(seed, num_layers, shapes, *, refuse=0.2):
@@ -149,3 +154,70 @@ def test_bad_arguments():
         plan_stages(2, (1, 1), lambda k, i, s: 1.0, num_microbatches=1)
     with pytest.raises(ValueError, match="stage times must be >= 0"):
         plan_stages(2, (1, 1), lambda k, i, s: (-1.0, True), num_microbatches=1)
+
+
+# -- a pipeline plan runs its stages' layouts -----------------------------------------------------------
+
+CFG = ModelConfig(num_layers=2, d_model=16, ffw_dim=32, num_heads=4, num_kv_heads=2, vocab_size=32)
+BATCH, SEQ, MICRO = 8, 4, 2
+COMMON = dict(hardware="tpu-v5p", num_microbatches=MICRO, num_stages=2, submesh_shapes=[(1, 2)])
+
+
+@pytest.fixture(scope="module")
+def pipelines():
+    """Two stages of one layer on the rows of a 2x2 mesh: planned freely, and under 60% of the
+    free plan's memory, which the replicated (or data-parallel) weights no longer fit."""
+    pytest.importorskip("highspy")
+    program = model.stage_program(CFG, BATCH // MICRO, SEQ)
+    free = plan_pipeline(program, 2, (2, 2), **COMMON)
+    need = max(free.plan_of(s).solution.memory_bytes for s in free.stages.stages)
+    tight = plan_pipeline(program, 2, (2, 2), **COMMON, memory_limit_bytes=0.6 * need, time_limit_s=60)
+    return free, tight, model.example_args(CFG, BATCH, SEQ)
+
+
+def test_pipeline_runs_the_layouts_the_stage_dp_chose(pipelines):
+    free, tight, args = pipelines
+    limit = 0.6 * max(free.plan_of(s).solution.memory_bytes for s in free.stages.stages)
+    plans = [tight.plan_of(s) for s in tight.stages.stages]
+    for st, p in zip(tight.stages.stages, plans):  # not data parallel: some weights split over the row
+        assert any(v != sl.P() for k, v in p.specs.items() if k.startswith("[0]"))
+        assert p.solution.memory_bytes <= limit < free.plan_of(st).solution.memory_bytes
+    res = tight.check(CFG, *args, rtol=1e-5)
+    run = res["execution"]
+    ref_loss, _ = pp.reference_step(*args, CFG)
+    assert res["loss"] == pytest.approx(float(ref_loss), rel=1e-6) and res["max_rel_err"] <= 1e-5
+    for s, (st, p) in enumerate(zip(tight.stages.stages, plans)):
+        want = [c.key() for c in p.collectives]
+        assert want and all(a == ("devices",) for _, a, _ in want)
+        for k in range(MICRO):  # each micro-batch runs the stage plan's collectives, in order
+            assert run.collectives(s, k) == want
+            assert all(e["group_size"] == 2 for kind in ("forward", "backward") for e in run.events[(s, k, kind)]
+                       if e["axes"])
+        # on the stage's own row of the mesh
+        ids = [d.id for d in np.ravel(run.meshes[s].devices)]
+        assert ids == [h * 2 + d for h in st.hosts for d in st.devices] == [2 * s, 2 * s + 1]
+    assert run.bytes_sent == pytest.approx(MICRO * sum(c.bytes_sent for p in plans for c in p.collectives))
+
+
+def test_free_pipeline_runs_with_an_empty_ledger_and_matches(pipelines):
+    free, tight, args = pipelines
+    assert all(not free.plan_of(s).collectives for s in free.stages.stages)  # replicated stages
+    res = free.check(CFG, *args, rtol=1e-5)
+    assert res["execution"].bytes_sent == 0.0 and res["max_rel_err"] <= 1e-5
+    assert res["loss"] == pytest.approx(tight.check(CFG, *args, rtol=1e-5)["loss"], rel=1e-6)
+
+
+def test_pipeline_check_catches_a_wrong_ledger(pipelines):
+    _, tight, args = pipelines
+    run = tight.execute(CFG, *args)
+    run.events[(1, 0, "backward")] = run.events[(1, 0, "backward")][:-1]
+    with pytest.raises(AssertionError, match="stage 1, micro-batch 0: ledger"):
+        run.check_ledger()
+
+
+def test_pipeline_run_bad_input(pipelines):
+    free, _, (params, tok, tgt) = pipelines
+    with pytest.raises(ValueError, match="batch a multiple of the 2 micro-batches"):
+        free.check(CFG, params, tok[:7], tgt[:7])
+    with pytest.raises(ValueError, match=r"model.stage_program\(cfg, 2, 4\)"):
+        free.check(CFG, params, tok[:4], tgt[:4])  # the plan was made for micro-batches of 4

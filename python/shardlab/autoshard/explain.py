@@ -12,8 +12,9 @@ strategy (the arguments' layouts imposed, the rest chosen by the same solver, as
 propagation would), runs each plan on the virtual devices when the mesh is concrete (outputs
 checked against the unsharded program, ledger against the prediction), and returns a table and
 a picture. Pipelined strategies (``PipelinePlan``s: the stage DP's, a hand-written 1F1B) join
-the same table with their clocked step and bubble, executed by ``train.pipeline``
-(``autoshard.model.compare_model`` builds all of them for a ``shardlab.models`` model).
+the same table with their clocked step and bubble, executed with each stage in its plan's layout
+(``PipelinePlan.check``; ``autoshard.model.compare_model`` builds all of them for a
+``shardlab.models`` model).
 """
 
 from __future__ import annotations
@@ -182,7 +183,8 @@ class Comparison:
                 continue
             q = r.parts()
             if r.pipeline is not None:
-                ran = ("ran 1F1B on train.pipeline, loss and gradients match" if r.ran else "planned only")
+                how = "in the stages' layouts, ledger," if r.pipeline.positional else "on train.pipeline,"
+                ran = (f"ran 1F1B {how} loss and gradients match" if r.ran else "planned only")
             else:
                 ran = ("ran, outputs and ledger match" if r.ran else "planned only (abstract mesh)")
             yield (r.name, fmt_seconds(r.estimate_s), fmt_seconds(q["compute"]), fmt_seconds(q["comm"] + q["reshard"]),
@@ -257,7 +259,8 @@ def compare(f, *args, mesh, strategies: dict, memory_limit_bytes=None, run: bool
     `pipelines` (``{name: PipelinePlan}``) adds pipelined rows (their step the 1F1B schedule
     clocked with the stages' intra-op estimates); with `run` and `pipeline_args`
     (``(cfg, params, tokens, targets)`` of the ``shardlab.models`` model they train) each is
-    executed by ``train.pipeline`` and its loss and gradients checked (``PipelinePlan.check``)."""
+    executed and its loss and gradients (and, for the model's stages, its ledger) checked
+    (``PipelinePlan.check``)."""
     rows, pricer = [], None
     for name, specs in [("autoshard", None)] + list(strategies.items()):
         try:

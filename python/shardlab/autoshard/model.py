@@ -184,40 +184,56 @@ def strategies(cfg: ModelConfig, mesh, *, data: str = "x", model: str = "y", opt
 
 
 def stage_step(cfg: ModelConfig, start: int, end: int, *, causal: bool = True):
-    """The pipeline stage of `cfg`'s layers ``start..end-1`` as a global-view training step on
-    one micro-batch, as ``train.pipeline`` cuts the model (``pipeline.stages.split_params``):
-    the first stage embeds the token ids, the last ends with the final norm, the head and the
-    cross-entropy; a stage that is not last ends with ``mean(x**2)`` standing in for the
-    gradient it receives. Returns ``f(stage_params, inputs[, targets]) -> (value, grads)``
-    (the grads of the params, and of the input stream when it is not the token ids)."""
+    """The pipeline stage of `cfg`'s layers ``start..end-1`` as a global-view program on one
+    micro-batch, forward and backward, as ``train.pipeline`` cuts the model
+    (``pipeline.stages.split_params``): the first stage embeds the token ids, the last ends with
+    the final norm, the head and the cross-entropy. A stage that is not last takes the
+    cotangent of its output (the input gradient the next stage sends back) as its last argument
+    and returns ``(output, grads)``: its weights' gradients, and its input's when that is not
+    the token ids (``vjp`` of the stage with that cotangent). The last stage takes the targets
+    and returns ``(loss, grads)``. So the program is what a pipeline runs per micro-batch, and
+    its plan runs in a pipeline (``PipelinePlan.check``)."""
     _check_cfg(cfg, "stage_step")
     first, last = start == 0, end == cfg.num_layers
+    argnums = 0 if first else (0, 1)
 
-    def body(p, inp, *targets):
+    def forward(p, inp):
         x = transformer.embed(p, inp, cfg) if first else inp
         for i, layer in enumerate(p["layers"]):
             x = transformer.block(layer, x, cfg, start + i, causal=causal)
-        if last:
-            return transformer.cross_entropy(transformer.output_logits(p, x, cfg), targets[0])
-        return jnp.mean(x * x)
+        return x
 
-    def stage(p, inp, *targets):
-        return sl.value_and_grad(body, argnums=0 if first else (0, 1))(p, inp, *targets)
+    if last:
+        def stage(p, inp, targets):
+            def body(p, inp):
+                return transformer.cross_entropy(transformer.output_logits(p, forward(p, inp), cfg), targets)
+
+            return sl.value_and_grad(body, argnums=argnums)(p, inp)
+    else:
+        def stage(p, inp, cotangent):
+            def body(p, inp):
+                y = forward(p, inp)
+                return jnp.sum(y * cotangent), y
+
+            (_, y), grads = sl.value_and_grad(body, argnums=argnums, has_aux=True)(p, inp)
+            return y, grads
 
     return stage
 
 
 def stage_args(cfg: ModelConfig, start: int, end: int, batch: int, seq: int) -> tuple:
     """ShapeDtypeStructs of `stage_step`'s arguments for layers ``start..end-1`` and a
-    micro-batch of ``batch`` sequences of ``seq`` tokens."""
+    micro-batch of ``batch`` sequences of ``seq`` tokens: the stage's weights, its input (token
+    ids or the residual stream) and the targets (last stage) or the output's cotangent."""
     if not 0 <= start < end <= cfg.num_layers:
         raise ValueError(f"[autoshard.stage_args] layers {start}..{end - 1} are not a stage of {cfg.num_layers} layers")
     cuts = tuple(r for r in (range(0, start), range(start, end), range(end, cfg.num_layers)) if len(r))
     axes = split_params(param_axes(cfg), cfg, cuts)[cuts.index(range(start, end))]
     p = tree_util.tree_map(lambda a: sl.ShapeDtypeStruct(param_shape(cfg, a), np.float32), axes, is_leaf=_is_axes)
     ids = sl.ShapeDtypeStruct((batch, seq), np.int32)
-    x = ids if start == 0 else sl.ShapeDtypeStruct((batch, seq, cfg.d_model), np.float32)
-    return (p, x, ids) if end == cfg.num_layers else (p, x)
+    stream = sl.ShapeDtypeStruct((batch, seq, cfg.d_model), np.float32)
+    x = ids if start == 0 else stream
+    return (p, x, ids) if end == cfg.num_layers else (p, x, stream)
 
 
 def stage_program(cfg: ModelConfig, microbatch: int, seq: int, *, causal: bool = True):

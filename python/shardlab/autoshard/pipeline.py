@@ -10,9 +10,12 @@ its layer count and sub-mesh, as Alpa's layer clustering assumes) and runs Alpa'
 costs. The answer holds the stages, each stage's intra-op `ShardingPlan`, a 1F1B
 ``Schedule`` for its stages and micro-batches, and that schedule clocked with the stages' times.
 
-`PipelinePlan.execute` runs the schedule with ``shardlab.train.pipeline.execute`` on a
-``shardlab.models`` transformer of the same layer count (data parallel inside each stage) and
-compares its loss and gradients with the unpipelined step.
+`PipelinePlan.check` runs the schedule on a ``shardlab.models`` transformer of the same layer
+count and compares its loss and gradients with the unpipelined step. A plan of
+``autoshard.model.stage_program`` runs every stage in the layout its intra-op plan chose, on its
+own sub-mesh (`run_pipeline`: the ledger holds each stage plan's predicted collectives per
+micro-batch); a plan of a stand-in stage program runs ``train.pipeline.execute``'s
+data-parallel stages.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import shardlab as sl
 from shardlab.train import pipeline as pp
 
 from .graph import MemoryLimitError
+from .pipeline_run import run_pipeline
 from .plan import autoshard
 from .stages import StagePlan, plan_stages
 
@@ -68,27 +72,29 @@ class PipelinePlan:
         return self.summary()
 
     def execute(self, cfg, params, tokens, targets, *, rtol: float = 1e-4):
-        """Runs the schedule with ``train.pipeline.execute`` on a ``("stage", "data")`` mesh (one
-        row per stage, each stage's sub-mesh a data axis) and checks the loss and gradients
-        against ``train.pipeline.reference_step``. Returns the ``Execution``.
-
-        Raises ValueError when the stages are not what ``train.pipeline`` runs: equal sub-meshes
-        and the layer split of ``pipeline.stage_layers``."""
+        """Runs the plan on a ``shardlab.models`` transformer of the same layer count and checks
+        it (see `check`). Returns the `PipelineRun` (stages of ``model.stage_program``) or the
+        ``train.pipeline`` ``Execution`` (other stage programs)."""
         return self.check(cfg, params, tokens, targets, rtol=rtol)["execution"]
 
     def check(self, cfg, params, tokens, targets, *, rtol: float = 1e-4) -> dict:
-        """`execute`, returning ``{"execution", "loss", "max_rel_err"}`` (the largest relative
-        difference of a gradient from the unpipelined step's); raises AssertionError past
-        `rtol`."""
-        st = self.stages.stages
-        subs = {tuple(s.submesh_shape) for s in st}
-        cuts = tuple(range(s.layer_start, s.layer_end) for s in st)
-        if len(subs) != 1 or cuts != pp.stage_layers(cfg.num_layers, len(st)):
-            raise ValueError(f"[autoshard] train.pipeline runs equal stages on equal sub-meshes; this plan has "
-                             f"layers {[(c.start, c.stop) for c in cuts]} on sub-meshes {sorted(subs)}")
-        sub = subs.pop()
-        mesh = sl.make_mesh((len(st), math.prod(sub)), ("stage", "data"), hardware=self.hardware)
-        ex = pp.execute(self.schedule, params, tokens, targets, cfg, mesh, axis="stage", model=None)
+        """Runs the schedule on `cfg`'s model and checks it against the unpipelined step
+        (``train.pipeline.reference_step``). Returns ``{"execution", "loss", "max_rel_err"}``
+        (the largest difference of a gradient from the unpipelined step's, relative to its
+        largest magnitude); raises AssertionError past `rtol`.
+
+        A plan of ``autoshard.model.stage_program`` (stages that depend on where they are) runs
+        each stage in its own intra-op plan's layout on its sub-mesh (`run_pipeline`), and its
+        ledger is checked too: per stage and micro-batch, the plan's predicted collectives. A
+        plan of any other stage program (a stand-in whose ops are not the model's) runs
+        ``train.pipeline.execute``'s data-parallel stages on a ``("stage", "data")`` mesh; it
+        raises ValueError unless the stages are what that runs: equal sub-meshes and the layer
+        split of ``pipeline.stage_layers``."""
+        if self.positional:
+            ex = run_pipeline(self, cfg, params, tokens, targets)
+            ex.check_ledger()
+        else:
+            ex = self._run_data_parallel(cfg, params, tokens, targets)
         loss, grads = pp.reference_step(params, tokens, targets, cfg)
         if not np.isclose(ex.loss, float(loss), rtol=rtol):
             raise AssertionError(f"pipelined loss {ex.loss} != reference {float(loss)}")
@@ -101,6 +107,17 @@ class PipelinePlan:
                 raise AssertionError(f"pipelined gradient differs by {np.max(np.abs(g - r)):.3g}")
             worst = max(worst, err)
         return {"execution": ex, "loss": ex.loss, "max_rel_err": worst}
+
+    def _run_data_parallel(self, cfg, params, tokens, targets):
+        st = self.stages.stages
+        subs = {tuple(s.submesh_shape) for s in st}
+        cuts = tuple(range(s.layer_start, s.layer_end) for s in st)
+        if len(subs) != 1 or cuts != pp.stage_layers(cfg.num_layers, len(st)):
+            raise ValueError(f"[autoshard] train.pipeline runs equal stages on equal sub-meshes; this plan has "
+                             f"layers {[(c.start, c.stop) for c in cuts]} on sub-meshes {sorted(subs)}")
+        sub = subs.pop()
+        mesh = sl.make_mesh((len(st), math.prod(sub)), ("stage", "data"), hardware=self.hardware)
+        return pp.execute(self.schedule, params, tokens, targets, cfg, mesh, axis="stage", model=None)
 
 
 def plan_pipeline(stage_program, num_layers: int, mesh_shape, *, hardware, num_microbatches: int,

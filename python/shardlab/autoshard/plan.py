@@ -131,10 +131,22 @@ class ShardingPlan:
         prog = self.program
         mesh = flat[0].sharding.mesh if flat and hasattr(flat[0], "sharding") else prog.mesh
         env = dict(zip(prog.inputs, flat))
+        self.run_ops(env, self._ops(), mesh)
+        leaves = [env[i] if k == "value" else i for k, i in prog.outputs]
+        for o, vo, vi in prog.carry:
+            if self._dims[vo] != self._dims[vi]:
+                leaves[o] = sl.reshard(leaves[o], sl.NamedSharding(mesh, pspec(self._dims[vi])))
+        return tree_util.tree_unflatten(prog.out_tree, leaves)
+
+    def run_ops(self, env: dict, ops, mesh) -> None:
+        """Runs `ops` (planned ops of the program, in its order) on `env` (``{value index: global
+        array}`` on `mesh`, the arguments placed as `in_specs`), adding their results: each operand
+        moved to its op's chosen layout first. A pipeline stage runs its ops in two such parts."""
+        prog = self.program
         for v in prog.values:
-            if v.kind == "const" and v.index in self._dims:
+            if v.kind == "const" and v.index in self._dims and v.index not in env:
                 env[v.index] = sl.device_put(v.const, sl.NamedSharding(mesh, pspec(self._dims[v.index])))
-        for op in self._ops():
+        for op in ops:
             cand = self._cand[op.index]
             args = []
             for (k, i), want in zip(op.inputs, cand.in_dims):
@@ -146,11 +158,6 @@ class ShardingPlan:
                     x = sl.reshard(x, sl.NamedSharding(mesh, pspec(want)))
                 args.append(x)
             env[op.output] = apply_op(op, args, prog.values[op.output].shape, cand.out_kw, mesh, cand.in_dims)
-        leaves = [env[i] if k == "value" else i for k, i in prog.outputs]
-        for o, vo, vi in prog.carry:
-            if self._dims[vo] != self._dims[vi]:
-                leaves[o] = sl.reshard(leaves[o], sl.NamedSharding(mesh, pspec(self._dims[vi])))
-        return tree_util.tree_unflatten(prog.out_tree, leaves)
 
     def place(self, *args):
         """The arguments' leaves put on the mesh with the planned shardings."""
