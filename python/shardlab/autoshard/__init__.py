@@ -18,6 +18,7 @@ from .stages import Stage, StagePlan, brute_force_stages, plan_stages, submesh_c
 from .trace import Program, UntraceableError, trace_program
 from .plan import Collective, ShardingPlan, autoshard
 from .explain import Comparison, Explanation, compare, explain
+from .pipeline_run import PipelineRun, run_pipeline
 from .pipeline import PipelinePlan, plan_pipeline
 from . import examples, model
 from .model import plan_model
@@ -28,4 +29,5 @@ __all__ = [
     "Stage", "StagePlan", "plan_stages", "brute_force_stages", "submesh_choices",
     "Program", "UntraceableError", "trace_program", "Collective", "ShardingPlan", "autoshard", "examples",
     "Explanation", "explain", "Comparison", "compare", "PipelinePlan", "plan_pipeline", "model", "plan_model",
+    "PipelineRun", "run_pipeline",
 ]

@@ -6,11 +6,12 @@ intra-op `ShardingPlan` op by op (``ShardingPlan.run_ops``), as ``ShardingPlan.r
 stage's weights and inputs in the plan's PartitionSpecs, every operand moved to the layout its
 op's chosen candidate needs. A stage program of ``autoshard.model.stage_program`` takes the
 cotangent of its output (or, on the last stage, the targets) as its last argument, so its ops
-split in two: those the output needs (run by the schedule's *forward* action of a micro-batch) and those that need the cotangent or
-belong to the backward pass (run by its *backward* action, once the next stage's input gradient
-arrived; the forward's values are kept until then). The 1F1B schedule's actions run in the order
-of each device's list; a *send* moves the activation or the input gradient to the receiving
-stage's sub-mesh, in the layout the receiving stage's plan takes it in.
+split in two: those the output needs (run by the schedule's *forward* action of a micro-batch) and
+those that need the cotangent or belong to the backward pass (run by its *backward* action, once
+the next stage's input gradient arrived; the forward's values are kept until then). The 1F1B
+schedule's actions run in the order of each device's list; a *send* moves the activation or the
+input gradient to the receiving stage's sub-mesh, in the layout the receiving stage's plan takes
+it in.
 
 So per stage and micro-batch the ledger holds exactly the stage plan's predicted collectives
 (`PipelineRun.check_ledger`), and the loss and the gradients (the micro-batches' sums over `m`)
