@@ -197,6 +197,14 @@ def test_pipeline_runs_the_layouts_the_stage_dp_chose(pipelines):
         ids = [d.id for d in np.ravel(run.meshes[s].devices)]
         assert ids == [h * 2 + d for h in st.hosts for d in st.devices] == [2 * s, 2 * s + 1]
     assert run.bytes_sent == pytest.approx(MICRO * sum(c.bytes_sent for p in plans for c in p.collectives))
+    # the sends: one ppermute over the whole mesh per micro-batch and direction, the activation
+    # [4, 4, 16] float32 as stage 0 holds it, then the receiver's resharding
+    act = 4 * 4 * 16 * 4 / (2 if plans[0].value_spec(f"%{plans[0].program.outputs[0][1]}") != sl.P() else 1)
+    for k in range(MICRO):
+        moved = [(e["op"], e["axes"], e["bytes_sent"]) for e in run.events[(0, k, "send activation")] if e["axes"]]
+        assert moved[0] == ("ppermute", ("hosts", "devices"), act)
+        back = [e for e in run.events[(1, k, "send gradient")] if e["axes"]]
+        assert back[0]["op"] == "ppermute" and back[0]["perm"] == ((2, 0), (3, 1))
 
 
 def test_free_pipeline_runs_with_an_empty_ledger_and_matches(pipelines):
@@ -212,6 +220,10 @@ def test_pipeline_check_catches_a_wrong_ledger(pipelines):
     run = tight.execute(CFG, *args)
     run.events[(1, 0, "backward")] = run.events[(1, 0, "backward")][:-1]
     with pytest.raises(AssertionError, match="stage 1, micro-batch 0: ledger"):
+        run.check_ledger()
+    run = tight.execute(CFG, *args)
+    run.events[(0, 1, "send activation")] = []
+    with pytest.raises(AssertionError, match="stage 0, micro-batch 1, send activation: ledger"):
         run.check_ledger()
 
 

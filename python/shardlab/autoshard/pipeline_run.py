@@ -9,14 +9,14 @@ cotangent of its output (or, on the last stage, the targets) as its last argumen
 split in two: those the output needs (run by the schedule's *forward* action of a micro-batch) and
 those that need the cotangent or belong to the backward pass (run by its *backward* action, once
 the next stage's input gradient arrived; the forward's values are kept until then). The 1F1B
-schedule's actions run in the order of each device's list; a *send* moves the activation or the
-input gradient to the receiving stage's sub-mesh, in the layout the receiving stage's plan takes
-it in.
+schedule's actions run in the order of each device's list. A *send* is one ``ppermute`` over the
+whole mesh that moves each sender device's shard of the activation (or input gradient) to the
+device at the same place of the receiving stage's sub-mesh (the stages' sub-meshes are equal),
+then, if the receiving stage's plan takes the value in another layout, the ``reshard`` to it.
 
-So per stage and micro-batch the ledger holds exactly the stage plan's predicted collectives
-(`PipelineRun.check_ledger`), and the loss and the gradients (the micro-batches' sums over `m`)
-equal the unpipelined step's (``PipelinePlan.check``). The moves between sub-meshes are placements
-and record no ledger event.
+So per stage and micro-batch the ledger holds exactly the stage plan's predicted collectives, and
+per send its ppermute and the receiver's resharding (`PipelineRun.check_ledger`); the loss and the
+gradients (the micro-batches' sums over `m`) equal the unpipelined step's (``PipelinePlan.check``).
 
 >>> from shardlab.models import ModelConfig
 >>> from shardlab.autoshard import model, plan_pipeline
@@ -40,6 +40,8 @@ from shardlab import tree_util
 from shardlab.train import pipeline as pp
 from shardlab.train.pipeline.stages import merge_grads, split_params
 
+from .specs import pspec
+
 __all__ = ["PipelineRun", "run_pipeline"]
 
 
@@ -54,6 +56,7 @@ class PipelineRun:
     events: dict
     plans: list
     meshes: list
+    sends: dict = dataclasses.field(default_factory=dict)  # (stage, payload) -> predicted collectives
 
     def collectives(self, stage: int, microbatch: int) -> list:
         """``(op, axes, bytes sent)`` of the collectives one micro-batch ran on one stage."""
@@ -61,20 +64,26 @@ class PipelineRun:
                 for kind in ("forward", "backward") for e in self.events[(stage, microbatch, kind)] if e["axes"]]
 
     def check_ledger(self) -> None:
-        """Every stage ran, per micro-batch, exactly its plan's predicted collectives (in order);
-        raises AssertionError naming the stage and micro-batch otherwise."""
-        for (s, k, kind) in self.events:
-            if kind != "forward":
+        """Every stage ran, per micro-batch, exactly its plan's predicted collectives (in order),
+        and every send its predicted ppermute (and the receiver's resharding); raises
+        AssertionError naming the stage and micro-batch otherwise."""
+        for (s, k, kind), evs in self.events.items():
+            if kind == "forward":
+                want, seen = [c.key() for c in self.plans[s].collectives], self.collectives(s, k)
+            elif kind.startswith("send "):
+                want = self.sends[(s, kind[5:])]
+                seen = [(e["op"], tuple(e["axes"]), float(e["bytes_sent"])) for e in evs if e["axes"]]
+            else:
                 continue
-            want = [c.key() for c in self.plans[s].collectives]
-            seen = self.collectives(s, k)
             if seen != want:
-                raise AssertionError(f"stage {s}, micro-batch {k}: ledger {seen} != plan {want}")
+                raise AssertionError(f"stage {s}, micro-batch {k}{'' if kind == 'forward' else ', ' + kind}: "
+                                     f"ledger {seen} != plan {want}")
 
     @property
     def bytes_sent(self) -> float:
-        """Bytes sent per device by the stages' collectives over the step."""
-        return float(sum(e["bytes_sent"] for evs in self.events.values() for e in evs if e["axes"]))
+        """Bytes sent per device by the stages' collectives over the step (the sends excluded)."""
+        return float(sum(e["bytes_sent"] for (_, _, kind), evs in self.events.items() if not kind.startswith("send")
+                         for e in evs if e["axes"]))
 
 
 def _split(plan, late_input):
@@ -96,6 +105,51 @@ def _sharding(plan, mesh, position: int):
     """The NamedSharding of the plan's argument leaf `position` on `mesh`."""
     name = plan.program.values[plan.program.inputs[position]].name
     return sl.NamedSharding(mesh, plan.specs.get(name, sl.P()))
+
+
+def _dims(plan, index: int):
+    """The chosen dims of value `index` of the plan's program (replicated when it has none)."""
+    return plan._dims.get(index, ((),) * len(plan.program.values[index].shape))
+
+
+def _send(value, full, src_mesh, dst_mesh, src_dims, dst_dims):
+    """Moves `value` (on `src_mesh` in `src_dims`) to `dst_mesh` as a pipeline send does: one
+    ``ppermute`` over the whole mesh, each sender device's shard to the device at the same place
+    of the receiving sub-mesh; then, if the receiver takes the value in another layout, the
+    ``reshard`` to it (on the receiver's devices)."""
+    axes = tuple(full.axis_names)
+    pos = {d.id: i for i, d in enumerate(np.ravel(full.devices))}
+    src = [d.id for d in np.ravel(src_mesh.devices)]
+    dst = [d.id for d in np.ravel(dst_mesh.devices)]
+    shards = {sh.device.id: sh for sh in value.addressable_shards}
+    first = np.asarray(shards[src[0]].data)
+    buf = np.zeros((len(pos),) + first.shape, first.dtype)
+    for i in src:
+        buf[pos[i]] = np.asarray(shards[i].data)
+    perm = [(pos[a], pos[b]) for a, b in zip(src, dst)]
+    moved = np.asarray(sl.shard_map(lambda x: sl.lax.ppermute(x, axes, perm), mesh=full, in_specs=sl.P(axes),
+                                    out_specs=sl.P(axes))(buf))
+    out = np.empty(tuple(value.shape), first.dtype)
+    for a, b in zip(src, dst):
+        out[shards[a].index] = moved[pos[b]]
+    x = sl.device_put(out, sl.NamedSharding(dst_mesh, pspec(src_dims)))
+    return x if src_dims == dst_dims else sl.reshard(x, sl.NamedSharding(dst_mesh, pspec(dst_dims)))
+
+
+def _send_prediction(src_plan, out_index: int, dst_plan, in_index: int) -> list:
+    """The collectives `_send` records: the ppermute of one shard per device, then the receiver's
+    resharding as its plan's pricer predicts it."""
+    v = src_plan.program.values[out_index]
+    src_dims, dst_dims = _dims(src_plan, out_index), _dims(dst_plan, in_index)
+    shard = src_plan.program.mesh.shape
+    split = 1
+    for entry in src_dims:
+        for axis in entry:
+            split *= int(shard[axis])
+    nbytes = float(np.prod(v.shape)) * np.dtype(v.dtype).itemsize / split
+    _, colls = dst_plan.program.pricer.reshard_run(v.shape, v.dtype, src_dims, dst_dims)
+    resharding = [(c, tuple(a), float(b)) for c, a, b in colls]
+    return [("ppermute", tuple(dst_plan.program.mesh.axis_names), nbytes)] + resharding
 
 
 def _outputs(plan, env: dict):
@@ -152,10 +206,14 @@ def run_pipeline(plan, cfg, params: dict, tokens, targets) -> PipelineRun:
         meshes.append(sl.Mesh(full.devices[st.hosts.start:st.hosts.stop, st.devices.start:st.devices.stop],
                               ("hosts", "devices"), hardware=full.hardware))
         splits.append(_split(sp, None if s == len(stages) - 1 else n + 1))
+    shapes = [m_.devices.shape for m_ in meshes]
+    if len(set(shapes)) > 1:
+        raise ValueError(f"[autoshard.run_pipeline] a send moves each device's shard to the same place of the next "
+                         f"stage's sub-mesh, so the stages need equal sub-meshes; this plan's are {shapes}")
     weights = [{sp.program.inputs[j]: sl.device_put(np.asarray(x), _sharding(sp, meshes[s], j))
                 for j, x in enumerate(tree_util.tree_leaves(sps[s]))} for s, sp in enumerate(plans)]
     last = len(stages) - 1
-    envs, inbox, events, grads = {}, {}, {}, [None] * len(stages)
+    envs, inbox, events, sends, grads = {}, {}, {}, {}, [None] * len(stages)
     loss = 0.0
 
     def place(s, k, position, x):
@@ -196,14 +254,15 @@ def run_pipeline(plan, cfg, params: dict, tokens, targets) -> PipelineRun:
                 loss += float(np.asarray(value))
             grads[s] = g if grads[s] is None else _add(grads[s], g)
         elif a.kind == pp.SEND:
-            if a.payload == pp.ACTIVATION:
-                y = envs[(s, k)][sp.program.outputs[0][1]]
-                where = _sharding(plans[s + 1], meshes[s + 1], n_leaves[s + 1])
-                inbox[("activation", s + 1, k)] = sl.device_put(y, where)
-            else:
-                gx = envs.pop(("gx", s, k))
-                inbox[("gradient", s - 1, k)] = sl.device_put(gx, _sharding(plans[s - 1], meshes[s - 1],
-                                                                            n_leaves[s - 1] + 1))
+            to = s + 1 if a.payload == pp.ACTIVATION else s - 1
+            out_index = sp.program.outputs[0 if a.payload == pp.ACTIVATION else -1][1]
+            in_index = plans[to].program.inputs[n_leaves[to] + (0 if a.payload == pp.ACTIVATION else 1)]
+            value = envs[(s, k)][out_index] if a.payload == pp.ACTIVATION else envs.pop(("gx", s, k))
+            with sl.Ledger() as led:
+                inbox[(a.payload, to, k)] = _send(value, full, meshes[s], meshes[to], _dims(sp, out_index),
+                                                  _dims(plans[to], in_index))
+            events[(s, k, "send " + a.payload)] = list(led.events)
+            sends[(s, a.payload)] = _send_prediction(sp, out_index, plans[to], in_index)
         elif a.kind != pp.RECV:
             raise ValueError(f"[autoshard.run_pipeline] {a.kind} actions are not run here (1F1B and GPipe schedules)")
 
@@ -217,4 +276,4 @@ def run_pipeline(plan, cfg, params: dict, tokens, targets) -> PipelineRun:
         if not progressed:
             raise RuntimeError(f"[autoshard.run_pipeline] the schedule deadlocks at {[t[0] for t in todo if t]}")
     per_stage = [tree_util.tree_map(lambda x: (np.asarray(x, np.float64) / m).astype(np.float32), g) for g in grads]
-    return PipelineRun(loss / m, merge_grads(params, per_stage, cuts), events, plans, meshes)
+    return PipelineRun(loss / m, merge_grads(params, per_stage, cuts), events, plans, meshes, sends)
