@@ -266,6 +266,25 @@ def test_vjp_and_value_and_grad_with_pytrees_and_aux():
     np.testing.assert_array_equal(ct, np.full_like(x, 2.0))
 
 
+def test_aux_is_the_users_view_as_the_output_is():
+    # an aux value computed from a traced input is a plain array (JAX's Array), not a per-device value
+    def f(x):
+        return jnp.sum(x * x), {"s": jnp.sum(x), "y": x * 2.0}
+
+    x = np.arange(3.0, dtype=np.float32)
+    (value, aux), g = sl.value_and_grad(f, has_aux=True)(x)
+    (j_value, j_aux), j_g = jax.value_and_grad(lambda v: (jax.numpy.sum(v * v), {"s": jax.numpy.sum(v), "y": v * 2.0}),
+                                               has_aux=True)(x)
+    assert type(aux["s"]) is type(value) and type(aux["y"]) is type(g)
+    assert float(aux["s"]) == float(j_aux["s"]) == 3.0 and aux["s"].shape == j_aux["s"].shape == ()
+    np.testing.assert_array_equal(np.asarray(aux["y"]), np.asarray(j_aux["y"]))
+    _, _, aux2 = sl.vjp(f, x, has_aux=True)
+    assert type(aux2["s"]) is type(value)
+    g_only, aux3 = sl.grad(f, has_aux=True)(x)
+    np.testing.assert_array_equal(np.asarray(g_only), np.asarray(j_g))
+    assert type(aux3["y"]) is type(g_only)
+
+
 def test_unused_input_gets_zero_gradient():
     g = sl.grad(lambda a, b: jnp.sum(a * 2.0), argnums=(0, 1))(np.ones(3, np.float32), np.ones(2, np.float32))
     np.testing.assert_array_equal(g[1], np.zeros(2, np.float32))

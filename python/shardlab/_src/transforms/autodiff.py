@@ -227,7 +227,10 @@ def vjp(f, *primals, has_aux: bool = False):
         return tree.unflatten(treedef, grads)
 
     out = tree.unflatten(out_def, [_unwrap(o) for o in out_leaves])
-    return (out, vjp_fn, aux) if has_aux else (out, vjp_fn)
+    if not has_aux:
+        return out, vjp_fn
+    aux_leaves, aux_def = _flatten_values(aux)     # the user's view of aux too, as of the output
+    return out, vjp_fn, tree.unflatten(aux_def, [_unwrap(a) for a in aux_leaves])
 
 
 def _as_cotangent(o, c):
