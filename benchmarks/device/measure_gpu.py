@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import platform
 import subprocess
 import time
@@ -39,6 +38,8 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.profiler import ProfilerActivity, profile
 from torch.utils.checkpoint import checkpoint
 
 T0 = time.time()
@@ -111,7 +112,6 @@ def memory_bound():
 
 
 def attention():
-    from torch.nn.attention import SDPBackend, sdpa_kernel
     out = []
     backends = {"default": None, "flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
                 "efficient": SDPBackend.EFFICIENT_ATTENTION}
@@ -273,7 +273,6 @@ def decode_fn(model, caches, pos):
 
 def kernel_count(fn):
     """GPU kernels (and copies) one call of ``fn`` launches, from the profiler's CUDA events."""
-    from torch.profiler import ProfilerActivity, profile
     for _ in range(2):
         fn()
     torch.cuda.synchronize()

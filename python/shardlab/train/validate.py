@@ -236,7 +236,13 @@ def _torchtitan_row(row: dict, prices) -> tuple[Estimate, float]:
 
 
 def gpu_config(row: dict) -> ModelConfig:
-    """The model of a :mod:`~shardlab.train.data.gpu_measured` row (MHA, SwiGLU, RMSNorm, rotary, untied)."""
+    """The model of a :mod:`~shardlab.train.data.gpu_measured` row (MHA, SwiGLU, RMSNorm, rotary, untied).
+
+    Example:
+        >>> cfg = gpu_config(table("torch-h100")[0])
+        >>> cfg.name, cfg.num_layers, cfg.d_model, cfg.max_seq_len
+        ('llama-1b', 16, 2048, 2048)
+    """
     return ModelConfig(**_gpu.MODELS[row["model"]], max_seq_len=row["seq"], name=row["model"])
 
 
