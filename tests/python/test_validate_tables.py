@@ -62,6 +62,33 @@ def test_fit_reports_the_held_out_rows():
     assert res["held_out_mean_abs_error"] < 0.12
 
 
+def test_every_table_meets_the_goal():
+    # the issue's goal, on every table with the same price list for all rows of a chip
+    for name in validate.TABLES:
+        out = validate.validate(name, show=False)
+        assert out["mean_abs_error"] <= 0.05 and out["max_abs_error"] <= validate.FIT_GOAL, name
+
+
+def test_the_fit_objective_keeps_the_train_rows_within_the_goal():
+    # v5e's four one-slice rows scatter +-8 % at the same work per chip: the least mean error
+    # (0.89) leaves 128B at -11.5 %; the least mean with every row within 10 % is the list's 0.87
+    single = [i for i, r in enumerate(validate.table("maxtext-v5e")) if r["slices"] == 1]
+    grid = [x / 100 for x in range(85, 91)]
+    mean, goal, worst = (validate.fit("maxtext-v5e", single, grid=grid, held_out=[], objective=o)
+                         for o in ("mean", "goal", "worst"))
+    assert mean["value"] == 0.89 and mean["train_max_abs_error"] > 0.11
+    assert goal["value"] == 0.87 == cost.price_list("tpu-v5e").matmul("bfloat16")
+    assert goal["train_max_abs_error"] <= validate.FIT_GOAL < mean["train_max_abs_error"]
+    assert mean["train_mean_abs_error"] < goal["train_mean_abs_error"] < mean["train_mean_abs_error"] + 0.002
+    assert worst["value"] == 0.87
+    # the default grid (0.01 steps) gives both TPU lists' figures
+    v5p = validate.table("maxtext-v5p")
+    f = validate.fit("maxtext-v5p", [i for i, r in enumerate(v5p) if r["slices"] == 1], held_out=[])
+    assert f["value"] == cost.price_list("tpu-v5p").matmul("bfloat16") == 0.81
+    with pytest.raises(ValueError, match="objective='median': use one of goal, mean, worst"):
+        validate.fit("maxtext-v5e", single, objective="median")
+
+
 def test_bad_input():
     with pytest.raises(ValueError, match="'cerebras' is not a table; use one of megatron, maxtext-v5p"):
         validate.table("cerebras")
@@ -119,8 +146,8 @@ def test_reduce_dtype_prices_the_gradient_reductions_at_its_size():
 def test_maxtext_tables_and_the_layout_of_their_multi_slice_rows():
     # the efficiencies were fitted on the single-slice rows, the DCN step cost on v5e's multi-slice rows
     v5p, v5e = validate.validate("maxtext-v5p", show=False), validate.validate("maxtext-v5e", show=False)
-    assert v5p["mean_abs_error"] < 0.05 and v5p["max_abs_error"] < 0.125     # 4.8 %, 12.1 % (1024B 2x1024)
-    assert v5e["mean_abs_error"] < 0.05 and v5e["max_abs_error"] < 0.11      # 4.9 %, 10.5 % (128B, one slice)
+    assert v5p["mean_abs_error"] < 0.046 and v5p["max_abs_error"] < 0.1      # 4.6 %, 9.99 % (1024B 2x1024)
+    assert v5e["mean_abs_error"] < 0.05 and v5e["max_abs_error"] < 0.098     # 4.9 %, 9.7 % (32B 32x256)
     # MaxText splits the residual over TP ('activation_embed' -> 'tensor') in one slice and in
     # many: a row's compute per chip does not change with the slices, only the DCN reduction adds,
     # on the critical path (comm:dcn is all of it)
@@ -192,17 +219,54 @@ def test_dcn_step_overhead_fitted_on_one_chip_held_out_on_the_other():
     f = validate.fit("maxtext-v5e", multi_e, constant="dcn_step_overhead", grid=[60e-6, 80e-6, 100e-6],
                      held_out=[v5p[i] for i in multi_p])
     assert len(multi_e) == 20 and len(multi_p) == 8 and f["value"] == DCN
-    assert f["train_mean_abs_error"] < 0.05 and f["train_max_abs_error"] < 0.09          # 4.8 %, 8.7 %
-    assert f["held_out_mean_abs_error"] < 0.055 and f["held_out_max_abs_error"] < 0.122  # 5.5 %, 12.1 %
-    # the other way: fitted on v5p's rows (50 us), v5e's 32-slice rows (62 ring steps) held out
+    assert f["train_mean_abs_error"] < 0.048 and f["train_max_abs_error"] < 0.098        # 4.8 %, 9.7 %
+    assert f["held_out_mean_abs_error"] < 0.051 and f["held_out_max_abs_error"] < 0.1    # 5.1 %, 9.99 %
+    # the other way: fitted on v5p's rows, the same 80 us; v5e's 32-slice rows (62 ring steps) held out
     held = [r for r in v5e if r["slices"] == 32]
-    g = validate.fit("maxtext-v5p", multi_p, constant="dcn_step_overhead", grid=[0.0, 50e-6], held_out=held)
+    g = validate.fit("maxtext-v5p", multi_p, constant="dcn_step_overhead", grid=[0.0, 50e-6, 80e-6], held_out=held)
     zero = validate.fit("maxtext-v5p", multi_p[:1], constant="dcn_step_overhead", grid=[0.0], held_out=held)
-    assert g["value"] == 50e-6
-    assert g["held_out_mean_abs_error"] < 0.065 and g["held_out_max_abs_error"] < 0.13    # 6.3 %, 12.7 % (128B)
-    assert zero["held_out_mean_abs_error"] > 0.11 and zero["held_out_max_abs_error"] > 0.21   # 11.6 %, 21.8 %
+    assert g["value"] == DCN
+    assert g["held_out_mean_abs_error"] < 0.053 and g["held_out_max_abs_error"] < 0.098   # 5.3 %, 9.7 % (32B)
+    assert zero["held_out_mean_abs_error"] > 0.10 and zero["held_out_max_abs_error"] > 0.2    # 10.8 %, 21.0 %
     with pytest.raises(ValueError, match="constant='latency': use one of efficiency, dcn_step_overhead"):
         validate.fit("maxtext-v5e", [0], constant="latency")
+
+
+def test_a_slice_shares_what_it_reaches_over_the_dcn():
+    v5e, v5p = cost.price_list("tpu-v5e"), cost.price_list("tpu-v5p")
+    assert v5e.dcn_slice_bandwidth == 6.4e12 / 8 and "6.4 Tbps" in v5e.sources["dcn_slice_bandwidth"]
+    assert v5p.dcn_slice_bandwidth == 4.8e12 / 8 and "fitted" in v5p.sources["dcn_slice_bandwidth"]
+    assert cost.price_list("tpu-v6e").dcn_slice_bandwidth == 0 and cost.price_list("h100").dcn_slice_bandwidth == 0
+    ev = {"op": "psum", "axes": ("dcn",), "group_size": 2, "bytes_in": 1e9, "bytes_out": 1e9}
+
+    def seconds(prices, per_slice):
+        mesh = sl.make_mesh((2, per_slice), ("dcn", "data"), hardware=prices.chip, physical_axes={"dcn": "dcn"},
+                            abstract=True)
+        return cost.price_event(ev, mesh=mesh, prices=prices)
+
+    free = v5p.replace(dcn_slice_bandwidth=0.0)
+    # 64 v5p chips reach 64 x 6.25 GB/s = 400 GB/s < 600: their own figure; 256 reach 600 GB/s, not 1.6 TB/s
+    assert seconds(v5p, 64) == seconds(free, 64)
+    steps = v5p.steps("psum", [sl.hardware.AxisLink("dcn", "dcn", 2, "switch", 0.0, 0.0)])
+    ratio = (seconds(v5p, 256) - steps) / (seconds(free, 256) - steps)
+    assert ratio == pytest.approx(256 * 6.25e9 / 600e9, rel=1e-3)
+    # a v5e pod's 256 chips reach exactly their documented 6.4 Tbps: the figure binds only beyond it
+    assert seconds(v5e, 256) == seconds(v5e.replace(dcn_slice_bandwidth=0.0), 256)
+    with pytest.raises(ValueError, match=r"dcn_slice_bandwidth = -1.0 must be a number >= 0"):
+        v5p.replace(dcn_slice_bandwidth=-1.0)
+
+
+def test_the_slice_bandwidth_is_fitted_on_v5ps_multi_slice_rows():
+    # with each chip's own 50 Gbps, 1024B's 4 GB of gradient a chip crosses in 0.3 s on 2 x 1,024 chips
+    # and the row is 13 % fast; a slice's 4.8 Tbps (fitted) makes it the whole slice's bytes
+    v5p = validate.table("maxtext-v5p")
+    multi = [i for i, r in enumerate(v5p) if r["slices"] > 1]
+    f = validate.fit("maxtext-v5p", multi, constant="dcn_slice_bandwidth", held_out=[], leave_one_out=True)
+    none = validate.fit("maxtext-v5p", multi, constant="dcn_slice_bandwidth", grid=[0.0], held_out=[])
+    assert f["value"] == cost.price_list("tpu-v5p").dcn_slice_bandwidth
+    assert f["train_mean_abs_error"] < 0.051 and f["train_max_abs_error"] < 0.1           # 5.1 %, 9.99 %
+    assert none["train_max_abs_error"] > 0.13                                              # 13.2 % without
+    assert f["loo_mean_abs_error"] < 0.056 and f["loo_max_abs_error"] < 0.102             # 5.6 %, 10.2 %
 
 
 def test_fsdp_copies_read_and_write_each_gathered_buffer_and_each_gradient():

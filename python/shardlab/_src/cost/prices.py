@@ -44,7 +44,7 @@ from collections.abc import Mapping
 
 from ..core import hardware as _hw
 
-__all__ = ["PriceList", "IDEAL", "price_list", "PRICE_LISTS", "MAMF", "DCN_STEP_OVERHEAD"]
+__all__ = ["PriceList", "IDEAL", "price_list", "PRICE_LISTS", "MAMF", "DCN_STEP_OVERHEAD", "DCN_SLICE_BANDWIDTH"]
 
 
 _LINKS = ("ici", "dcn", "nvlink", "ib", "custom")   # the link kinds of shardlab.hardware.AxisLink
@@ -68,6 +68,10 @@ class PriceList:
         step_overhead: link kind ("dcn", ...) -> seconds each step of a collective's ring on
             that link costs besides its bytes (:meth:`steps` counts them); added to the
             collective's time. Only the TPU lists have one (the DCN's, fitted).
+        dcn_slice_bandwidth: bytes per second one TPU slice reaches over the DCN to the other
+            slices, shared by its chips: a collective over a DCN axis runs at the lesser of the
+            chip's DCN figure and this over the slice's chips (``0``: no limit besides the
+            chips' own). v5e's is Google's "data center network bandwidth per Pod", v5p's fitted.
         graph_kernel_overhead: seconds each kernel of a step replayed as a CUDA graph costs besides
             its work (the launch is recorded once; the kernel's ramp, tail and the gap to the next
             remain): what a serving engine's decode step pays per kernel
@@ -84,6 +88,7 @@ class PriceList:
     collective_overhead: float = 0.0
     graph_kernel_overhead: float = 0.0
     step_overhead: Mapping = dataclasses.field(default_factory=dict)
+    dcn_slice_bandwidth: float = 0.0
     sources: Mapping = dataclasses.field(default_factory=dict, compare=False)
 
     def __post_init__(self):
@@ -96,7 +101,8 @@ class PriceList:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
                 raise ValueError(f"[{op}] {k} = {v!r}: a fraction of the peak must be in (0, 1]")
         for k, v in (("kernel_overhead", self.kernel_overhead), ("collective_overhead", self.collective_overhead),
-                     ("graph_kernel_overhead", self.graph_kernel_overhead)):
+                     ("graph_kernel_overhead", self.graph_kernel_overhead),
+                     ("dcn_slice_bandwidth", self.dcn_slice_bandwidth)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
                 raise ValueError(f"[{op}] {k} = {v!r} must be a number >= 0")
         for k, v in self.step_overhead.items():
@@ -110,7 +116,7 @@ class PriceList:
                                           self.kernel_overhead, self.hbm_efficiency, tuple(self.attention_efficiency),
                                           tuple(sorted(self.collective_efficiency.items())),
                                           self.collective_overhead, self.graph_kernel_overhead,
-                                          tuple(sorted(self.step_overhead.items()))))
+                                          tuple(sorted(self.step_overhead.items())), self.dcn_slice_bandwidth))
 
     def __hash__(self):
         return hash(self._key)
@@ -182,6 +188,11 @@ _TPU_ICI = "How to Scale Your Model, part 3: ICI collectives run near the link b
 _DCN_STEP = ("fitted on the 20 multi-slice rows of MaxText's v5e table (the DCN gradient all-reduce on the "
              "critical path, a cost per ring step and message besides the bytes); the 8 v5p multi-slice rows held out; "
              "the same figure for every TPU")
+_DCN_POD = ("Google Cloud TPU v5e system architecture (cloud.google.com/tpu/docs/v5e): 'Data center network "
+            "bandwidth per Pod 6.4 Tbps' (256 chips: their per-chip 3.125 GB/s, so it binds only smaller shares)")
+_DCN_SLICE_V5P = ("fitted on the 8 multi-slice rows of MaxText's v5p table (train.validate.fit(..., "
+                  "constant='dcn_slice_bandwidth'): 4.8 Tbps a slice; Google documents v5p's DCN per chip only "
+                  "(50 Gbps), so a slice of 96+ chips does not reach its chips' sum; leave-one-out in docs/train.md")
 _TPU_ATT = "assumed: splash attention forward 70 %, backward 55 % of peak, as FlashAttention-2/3 on GPUs"
 
 
@@ -208,9 +219,16 @@ GPU_SUSTAINED_RATIO = A100_SUSTAINED / MAMF["a100"][0]
 DCN_STEP_OVERHEAD = 80e-6
 
 #: TPU large-GEMM efficiency sustained in training, fitted per chip on the single-slice rows of
-#: MaxText's tables (the multi-slice rows add the DCN, :data:`DCN_STEP_OVERHEAD`; docs/train.md):
-#: v5p 0.80, v5e 0.88. v4p and v6e have no table here: the mean of the two (an assumption).
-TPU_FITTED = {"tpu-v5p": 0.80, "tpu-v5e": 0.88}
+#: MaxText's tables (the multi-slice rows add the DCN, :data:`DCN_STEP_OVERHEAD`; docs/train.md;
+#: ``train.validate.fit`` on a grid of 0.01, the least mean error with every train row within 10 %):
+#: v5p 0.81, v5e 0.87. v4p and v6e have no table here: the mean of the two (an assumption).
+TPU_FITTED = {"tpu-v5p": 0.81, "tpu-v5e": 0.87}
+
+#: What one slice reaches over the DCN to the other slices (bytes/s, shared by its chips;
+#: ``PriceList.dcn_slice_bandwidth``): v5e's is Google's documented 6.4 Tbps a pod, v5p's is
+#: fitted on MaxText's v5p multi-slice rows (4.8 Tbps); v4p and v6e have no figure (their chips'
+#: own DCN figure only).
+DCN_SLICE_BANDWIDTH = {"tpu-v5e": 6.4e12 / 8, "tpu-v5p": 4.8e12 / 8}
 
 _FIT_GPU = ("fitted: MAMF x 0.806, the ratio of the A100's large-GEMM efficiency fitted on Megatron-LM's Table 1 "
             "(0.70) to its MAMF (0.869); torchtitan's A100 table held out")
@@ -240,8 +258,12 @@ def _tpu(chip) -> PriceList:
         chip, matmul_efficiency={"bfloat16": mm, "int8": mm, "float32": mm}, kernel_overhead=0.0,
         hbm_efficiency=0.9, attention_efficiency=(0.7, 0.55), collective_efficiency={"ici": 0.95, "dcn": 0.9},
         collective_overhead=0.0, step_overhead={"dcn": DCN_STEP_OVERHEAD},
-        sources={"step_overhead[dcn]": _DCN_STEP,"matmul_efficiency": how, "hbm_efficiency": _HBM, "attention_efficiency": _TPU_ATT,
-                 "collective_efficiency": _TPU_ICI, "kernel_overhead": "XLA fuses the step: no per-kernel launch"})
+        dcn_slice_bandwidth=DCN_SLICE_BANDWIDTH.get(chip, 0.0),
+        sources={"step_overhead[dcn]": _DCN_STEP, "matmul_efficiency": how, "hbm_efficiency": _HBM,
+                 "attention_efficiency": _TPU_ATT, "collective_efficiency": _TPU_ICI,
+                 "kernel_overhead": "XLA fuses the step: no per-kernel launch",
+                 "dcn_slice_bandwidth": {"tpu-v5e": _DCN_POD, "tpu-v5p": _DCN_SLICE_V5P}.get(
+                     chip, "none published: the chips' own DCN figure only")})
 
 
 #: preset name -> its PriceList.

@@ -119,6 +119,11 @@ def _collective_seconds(event, op, axes, mesh, hw, p: PriceList) -> float:
         v = formulas.group_bytes(op, n, b_in, b_out)
         c = collective_time(op, v, axes=axes, mesh_shape=shape, hardware=hw, physical_axes=physical,
                             perm=list(perm) if perm else None)
+        slice_bw = _slice_dcn_bandwidth(hw, p, shape, physical) if any(l.link == "dcn" for l in c.links) else None
+        if slice_bw is not None and slice_bw < hw.dcn_bandwidth:
+            # the slice's chips share what it reaches over the DCN (PriceList.dcn_slice_bandwidth)
+            c = collective_time(op, v, axes=axes, mesh_shape=shape, hardware=hw.replace(dcn_bandwidth=slice_bw),
+                                physical_axes=physical, perm=list(perm) if perm else None)
         eff = min((p.collective(link.link) for link in c.links), default=1.0)
         t_bw = c.bandwidth_seconds / eff
         hit = max(c.latency_seconds, t_bw) + p.collective_overhead + p.steps(op, c.links)
@@ -126,3 +131,20 @@ def _collective_seconds(event, op, axes, mesh, hw, p: PriceList) -> float:
             _CACHE.clear()
         _CACHE[key] = hit
     return hit
+
+
+def _slice_dcn_bandwidth(hw, p: PriceList, shape: dict, physical) -> float | None:
+    """The DCN bytes per second one chip gets when its slice's share is the list's
+    ``dcn_slice_bandwidth`` over the slice's chips (the mesh's devices over its DCN axes); None
+    without one."""
+    if not p.dcn_slice_bandwidth:
+        return None
+    links = _hw.resolve_physical_axes(hw, tuple(shape), shape, physical)
+    slices = 1
+    for a, link in links.items():
+        if link == "dcn":
+            slices *= shape[a]
+    chips = 1
+    for size in shape.values():
+        chips *= size
+    return p.dcn_slice_bandwidth / max(1, chips // slices)
