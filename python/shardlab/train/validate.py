@@ -47,7 +47,8 @@ from .estimate import Estimate, _clock, estimate
 from .hierarchical import hierarchical
 from .strategy import Strategy
 
-__all__ = ["A100", "TABLES", "RowEstimate", "table", "estimate_row", "validate", "fit", "FIT_CONSTANTS", "gpt_config",
+__all__ = ["A100", "TABLES", "RowEstimate", "table", "estimate_row", "validate", "fit", "FIT_CONSTANTS", "FIT_OBJECTIVES",
+           "FIT_GOAL", "gpt_config",
            "gpu_config",
            "sdpa_efficiency",
            "paper_flops", "MegatronEstimate", "estimate_megatron", "validate_megatron", "fit_efficiency",
@@ -298,12 +299,12 @@ def estimate_row(row: dict, prices=None) -> RowEstimate:
 
 def _report(name: str, rows: list[RowEstimate], title: str) -> str:
     w = max(len(r.label) for r in rows)
-    lines = [title, f"  {'row'.ljust(w)} {'measured':>10} {'estimate':>10} {'error':>7}"]
+    lines = [title, f"  {'row'.ljust(w)} {'measured':>10} {'estimate':>10} {'error':>8}"]
     for r in rows:
         lines.append(f"  {r.label.ljust(w)} {units.fmt_seconds(r.measured_seconds):>10} "
-                     f"{units.fmt_seconds(r.estimated_seconds):>10} {r.error:>+7.1%}")
+                     f"{units.fmt_seconds(r.estimated_seconds):>10} {r.error:>+8.2%}")
     errs = [abs(r.error) for r in rows]
-    lines.append(f"  mean |error| {sum(errs) / len(errs):.1%}, worst {max(errs):.1%} over {len(rows)} rows")
+    lines.append(f"  mean |error| {sum(errs) / len(errs):.2%}, worst {max(errs):.2%} over {len(rows)} rows")
     return "\n".join(lines)
 
 
