@@ -192,7 +192,8 @@ _DCN_POD = ("Google Cloud TPU v5e system architecture (cloud.google.com/tpu/docs
             "bandwidth per Pod 6.4 Tbps' (256 chips: their per-chip 3.125 GB/s, so it binds only smaller shares)")
 _DCN_SLICE_V5P = ("fitted on the 8 multi-slice rows of MaxText's v5p table (train.validate.fit(..., "
                   "constant='dcn_slice_bandwidth'): 4.8 Tbps a slice; Google documents v5p's DCN per chip only "
-                  "(50 Gbps), so a slice of 96+ chips does not reach its chips' sum; leave-one-out in docs/train.md")
+                  "(50 Gbps), so a slice of 96+ chips does not reach its chips' sum; fitted on slices of 64 to 2,048 chips, "
+                  "larger ones extrapolated; leave-one-out in docs/train.md")
 _TPU_ATT = "assumed: splash attention forward 70 %, backward 55 % of peak, as FlashAttention-2/3 on GPUs"
 
 
