@@ -184,7 +184,8 @@ def test_dcn_overlap_puts_the_reduction_across_slices_on_the_critical_path():
     args = (cfg, train.hierarchical(data="data", zero=3, model="model", sequence_parallel=True),
             {"dcn": 32, "data": 16, "model": 16}, "tpu-v5e")
     kw = dict(batch=256 * 32, seq=2048, remat="full", async_tp=True)
-    hidden, exposed = train.estimate(*args, **kw), train.estimate(*args, **kw, dcn_overlap=False)
+    hidden, exposed = train.estimate(*args, **kw, dcn_overlap=True), train.estimate(*args, **kw)
+    assert exposed.step_seconds == train.estimate(*args, **kw, dcn_overlap=False).step_seconds   # the default
     dcn = {k: v for k, v in exposed.comm_seconds.items() if "dcn" in k}
     assert dcn and dcn == {k: hidden.comm_seconds[k] for k in dcn}       # the same collectives, priced alike
     # overlapped, one layer's worth shows; exposed, every DCN reduction is on the critical path
@@ -207,6 +208,7 @@ def test_the_step_cost_hides_under_the_backward_unless_the_reduction_is_on_the_c
     assert 8 * L * 62 * 80e-6 <= exposed <= (8 * L + 4) * 62 * 80e-6
     args = (validate.maxtext_config(row), train.hierarchical(data="data", zero=3), {"dcn": 32, "data": 256}, "tpu-v5e")
     kw = dict(batch=row["per_device_batch"] * row["chips"], seq=M.SEQ_LEN, remat="full", async_tp=True)
+    kw["dcn_overlap"] = True
     hidden = train.estimate(*args, **kw, prices=p80).step_seconds - train.estimate(*args, **kw, prices=p0).step_seconds
     assert 0 < hidden < 0.05 * exposed          # only the last layer's reduction shows
 

@@ -9,10 +9,10 @@ the bytes it moves at the reached HBM bandwidth (:mod:`shardlab.cost.formulas`).
 overlaps as the frameworks do it:
 
 * FSDP / ZeRO weight gathers over the data axes are prefetched under the compute of their phase,
-  gradient reduce-scatters and all-reduces (DP, bucketed) overlap the backward pass; one
-  layer's worth of each stays exposed (the first gather, the last reduction); with
-  ``dcn_overlap=False`` the reductions that cross the data-centre network between TPU slices
-  are on the critical path instead (what MaxText's multi-slice runs measured);
+  gradient reductions (reduce-scatters, DP's bucketed all-reduces) overlap the backward pass;
+  one layer's worth of each stays exposed (the first gather, the last reduction). The
+  reductions that cross the data-centre network between TPU slices are on the critical path
+  (what MaxText's multi-slice runs measured); ``dcn_overlap=True`` overlaps them too;
 * tensor-parallel collectives are on the critical path unless ``async_tp=True``;
 * context-parallel ring exchanges overlap the attention; a context axis of ``C > 2`` executes
   its ring over 2 devices holding the same blocks and counts the ring of ``C`` in closed form
@@ -238,7 +238,7 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
              dp_overlap: bool = True, attention: str = "flash", dropout: bool = False,
              pipeline_link: str | None = None, elementwise_scale: float = 1.0,
              execute_layers: int | None = None, kernels: str = "fused", fused_norm: bool | None = None,
-             reduce_dtype: str | None = None, fsdp_copies: bool = False, dcn_overlap: bool = True) -> Estimate:
+             reduce_dtype: str | None = None, fsdp_copies: bool = False, dcn_overlap: bool = False) -> Estimate:
     """Runs one training step of ``cfg`` shape-only and prices it on ``hardware``.
 
     Args:
@@ -290,12 +290,13 @@ def estimate(cfg, strategy, mesh, hardware, batch: int, seq: int, *, remat=None,
             FSDP2's ``foreach_all_gather_copy_out`` and ``foreach_reduce_scatter_copy_in``):
             read and write those bytes as memory-bound work of the phase; XLA's gathers land in
             place (False).
-        dcn_overlap: the gradient reductions over a mesh axis on the data-centre network
-            between TPU slices overlap the backward as the other data-parallel reductions do
-            (default); False puts them on the critical path (``comm:<axes>`` in ``phases``):
-            what the multi-slice rows of MaxText's tables show (docs/train.md, "Validated
-            against published runs"), their ring at the DCN's bandwidth plus the price list's
-            ``step_overhead["dcn"]`` per ring step.
+        dcn_overlap: False (default) puts the gradient reductions over a mesh axis on the
+            data-centre network between TPU slices on the critical path (``comm:<axes>`` in
+            ``phases``), their ring at the DCN's bandwidth (the slice's share of it) plus the
+            price list's ``step_overhead["dcn"]`` per ring step: what the multi-slice rows of
+            MaxText's tables show (docs/train.md, "Validated against published runs"); True
+            overlaps them with the backward as the other data-parallel reductions are (what
+            XLA's ``xla_tpu_enable_data_parallel_all_reduce_opt`` aims at).
 
     Returns:
         An :class:`Estimate`.

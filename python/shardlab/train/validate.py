@@ -21,7 +21,7 @@ time (``measured``: the published throughput converted with the publisher's own 
 of the price lists -- the large-GEMM efficiency of a chip, the DCN's cost per ring step shared
 by the TPUs, or what one slice reaches over the DCN -- on some rows and reports the error on the
 others (held-out rows of any table, leave-one-out). The same price list serves every row of a chip. MaxText's rows put the gradient
-all-reduce across slices on the critical path (``estimate(dcn_overlap=False)``), as they measure.
+all-reduce across slices on the critical path (``estimate``'s default), as they measure.
 
 Example:
     >>> from shardlab.train import validate
@@ -209,12 +209,11 @@ def _maxtext_row(row: dict, prices) -> tuple[Estimate, float]:
     else:
         strat = "fsdp_tp" if tp > 1 else "fsdp"
     # XLA's async collective fusion (the scripts' LIBTPU_INIT_ARGS) overlaps the TP collectives; the
-    # gradient all-reduce across slices is on the critical path (dcn_overlap=False): the multi-slice
+    # gradient all-reduce across slices is on the critical path (estimate's default): the multi-slice
     # rows grow with layers x DCN ring steps, which a reduction hidden under the backward cannot do
     # (docs/train.md: overlapped, the best fitted step cost leaves v5e's worst row at 18 %)
     e = estimate(maxtext_config(row), strat, mesh, row["hardware"], batch=row["per_device_batch"] * row["chips"],
-                 seq=_maxtext.SEQ_LEN, remat=_MAXTEXT_REMAT[row["remat_policy"]], async_tp=True, prices=prices,
-                 dcn_overlap=False)
+                 seq=_maxtext.SEQ_LEN, remat=_MAXTEXT_REMAT[row["remat_policy"]], async_tp=True, prices=prices)
     return e, _maxtext.measured_seconds(row)
 
 
