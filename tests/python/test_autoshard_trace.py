@@ -14,6 +14,7 @@ pytest.importorskip("highspy")
 from shardlab.autoshard import (MemoryLimitError, SolverTimeLimitWarning, UntraceableError, autoshard,  # noqa: E402
                                 brute_force, examples, solve)
 from shardlab.autoshard import book, compare, explain, plan_pipeline, trace_program  # noqa: E402
+from shardlab.autoshard.specs import pspec  # noqa: E402
 
 
 def _mlp(x, w1, w2):
@@ -39,6 +40,14 @@ def test_mlp_gradient_plan_runs_equal_and_ledger_matches_prediction():
     # every value has a spec; the params' are PartitionSpecs of their rank
     assert set(plan.specs) >= {"[0]", "[1]", "[2]"}
     assert all(isinstance(s, sl.PartitionSpec) for s in plan.in_specs)
+    # the public view of the choice: each argument's layout is its spec, each op run has a candidate
+    prog = plan.program
+    for i in prog.inputs:
+        v = prog.values[i]
+        assert len(plan.dims(i)) == len(v.shape)
+        assert pspec(plan.dims(i)) == plan.specs[v.name]
+    assert plan.ops and [op.index for op in plan.ops] == sorted(op.index for op in plan.ops)
+    assert all(plan.dims(op.output) and plan.layout(op.output) for op in plan.ops)
 
 
 def _sgd(params, x):

@@ -92,7 +92,7 @@ def _split(plan, late_input):
     prog = plan.program
     late_values = set() if late_input is None else {prog.inputs[late_input]}
     early, late = [], []
-    for op in plan._ops():
+    for op in plan.ops:
         if op.phase == "backward" or any(k == "value" and i in late_values for k, i in op.inputs):
             late_values.add(op.output)
             late.append(op)
@@ -105,11 +105,6 @@ def _sharding(plan, mesh, position: int):
     """The NamedSharding of the plan's argument leaf `position` on `mesh`."""
     name = plan.program.values[plan.program.inputs[position]].name
     return sl.NamedSharding(mesh, plan.specs.get(name, sl.P()))
-
-
-def _dims(plan, index: int):
-    """The chosen dims of value `index` of the plan's program (replicated when it has none)."""
-    return plan._dims.get(index, ((),) * len(plan.program.values[index].shape))
 
 
 def _send(value, full, src_mesh, dst_mesh, src_dims, dst_dims):
@@ -140,7 +135,7 @@ def _send_prediction(src_plan, out_index: int, dst_plan, in_index: int) -> list:
     """The collectives `_send` records: the ppermute of one shard per device, then the receiver's
     resharding as its plan's pricer predicts it."""
     v = src_plan.program.values[out_index]
-    src_dims, dst_dims = _dims(src_plan, out_index), _dims(dst_plan, in_index)
+    src_dims, dst_dims = src_plan.dims(out_index), dst_plan.dims(in_index)
     shard = src_plan.program.mesh.shape
     split = 1
     for entry in src_dims:
@@ -259,8 +254,8 @@ def run_pipeline(plan, cfg, params: dict, tokens, targets) -> PipelineRun:
             in_index = plans[to].program.inputs[n_leaves[to] + (0 if a.payload == pp.ACTIVATION else 1)]
             value = envs[(s, k)][out_index] if a.payload == pp.ACTIVATION else envs.pop(("gx", s, k))
             with sl.Ledger() as led:
-                inbox[(a.payload, to, k)] = _send(value, full, meshes[s], meshes[to], _dims(sp, out_index),
-                                                  _dims(plans[to], in_index))
+                inbox[(a.payload, to, k)] = _send(value, full, meshes[s], meshes[to], sp.dims(out_index),
+                                                  plans[to].dims(in_index))
             events[(s, k, "send " + a.payload)] = list(led.events)
             sends[(s, a.payload)] = _send_prediction(sp, out_index, plans[to], in_index)
         elif a.kind != pp.RECV:

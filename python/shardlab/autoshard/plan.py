@@ -92,13 +92,20 @@ class ShardingPlan:
     def mesh(self):
         return self.program.mesh
 
-    def _ops(self) -> list:
+    @property
+    def ops(self) -> list:
+        """The program's ops the plan runs, in program order (each has a chosen candidate)."""
         return [op for op in self.program.ops if op.index in self._cand]
+
+    def dims(self, index: int) -> tuple:
+        """The chosen layout of value ``index`` of the program: a tuple of mesh axes per
+        dimension (``()`` for a replicated one; all replicated when the plan placed none)."""
+        return self._dims.get(index, ((),) * len(self.program.values[index].shape))
 
     def _predict(self) -> list:
         out = []
         pr = self.program.pricer
-        for op in self._ops():
+        for op in self.ops:
             cand = self._cand[op.index]
             for (k, i), want in zip(op.inputs, cand.in_dims):
                 if k != "value":
@@ -131,7 +138,7 @@ class ShardingPlan:
         prog = self.program
         mesh = flat[0].sharding.mesh if flat and hasattr(flat[0], "sharding") else prog.mesh
         env = dict(zip(prog.inputs, flat))
-        self.run_ops(env, self._ops(), mesh)
+        self.run_ops(env, self.ops, mesh)
         leaves = [env[i] if k == "value" else i for k, i in prog.outputs]
         for o, vo, vi in prog.carry:
             if self._dims[vo] != self._dims[vi]:
