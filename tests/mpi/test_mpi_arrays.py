@@ -26,6 +26,14 @@ def test_values_stay_on_their_ranks_between_programs():
     np.testing.assert_array_equal(sl.distributed.process_allgather(y + 1), want + 1)
 
 
+def test_host_nbytes_counts_this_ranks_block():
+    mesh = sl.make_mesh((2, 4), ("x", "y"))
+    y = _program(mesh)
+    # each rank holds its devices' values only: 1/RANKS of the one-process array's bytes
+    assert y.host_nbytes * RANKS == 4 * 8 * 4
+    assert y.host_nbytes == sum(np.asarray(s.data).nbytes for s in y.addressable_shards)
+
+
 def test_addressable_shards_are_this_ranks_devices():
     mesh = sl.make_mesh((2, 4), ("x", "y"))
     y = _program(mesh)

@@ -48,9 +48,13 @@ def is_abstract(storage) -> bool:
 
 def host_nbytes(storage) -> int:
     """Bytes of host memory behind a (possibly broadcast) view: stride-0 dims count once;
-    0 for abstract storage."""
+    0 for abstract storage; a storage that holds only part of its values in this process (a
+    backend's, e.g. MPI's rank block) says how much itself (``storage.held_nbytes()``)."""
     if is_abstract(storage):
         return 0
+    held = getattr(storage, "held_nbytes", None)
+    if held is not None:
+        return held()
     n = math.prod(s for s, st in zip(storage.shape, storage.strides) if st != 0)
     return int(n) * storage.dtype.itemsize if storage.size else 0
 

@@ -14,7 +14,7 @@ import numpy as np
 
 import shardlab._core as _core
 
-from ...arrays.storage import AbstractStorage
+from ...arrays.storage import AbstractStorage, host_nbytes
 from .runtime import STATE, enter, leave
 
 
@@ -30,6 +30,10 @@ class RankStorage(AbstractStorage):
 
     def __repr__(self):
         return f"RankStorage(shape={self.shape}, dtype={self.dtype}, block={tuple(self.block.shape)})"
+
+    def held_nbytes(self) -> int:
+        """Host bytes this rank holds: its block (``ShardedArray.host_nbytes``), not the global shape."""
+        return host_nbytes(self.block)
 
     @property
     def strides(self) -> tuple:
