@@ -5,8 +5,9 @@ Three published tables, transcribed with their configurations in :mod:`shardlab.
 * ``"megatron"``: Narayanan et al. 2021, Table 1 -- GPT 1.7B to 1T on up to 3,072 A100s with
   tensor, pipeline (interleaved) and data parallelism, full recompute, unfused attention
   (:mod:`~shardlab.train.data.megatron_table1`);
-* ``"maxtext-v5p"`` and ``"maxtext-v5e"``: MaxText's TPU tables, 16B to 1T on 1 to 32 slices,
-  FSDP + TP inside a slice, data parallelism over the DCN (:mod:`~shardlab.train.data.maxtext_tpu`);
+* ``"maxtext-v5p"``, ``"maxtext-v5e"`` and ``"maxtext-v4"``: MaxText's TPU tables, 16B to 1T on 1 to
+  32 slices, FSDP (+ TP) inside a slice, data parallelism over the DCN
+  (:mod:`~shardlab.train.data.maxtext_tpu`);
 * ``"torchtitan-a100"``: LLaMA 13B / 70B with FSDP2 on 64 A100s
   (:mod:`~shardlab.train.data.torchtitan_a100`);
 * ``"torch-h100"`` and ``"torch-h200"``: training steps of two LLaMA-style models that the
@@ -59,7 +60,7 @@ __all__ = ["A100", "TABLES", "RowEstimate", "table", "estimate_row", "validate",
 A100 = hw_mod.get("a100")
 
 #: The tables :func:`table` knows.
-TABLES = ("megatron", "maxtext-v5p", "maxtext-v5e", "torchtitan-a100", "torch-h100", "torch-h200")
+TABLES = ("megatron", "maxtext-v5p", "maxtext-v5e", "maxtext-v4", "torchtitan-a100", "torch-h100", "torch-h200")
 
 #: The A100's large-GEMM efficiency in ``cost.price_list("a100")`` (Bekman's MAMF, 86.9 %); kept
 #: as the name the Megatron validation used for its one constant.
@@ -72,7 +73,7 @@ def table(name: str = "megatron") -> list[dict]:
     Raises:
         ValueError: an unknown table name (the message lists :data:`TABLES`).
     """
-    rows = {"megatron": _table1.ROWS, "maxtext-v5p": _maxtext.V5P, "maxtext-v5e": _maxtext.V5E,
+    rows = {"megatron": _table1.ROWS, "maxtext-v5p": _maxtext.V5P, "maxtext-v5e": _maxtext.V5E, "maxtext-v4": _maxtext.V4,
             "torchtitan-a100": [r for r in _titan.ROWS if r["estimable"]],
             "torch-h100": _gpu.TRAIN["h100"], "torch-h200": _gpu.TRAIN["h200"]}.get(name)
     if rows is None:
@@ -187,9 +188,10 @@ def _megatron(row: dict, prices, elementwise_scale: float = 1.0) -> tuple[Estima
 # -- MaxText (TPU v5p, v5e) ------------------------------------------------------------------------
 
 def maxtext_config(row: dict) -> ModelConfig:
-    """MaxText's default decoder at the row's ``global_parameter_scale`` (see
-    :mod:`shardlab.train.data.maxtext_tpu`): ReLU MLP, RMSNorm, rotary, tied logits."""
-    dims = _maxtext.model_dims(row["scale"])
+    """MaxText's default decoder at the row's ``global_parameter_scale``, or with the v4 scripts'
+    own dimensions (see :mod:`shardlab.train.data.maxtext_tpu`): ReLU MLP, RMSNorm, rotary, tied
+    logits."""
+    dims = _maxtext.row_dims(row)
     return ModelConfig(**dims, head_dim=_maxtext.HEAD_DIM, vocab_size=_maxtext.VOCAB, max_seq_len=_maxtext.SEQ_LEN,
                        gated_mlp=False, activation="relu", tie_embeddings=True, name=f"maxtext-{row['scale']}b")
 
@@ -282,7 +284,7 @@ def _gpu_row(row: dict, prices) -> tuple[Estimate, float]:
     return e, row["step_seconds"]
 
 
-_BUILDERS = {"megatron": _megatron, "maxtext-v5p": _maxtext_row, "maxtext-v5e": _maxtext_row,
+_BUILDERS = {"megatron": _megatron, "maxtext-v5p": _maxtext_row, "maxtext-v5e": _maxtext_row, "maxtext-v4": _maxtext_row,
              "torchtitan-a100": _torchtitan_row, "torch-h100": _gpu_row, "torch-h200": _gpu_row}
 
 

@@ -222,8 +222,9 @@ DCN_STEP_OVERHEAD = 80e-6
 #: TPU large-GEMM efficiency sustained in training, fitted per chip on the single-slice rows of
 #: MaxText's tables (the multi-slice rows add the DCN, :data:`DCN_STEP_OVERHEAD`; docs/train.md;
 #: ``train.validate.fit`` on a grid of 0.01, the least mean error with every train row within 10 %):
-#: v5p 0.81, v5e 0.87. v4p and v6e have no table here: the mean of the two (an assumption).
-TPU_FITTED = {"tpu-v5p": 0.81, "tpu-v5e": 0.87}
+#: v5p 0.81, v5e 0.87, v4 0.78 (its two one-slice rows; before, assumed 0.84, the v4 table held out
+#: gave 5.2 % / 7.5 %). v6e has no table here: the mean of v5p's and v5e's (an assumption).
+TPU_FITTED = {"tpu-v5p": 0.81, "tpu-v5e": 0.87, "tpu-v4p": 0.78}
 
 #: What one slice reaches over the DCN to the other slices (bytes/s, shared by its chips;
 #: ``PriceList.dcn_slice_bandwidth``): v5e's is Google's documented 6.4 Tbps a pod, v5p's is
@@ -252,7 +253,7 @@ def _gpu(chip, fwd, bwd, nvlink, attn_src) -> PriceList:
 
 
 def _tpu(chip) -> PriceList:
-    mm = TPU_FITTED.get(chip, round(sum(TPU_FITTED.values()) / len(TPU_FITTED), 3))
+    mm = TPU_FITTED.get(chip, round((TPU_FITTED["tpu-v5p"] + TPU_FITTED["tpu-v5e"]) / 2, 3))
     how = (f"fitted on the single-slice rows of MaxText's {chip} table" if chip in TPU_FITTED
            else "assumed: the mean of the fitted v5p and v5e figures (no table for this chip)")
     return PriceList(
