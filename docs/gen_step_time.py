@@ -1,6 +1,6 @@
 """Draws docs/img/step_time_validation.png: train.estimate's step time against the measured step
 time of every row of the published tables in shardlab.train.data (Megatron-LM on A100, MaxText
-on TPU v5p and v5e, torchtitan on A100), and prints the per-table errors shown in docs/train.md.
+on TPU v5p, v5e and v4, torchtitan on A100), and prints the per-table errors shown in docs/train.md.
 
     python docs/gen_step_time.py
 """
@@ -19,6 +19,7 @@ from shardlab.train import validate  # noqa: E402
 STYLE = {"megatron": ("o", "#4c78a8", "Megatron-LM, A100 (fitted)"),
          "maxtext-v5p": ("s", "#f58518", "MaxText, TPU v5p (fitted per chip)"),
          "maxtext-v5e": ("^", "#54a24b", "MaxText, TPU v5e (fitted per chip)"),
+         "maxtext-v4": ("X", "#9d755d", "MaxText, TPU v4 (fitted on 2 of 6 rows)"),
          "torchtitan-a100": ("D", "#e45756", "torchtitan, A100 (held out)"),
          "torch-h100": ("v", "#72b7b2", "PyTorch, one H100 (run here, nothing fitted)"),
          "torch-h200": ("P", "#b279a2", "PyTorch, one H200 (run here, nothing fitted)")}
