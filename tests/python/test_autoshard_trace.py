@@ -48,6 +48,8 @@ def test_mlp_gradient_plan_runs_equal_and_ledger_matches_prediction():
         assert pspec(plan.dims(i)) == plan.specs[v.name]
     assert plan.ops and [op.index for op in plan.ops] == sorted(op.index for op in plan.ops)
     assert all(plan.dims(op.output) and plan.layout(op.output) for op in plan.ops)
+    with pytest.raises(IndexError, match=r"\[ShardingPlan.dims\] value index 100000 is not one of the program's"):
+        plan.dims(100_000)
 
 
 def _sgd(params, x):

@@ -99,7 +99,14 @@ class ShardingPlan:
 
     def dims(self, index: int) -> tuple:
         """The chosen layout of value ``index`` of the program: a tuple of mesh axes per
-        dimension (``()`` for a replicated one; all replicated when the plan placed none)."""
+        dimension (``()`` for a replicated one; all replicated when the plan placed none).
+
+        Raises:
+            IndexError: ``index`` is not a value of the program (``plan.program.values``)."""
+        n = len(self.program.values)
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) or not 0 <= index < n:
+            raise IndexError(f"[ShardingPlan.dims] value index {index!r} is not one of the program's {n} values "
+                             f"(0..{n - 1}; an op's result is op.output, an argument's plan.program.inputs[i])")
         return self._dims.get(index, ((),) * len(self.program.values[index].shape))
 
     def _predict(self) -> list:

@@ -35,6 +35,8 @@ Example:
     >>> p = cost.price_list("h100")
     >>> p.matmul_efficiency["bfloat16"], p.kernel_overhead
     (0.647, 5.75e-06)
+    >>> cost.price_list("tpu-v5p").dcn_slice_bandwidth * 8 / 1e12    # Tbps one v5p slice reaches over the DCN
+    4.8
 """
 
 from __future__ import annotations

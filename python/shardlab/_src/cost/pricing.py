@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from ..core import hardware as _hw
@@ -140,11 +141,5 @@ def _slice_dcn_bandwidth(hw, p: PriceList, shape: dict, physical) -> float | Non
     if not p.dcn_slice_bandwidth:
         return None
     links = _hw.resolve_physical_axes(hw, tuple(shape), shape, physical)
-    slices = 1
-    for a, link in links.items():
-        if link == "dcn":
-            slices *= shape[a]
-    chips = 1
-    for size in shape.values():
-        chips *= size
-    return p.dcn_slice_bandwidth / max(1, chips // slices)
+    per_slice = math.prod(n for a, n in shape.items() if links[a] != "dcn")
+    return p.dcn_slice_bandwidth / per_slice
